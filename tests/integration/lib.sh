@@ -1,0 +1,56 @@
+# Sourced by every integration test: paths, assertions, and a real Slurm cluster to run on.
+set -euo pipefail
+
+top_src=${OMNI_TOP_SRCDIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+top_build=${OMNI_TOP_BUILDDIR:-$top_src}
+omni_cluster=$top_src/scripts/omni-cluster
+test_name=$(basename "$0" .sh)
+
+fail() { echo "FAIL: $test_name: $*" >&2; exit 1; }
+skip() { echo "SKIP: $test_name: $*" >&2; exit 77; }
+note() { echo "$test_name: $*"; }
+
+# expect_eq WHAT ACTUAL EXPECTED
+expect_eq() { [ "$2" = "$3" ] || fail "$1: got '$2', expected '$3'"; }
+
+need_root() {
+  [ "$(id -u)" = 0 ] || skip "needs root: it starts slurmctld, slurmd, slurmdbd, munged and MariaDB"
+}
+
+# A scratch directory removed at exit (jobs run as root, so any path works).
+work=$(mktemp -d /tmp/omni-it-"$test_name".XXXXXX)
+cleanup_work() { rm -rf "$work"; }
+trap cleanup_work EXIT
+own_cluster=
+
+# cluster_acquire NODES GPUS_PER_NODE: reuse the cluster named by OMNI_TEST_CLUSTER (it must
+# have at least that many nodes and GPUs), or start a private one that is stopped at exit.
+cluster_acquire() {
+  local want_nodes=$1 want_gpus=$2
+  need_root
+  if [ -n "${OMNI_TEST_CLUSTER:-}" ]; then
+    CLUSTER_DIR=$OMNI_TEST_CLUSTER
+    "$omni_cluster" --dir "$CLUSTER_DIR" status >/dev/null ||
+      fail "OMNI_TEST_CLUSTER=$CLUSTER_DIR is not up ('omni-cluster --dir $CLUSTER_DIR status' fails)"
+    local NODES GPUS
+    eval "$(grep -E '^(NODES|GPUS)=' "$CLUSTER_DIR/cluster.env")"
+    [ "$NODES" -ge "$want_nodes" ] && [ "$GPUS" -ge "$want_gpus" ] ||
+      fail "OMNI_TEST_CLUSTER=$CLUSTER_DIR has $NODES node(s) x $GPUS GPU(s); this test needs $want_nodes x $want_gpus"
+  else
+    CLUSTER_DIR=$work/cluster
+    own_cluster=1
+    trap 'cluster_release; cleanup_work' EXIT
+    "$omni_cluster" --dir "$CLUSTER_DIR" up --nodes "$want_nodes" --gpus-per-node "$want_gpus" \
+      --build-dir "$top_build" || fail "omni-cluster up failed"
+  fi
+  eval "$("$omni_cluster" --dir "$CLUSTER_DIR" env)"
+}
+
+cluster_release() {
+  if [ -n "$own_cluster" ]; then
+    "$omni_cluster" --dir "$CLUSTER_DIR" down >/dev/null 2>&1 || true
+  fi
+}
+
+# job_state JOBID: the job's final state from accounting (COMPLETED, FAILED, ...).
+job_state() { sacct -n -X -P -j "$1" -o State | tail -n 1; }
