@@ -1,0 +1,218 @@
+// Unit tests for the --omni-* option parser and validator (include/omni/job_options.h).
+// Expected values are worked out by hand in the comments.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "omni/job_options.h"
+
+using namespace omni;
+
+namespace {
+
+// Parses "name=value" pairs then validates; returns the first error or "".
+std::string run(const std::vector<std::pair<std::string, std::string>> &opts,
+                const SiteConfig &site = SiteConfig(), JobOptions *out = nullptr) {
+    JobOptions o;
+    for (const auto &[n, v] : opts)
+        if (auto st = set_job_option(o, n, v, site); !st) return st.error();
+    if (auto st = validate_job_options(o, site); !st) return st.error();
+    if (out) *out = o;
+    return "";
+}
+
+std::map<std::string, std::string> env_of(const JobOptions &o, const SiteConfig &s = SiteConfig()) {
+    std::map<std::string, std::string> m;
+    for (const auto &[k, v] : job_option_env(o, s)) m[k] = v;
+    return m;
+}
+
+}  // namespace
+
+TEST(JobOptions, GoodOptionsGiveTheirEnvironment) {
+    JobOptions o;
+    ASSERT_EQ(run({{"omni-elastic", "2:8"},
+                   {"omni-unit", "4@pcie"},
+                   {"omni-mp", "2"},
+                   // d = u*4/2 = 2u; b*d = 8u; lcm(2..8) = 840 -> B multiple of 6720
+                   {"omni-global-batch", "6720"},
+                   {"omni-micro-batch", "4"},
+                   {"omni-ckpt", "/scratch/run1:500"}},
+                  SiteConfig(), &o),
+              "");
+    auto env = env_of(o);
+    EXPECT_EQ(env["OMNI_ELASTIC_MIN"], "2");
+    EXPECT_EQ(env["OMNI_ELASTIC_MAX"], "8");
+    EXPECT_EQ(env["OMNI_UNIT_SIZE"], "4");
+    EXPECT_EQ(env["OMNI_UNIT_DOMAIN"], "pcie");
+    EXPECT_EQ(env["OMNI_MP"], "2");
+    EXPECT_EQ(env["OMNI_GLOBAL_BATCH"], "6720");
+    EXPECT_EQ(env["OMNI_MICRO_BATCH"], "4");
+    EXPECT_EQ(env["OMNI_CKPT_DIR"], "/scratch/run1");
+    EXPECT_EQ(env["OMNI_CKPT_EVERY"], "500");
+    EXPECT_EQ(env.count("OMNI_SM_SLICE"), 0u);
+}
+
+TEST(JobOptions, DefaultsAndSiteDefaultDomain) {
+    SiteConfig site;
+    site.default_domain = "nvlink";
+    JobOptions o;
+    ASSERT_EQ(run({{"omni-elastic", "1:4"}}, site, &o), "");
+    auto env = env_of(o, site);
+    EXPECT_EQ(env["OMNI_UNIT_SIZE"], "1");
+    EXPECT_EQ(env["OMNI_UNIT_DOMAIN"], "nvlink");
+    EXPECT_EQ(env["OMNI_MP"], "1");
+    JobOptions none;
+    EXPECT_TRUE(job_option_env(none, site).empty());
+    JobOptions ck;
+    ASSERT_EQ(run({{"omni-ckpt", "/a/b"}}, site, &ck), "");
+    EXPECT_EQ(env_of(ck)["OMNI_CKPT_EVERY"], "0");
+    EXPECT_EQ(env_of(ck)["OMNI_CKPT_DIR"], "/a/b");
+}
+
+TEST(JobOptions, ElasticRangeBoundedBySite) {
+    SiteConfig site;
+    site.max_units = 16;
+    EXPECT_EQ(run({{"omni-elastic", "1:16"}}, site), "");
+    EXPECT_EQ(run({{"omni-elastic", "1:17"}}, site),
+              "--omni-elastic=1:17: MAX: '17' is out of range; expected an integer in 1..16");
+    EXPECT_EQ(run({{"omni-elastic", "0:4"}}),
+              "--omni-elastic=0:4: MIN: '0' is out of range; expected an integer in 1..1024");
+    EXPECT_EQ(run({{"omni-elastic", "8:2"}}),
+              "--omni-elastic=8:2: MIN is greater than MAX; expected MIN:MAX with 1 <= MIN <= "
+              "MAX <= 1024");
+}
+
+TEST(JobOptions, BatchNotDivisibleListsUnitCountsAndSuggests) {
+    // unit 1, mp 1, b 1: d = u; B must be divisible by u for u in 1..4: lcm = 12.
+    // 30 fails for u = 4 only; nearest working sizes: 24 and 36.
+    EXPECT_EQ(run({{"omni-elastic", "1:4"}, {"omni-global-batch", "30"}}),
+              "--omni-global-batch=30: must be divisible by micro-batch * data-parallel size for "
+              "every unit count in 1..4 (d = u*1/1); it is not for u = 4 (d=4, b*d=4); nearest "
+              "global batch sizes that work for the whole range: 24, 36");
+    // unit 4, mp 1, b 4: b*d = 16u, u in 2..8; lcm(2..8) = 840; step 13440. 1000 fails for
+    // u = 3 (48), 5 (80), 6 (96), 7 (112), 8 (128)... 1000 % 32 = 8 too, so u = 2 fails also.
+    auto msg = run({{"omni-elastic", "2:8"}, {"omni-unit", "4"}, {"omni-global-batch", "1000"},
+                    {"omni-micro-batch", "4"}});
+    EXPECT_NE(msg.find("it is not for u = 2 (d=8, b*d=32), 3 (d=12, b*d=48)"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("8 (d=32, b*d=128)"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("nearest global batch sizes that work for the whole range: 13440"),
+              std::string::npos) << msg;
+    JobOptions o;
+    ASSERT_EQ(run({{"omni-elastic", "2:8"}, {"omni-unit", "4"}, {"omni-micro-batch", "4"},
+                   {"omni-global-batch", "13440"}}, SiteConfig(), &o), "");
+    EXPECT_EQ(global_batch_step(o).value(), 13440u);
+}
+
+TEST(JobOptions, BatchStepOverflowIsAClearError) {
+    // lcm(1..100) is far beyond 2^40.
+    auto msg = run({{"omni-elastic", "1:100"}, {"omni-global-batch", "1024"}});
+    EXPECT_NE(msg.find("no global batch size up to 2^40 works for every unit count in 1..100"),
+              std::string::npos) << msg;
+}
+
+TEST(JobOptions, CrossOptionRules) {
+    EXPECT_EQ(run({{"omni-unit", "4"}, {"omni-mp", "3"}}),
+              "--omni-mp=3: must divide the unit size 4 (--omni-unit=N)");
+    EXPECT_EQ(run({{"omni-micro-batch", "2"}}), "--omni-micro-batch=2: needs --omni-global-batch=B");
+    EXPECT_EQ(run({{"omni-global-batch", "10"}, {"omni-micro-batch", "4"}}),
+              "--omni-global-batch=10: not divisible by --omni-micro-batch=4");
+    EXPECT_EQ(run({{"omni-sm-slice", "50"}}),
+              "--omni-sm-slice=50: SM slices are not allowed on this cluster (plugstack.conf "
+              "allow_sm_slice=no)");
+    SiteConfig allow;
+    allow.allow_sm_slice = true;
+    EXPECT_EQ(run({{"omni-sm-slice", "50"}}, allow), "");
+}
+
+TEST(JobOptions, BadSingleValues) {
+    SiteConfig allow;
+    allow.allow_sm_slice = true;
+    const std::vector<std::tuple<std::string, std::string, std::string>> cases{
+        {"omni-elastic", "", "--omni-elastic=: expected MIN:MAX"},
+        {"omni-elastic", "-1:4", "MIN: '-1' is not a number"},
+        {"omni-elastic", "18446744073709551616:1", "MIN: '18446744073709551616' is too large"},
+        {"omni-elastic", "2:4x", "MAX: '4x' is not a number"},
+        {"omni-unit", "0", "--omni-unit=0: N: '0' is out of range"},
+        {"omni-unit", "4@rack", "--omni-unit=4@rack: DOMAIN: 'rack': expected one of pcie|nvlink|numa|node|any"},
+        {"omni-unit", "@pcie", "N: empty value"},
+        {"omni-unit", "4@", "DOMAIN: '': expected one of"},
+        {"omni-mp", "0", "--omni-mp=0: '0' is out of range"},
+        {"omni-global-batch", "1e6", "'1e6' is not a number"},
+        {"omni-micro-batch", "0", "'0' is out of range"},
+        {"omni-sm-slice", "0", "--omni-sm-slice=0: '0' is out of range; expected an integer in 1..100"},
+        {"omni-sm-slice", "101", "'101' is out of range; expected an integer in 1..100"},
+        {"omni-ckpt", "ckpt", "--omni-ckpt=ckpt: DIR must be an absolute path"},
+        {"omni-ckpt", "/ckpt:0", "EVERY: '0' is out of range"},
+        {"omni-ckpt", "/ckpt:", "EVERY: empty value"},
+        {"omni-ckpt", "", "DIR must be an absolute path"},
+    };
+    for (const auto &[name, value, want] : cases) {
+        JobOptions o;
+        auto st = set_job_option(o, name, value, allow);
+        ASSERT_FALSE(st.ok()) << name << "=" << value << " accepted";
+        EXPECT_NE(st.error().find(want), std::string::npos)
+            << name << "=" << value << ": got: " << st.error() << "\nwant: " << want;
+    }
+    JobOptions o;
+    auto nl = set_job_option(o, "omni-ckpt", std::string("/a\nb"), allow);
+    ASSERT_FALSE(nl.ok());
+    EXPECT_NE(nl.error().find("control character"), std::string::npos) << nl.error();
+}
+
+TEST(JobOptions, CkptDirMayContainColons) {
+    JobOptions o;
+    ASSERT_TRUE(set_job_option(o, "omni-ckpt", "/data/run:a/x", SiteConfig()).ok());
+    EXPECT_EQ(*o.ckpt_dir, "/data/run:a/x");
+    EXPECT_EQ(o.ckpt_every, 0u);
+}
+
+TEST(SiteConfig, ParsesAndRejects) {
+    auto s = parse_site_config({"topology=/etc/omni/site.json", "bind=no", "allow_sm_slice=yes",
+                                "max_units=64", "default_domain=pcie"});
+    ASSERT_TRUE(s.ok()) << s.error();
+    EXPECT_EQ(s.value().topology, "/etc/omni/site.json");
+    EXPECT_FALSE(s.value().bind);
+    EXPECT_TRUE(s.value().allow_sm_slice);
+    EXPECT_EQ(s.value().max_units, 64u);
+    EXPECT_EQ(s.value().default_domain, "pcie");
+    auto d = parse_site_config({});
+    ASSERT_TRUE(d.ok());
+    EXPECT_EQ(d.value().max_units, 1024u);
+    EXPECT_TRUE(d.value().bind);
+    EXPECT_EQ(parse_site_config({"colour=blue"}).error(),
+              "plugstack.conf: unknown key 'colour' in 'colour=blue'; expected one of topology, "
+              "bind, allow_sm_slice, max_units, default_domain");
+    EXPECT_EQ(parse_site_config({"max_units=0"}).error(),
+              "plugstack.conf: max_units: '0' is out of range; expected an integer in 1..65536");
+    EXPECT_EQ(parse_site_config({"topology=site.json"}).error(),
+              "plugstack.conf: topology: 'site.json': expected an absolute path");
+    EXPECT_FALSE(parse_site_config({"default_domain=rack"}).ok());
+    EXPECT_FALSE(parse_site_config({"bind=maybe"}).ok());
+}
+
+TEST(JobOptions, EnvironmentRoundTrip) {
+    JobOptions o;
+    SiteConfig site;
+    ASSERT_EQ(run({{"omni-elastic", "1:3"}, {"omni-unit", "2@numa"}, {"omni-global-batch", "12"},
+                   {"omni-ckpt", "/c:10"}}, site, &o), "");
+    auto env = env_of(o);
+    auto back = job_options_from_env(
+        [&](const char *k) -> const char * {
+            auto it = env.find(k);
+            return it == env.end() ? nullptr : it->second.c_str();
+        },
+        site);
+    ASSERT_TRUE(back.ok()) << back.error();
+    EXPECT_EQ(env_of(back.value()), env);
+    env["OMNI_MP"] = "3";
+    auto bad = job_options_from_env(
+        [&](const char *k) -> const char * {
+            auto it = env.find(k);
+            return it == env.end() ? nullptr : it->second.c_str();
+        },
+        site);
+    ASSERT_FALSE(bad.ok());
+    EXPECT_EQ(bad.error(), "--omni-mp=3: must divide the unit size 2 (--omni-unit=N)");
+}
