@@ -54,9 +54,9 @@ sleep 1   # let the step's tasks start
 pids=$(cat "$dir"/run/*.pid | tr '\n' ' ')
 "$omni_cluster" --dir "$dir" down || fail "down failed"
 for p in $pids; do
-  if kill -0 "$p" 2>/dev/null; then fail "pid $p ($(cat /proc/"$p"/comm 2>/dev/null)) still runs after down"; fi
+  if proc_alive "$p"; then fail "pid $p ($(cat /proc/"$p"/comm 2>/dev/null)) still runs after down"; fi
 done
-left=$(grep -lsx "OMNI_CLUSTER_DAEMON_OF=$dir" /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' || true)
+left=$(grep -lszxF "OMNI_CLUSTER_DAEMON_OF=$dir" /proc/[0-9]*/environ 2>/dev/null | tr "\0" "\n" || true)
 [ -z "$left" ] || fail "processes started by the cluster survive down: $left"
 if pgrep -f "sleep 600" >/dev/null; then
   # only ours can be running 'sleep 600' in this test's scratch world

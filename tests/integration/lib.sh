@@ -55,3 +55,10 @@ cluster_release() {
 
 # job_state JOBID: the job's final state from accounting (COMPLETED, FAILED, ...).
 job_state() { sacct -n -X -P -j "$1" -o State | tail -n 1; }
+
+# proc_alive PID: running and not a zombie (a zombie is dead, merely not yet reaped by init).
+proc_alive() {
+  local st
+  st=$(sed -n 's/^[0-9]* (.*) \([A-Z]\) .*/\1/p' "/proc/$1/stat" 2>/dev/null) || return 1
+  [ -n "$st" ] && [ "$st" != Z ] && [ "$st" != X ]
+}

@@ -1,0 +1,37 @@
+// spank/: state shared by the SPANK callbacks of one process (sbatch, srun or slurmstepd).
+// Slurm loads the plugin once per process and calls it from one thread, so plain globals are
+// enough; nothing here outlives the process.
+#ifndef OMNI_SPANK_STATE_H
+#define OMNI_SPANK_STATE_H
+
+extern "C" {
+#include <slurm/spank.h>
+}
+
+#include "omni/job_options.h"
+
+namespace omni_spank {
+
+// Messages are prefixed with the plugin name, as every SPANK plugin's should be.
+#define OMNI_SPANK_PREFIX "omni: "
+
+struct State {
+    omni::SiteConfig site;
+    omni::JobOptions opts;
+    bool any_option = false;   // at least one --omni-* option was given
+};
+
+State &state();
+
+// Register the --omni-* options with Slurm (all contexts that parse options).
+int register_options(spank_t sp);
+
+// Allocator/local context, after all options: validate, export OMNI_* (job env, spank env).
+int allocator_post_opt(spank_t sp);
+
+// Remote context, per task, as the user: environment, checks, binding.
+int remote_task_init(spank_t sp);
+
+}  // namespace omni_spank
+
+#endif
