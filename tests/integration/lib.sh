@@ -41,8 +41,8 @@ cluster_acquire() {
     CLUSTER_DIR=$work/cluster
     own_cluster=1
     trap 'cluster_release; cleanup_work' EXIT
-    "$omni_cluster" --dir "$CLUSTER_DIR" up --nodes "$want_nodes" --gpus-per-node "$want_gpus" \
-      --build-dir "$top_build" || fail "omni-cluster up failed"
+    "$top_src/tests/integration/test-cluster" "$CLUSTER_DIR" "$top_build" "$want_nodes" \
+      "$want_gpus" || fail "omni-cluster up failed"
   fi
   eval "$("$omni_cluster" --dir "$CLUSTER_DIR" env)"
 }

@@ -93,6 +93,17 @@ for export in ALL NONE; do
   expect_eq "OMNI_* in the batch script (--export=$export)" "$(grep '^batch' "$work/good-$export.out")" "batch $want"
   expect_eq "OMNI_* in both tasks of the step (--export=$export)" \
     "$(grep -c "^step $want\$" "$work/good-$export.out")" 2
+  jobid=${out%%;*}
+done
+
+# The spank job environment reaches slurmctld and slurmd: their prologs see it as SPANK_OMNI_*
+# (recorded by the prolog that tests/integration/test-cluster installs).
+spank_want=$(echo "$want" | tr ' ' '\n' | grep . | sed 's/^/SPANK_/' | tr '\n' ' ')
+for where in slurmctld n1 n2; do
+  rec=$CLUSTER_DIR/prolog-env/$jobid.$where
+  [ -f "$rec" ] || fail "no prolog record $rec (start the cluster with tests/integration/test-cluster)"
+  expect_eq "spank job environment seen by the $where prolog" \
+    "$(grep -E '^SPANK_OMNI_(ELASTIC|UNIT|MP|GLOBAL|MICRO|SM|CKPT)' "$rec" | sort | tr '\n' ' ')" "$spank_want"
 done
 
 # The checkpoint directory is checked as the job's user in every task.
