@@ -1,0 +1,117 @@
+// The site topology file: what export writes, that the reader takes it back unchanged, that
+// sites merge, and that every kind of damage is refused with a message naming the spot.
+#include <gtest/gtest.h>
+
+#include "fixtures.h"
+#include "omni/hal_topofile.h"
+
+using namespace omni::hal;
+using namespace omni::hal::test;
+
+namespace {
+
+std::string dgx2_file() {
+    SiteTopology s;
+    s.nodes.push_back(site_node(load_fixture(kDgx2), "dgx01"));
+    return site_json(s);
+}
+
+std::string parse_error(const std::string &text) {
+    auto r = parse_site_topology(text, "site.json");
+    return r ? std::string("(accepted)") : r.error();
+}
+
+std::string replace(std::string s, const std::string &from, const std::string &to) {
+    const auto p = s.find(from);
+    if (p == std::string::npos) ADD_FAILURE() << "'" << from << "' not in text";
+    else s.replace(p, from.size(), to);
+    return s;
+}
+
+}  // namespace
+
+TEST(TopologyFile, Dgx2RoundTrip) {
+    const std::string text = dgx2_file();
+    auto r = parse_site_topology(text, "site.json");
+    ASSERT_TRUE(r) << r.error();
+    ASSERT_EQ(r.value().nodes.size(), 1u);
+    const SiteNode &n = r.value().nodes[0];
+    EXPECT_EQ(n.hostname, "dgx01");
+    EXPECT_EQ(n.cpu_count, 4u);
+    EXPECT_EQ(n.core_count, 4u);
+    ASSERT_EQ(n.gpus.size(), 16u);
+    EXPECT_EQ(n.gpus[3].bdf->format(), "0000:3b:00.0");
+    EXPECT_EQ(n.gpus[3].type, "tesla_v100-sxm3-32gb-h");
+    EXPECT_EQ(n.gpus[9].cpus, (std::vector<unsigned>{24, 25}));
+    EXPECT_EQ(n.domains[0], (std::vector<std::vector<unsigned>>{{0, 1, 2, 3}, {4, 5, 6, 7},
+                                                                {8, 9, 10, 11}, {12, 13, 14, 15}}));
+    EXPECT_EQ(n.domains[1].size(), 1u);
+    EXPECT_EQ(n.domains[2].size(), 2u);
+    EXPECT_EQ(site_json(r.value()), text);  // writing what was read gives the same bytes
+    EXPECT_NE(text.find("\"format\": \"omni-topology\""), std::string::npos);
+    EXPECT_NE(text.find("\"version\": 1"), std::string::npos);
+}
+
+TEST(TopologyFile, MergeSites) {
+    SiteTopology a, b;
+    a.nodes.push_back(site_node(load_fixture(kDgx2), "dgx01"));
+    b.nodes.push_back(site_node(load_fixture(kXeonIb), "conan"));
+    ASSERT_TRUE(merge_site(a, b, "b.json"));
+    EXPECT_EQ(a.nodes.size(), 2u);
+    auto again = merge_site(a, b, "b.json");
+    ASSERT_FALSE(again);
+    EXPECT_NE(again.error().find("'conan'"), std::string::npos);
+    auto r = parse_site_topology(site_json(a), "site.json");
+    ASSERT_TRUE(r) << r.error();
+    EXPECT_EQ(r.value().nodes[1].gpus[2].nics, std::vector<std::string>{"mlx5_0"});
+    EXPECT_TRUE(r.value().nodes[1].nics[2].rdma);
+}
+
+TEST(TopologyFile, RejectsDamage) {
+    const std::string good = dgx2_file();
+    struct Case {
+        std::string from, to, expect;
+    } cases[] = {
+        {"\"version\": 1", "\"version\": 2", "written by a newer omni-hal"},
+        {"\"version\": 1", "\"version\": \"1\"", "\"version\" missing or not a positive integer"},
+        {"\"format\": \"omni-topology\"", "\"format\": \"hwloc\"", "\"format\" is not"},
+        {"\"bdf\": \"0000:34:00.0\"", "\"bdf\": \"34:00.0\"",
+         "nodes[0].gpus[0].bdf: '34:00.0' is not a PCI address"},
+        {"\"cpus\": \"0-1\"", "\"cpus\": \"1-0\"", "nodes[0].gpus[0].cpus"},
+        {"\"hostname\": \"dgx01\"", "\"hostname\": \"dgx 01\"", "nodes[0].hostname"},
+        {"\"hostname\": \"dgx01\"", "\"hostnam\": \"dgx01\"", "unknown key 'hostnam'"},
+        {"\"index\": 1,", "\"index\": 7,", "nodes[0].gpus[1].index: is 7; expected 1"},
+        {"\"pcie\": [\n          [\n            0,", "\"pcie\": [\n          [\n            1,",
+         "GPU 1 is in more than one pcie domain"},
+        {"\"numa\": 0,", "\"numa\": -1,", "nodes[0].gpus[0].numa"},
+        {"\"type\": \"tesla_v100-sxm3-32gb-h\"", "\"type\": \"Tesla V100\"", "expected a gres type"},
+        {"\"cpu_count\": 4", "\"cpu_count\": 0", "cpu_count and core_count"},
+    };
+    for (const auto &c : cases) {
+        const auto e = parse_error(replace(good, c.from, c.to));
+        EXPECT_NE(e.find(c.expect), std::string::npos) << c.to << " -> " << e;
+        EXPECT_EQ(e.rfind("site.json", 0), 0u) << e;
+    }
+}
+
+TEST(TopologyFile, RejectsNonJsonAndDeepNesting) {
+    EXPECT_NE(parse_error("").find("not valid JSON"), std::string::npos);
+    EXPECT_NE(parse_error("{\"format\": ").find("not valid JSON"), std::string::npos);
+    EXPECT_NE(parse_error("[]").find("expected an omni-topology(5) JSON file"), std::string::npos);
+    EXPECT_NE(parse_error(std::string(100000, '[')).find("nested deeper"), std::string::npos);
+    EXPECT_NE(parse_error("{\"format\":\"omni-topology\",\"version\":1}").find("missing key 'nodes'"),
+              std::string::npos);
+    auto dup = parse_error(
+        "{\"format\":\"omni-topology\",\"version\":1,\"nodes\":["
+        "{\"hostname\":\"a\",\"cpu_count\":1,\"core_count\":1,\"gpus\":[],\"nics\":[],"
+        "\"domains\":{\"pcie\":[],\"nvlink\":[],\"numa\":[],\"node\":[]}},"
+        "{\"hostname\":\"a\",\"cpu_count\":1,\"core_count\":1,\"gpus\":[],\"nics\":[],"
+        "\"domains\":{\"pcie\":[],\"nvlink\":[],\"numa\":[],\"node\":[]}}]}");
+    EXPECT_NE(dup.find("'a' appears twice"), std::string::npos) << dup;
+}
+
+TEST(TopologyFile, MissingFile) {
+    auto r = read_site_topology("/nonexistent/site.json");
+    ASSERT_FALSE(r);
+    EXPECT_NE(r.error().find("/nonexistent/site.json: cannot open"), std::string::npos);
+}
