@@ -146,8 +146,8 @@ Result<SiteNic> read_nic(const Reader &r, const json &j, const std::string &p) {
 }
 
 Result<SiteNode> read_node(const Reader &r, const json &j, const std::string &p) {
-    OMNI_CHECK(r.keys(j, p, {"hostname", "cpu_count", "core_count", "gpus", "nics", "domains"},
-                      {"hostname", "cpu_count", "core_count", "gpus", "nics", "domains"}));
+    OMNI_CHECK(r.keys(j, p, {"hostname", "cpu_count", "core_count", "core_cpus", "gpus", "nics", "domains"},
+                      {"hostname", "cpu_count", "core_count", "core_cpus", "gpus", "nics", "domains"}));
     SiteNode n;
     OMNI_TRY(host, r.str(j["hostname"], p + ".hostname"));
     OMNI_CHECK(check_hostname(host, r.fail(p + ".hostname", "").message));
@@ -158,6 +158,23 @@ Result<SiteNode> read_node(const Reader &r, const json &j, const std::string &p)
         return r.fail(p, "cpu_count and core_count must be >= 1 with core_count <= cpu_count");
     n.cpu_count = cpus;
     n.core_count = cores;
+    const json &cc = j["core_cpus"];
+    if (!cc.is_array() || cc.size() != cores)
+        return r.fail(p + ".core_cpus", "expected an array of core_count (" + std::to_string(cores) +
+                                            ") CPU lists, one per core");
+    std::set<unsigned> pus;
+    for (std::size_t c = 0; c < cc.size(); ++c) {
+        const std::string cp = p + ".core_cpus[" + std::to_string(c) + "]";
+        OMNI_TRY(list, r.cpulist(cc[c], cp));
+        if (list.empty()) return r.fail(cp, "a core without CPUs");
+        for (unsigned pu : list)
+            if (!pus.insert(pu).second)
+                return r.fail(cp, "CPU " + std::to_string(pu) + " belongs to two cores");
+        n.core_cpus.push_back(std::move(list));
+    }
+    if (pus.size() != cpus)
+        return r.fail(p + ".core_cpus", "holds " + std::to_string(pus.size()) +
+                                            " CPUs; cpu_count is " + std::to_string(cpus));
 
     if (!j["gpus"].is_array()) return r.fail(p + ".gpus", "expected an array");
     for (std::size_t i = 0; i < j["gpus"].size(); ++i) {
@@ -239,6 +256,7 @@ SiteNode site_node(const Node &node, const std::string &hostname) {
     s.hostname = hostname;
     s.cpu_count = static_cast<unsigned>(node.cpus.size());
     s.core_count = static_cast<unsigned>(node.cores.size());
+    for (const auto &c : node.cores) s.core_cpus.push_back(c.pus);  // in logical-index order
     for (std::size_t g = 0; g < node.gpus.size(); ++g) {
         const Gpu &x = node.gpus[g];
         SiteGpu sg;
@@ -273,6 +291,8 @@ std::string site_json(const SiteTopology &site) {
         jn["hostname"] = n.hostname;
         jn["cpu_count"] = n.cpu_count;
         jn["core_count"] = n.core_count;
+        jn["core_cpus"] = ojson::array();
+        for (const auto &c : n.core_cpus) jn["core_cpus"].push_back(format_cpulist(c));
         jn["gpus"] = ojson::array();
         for (const auto &g : n.gpus)
             jn["gpus"].push_back({{"index", g.index}, {"bdf", bdf(g.bdf)}, {"model", g.model},

@@ -39,6 +39,9 @@ TEST(TopologyFile, Dgx2RoundTrip) {
     EXPECT_EQ(n.hostname, "dgx01");
     EXPECT_EQ(n.cpu_count, 4u);
     EXPECT_EQ(n.core_count, 4u);
+    // The DGX-2 file keeps 2 PUs of each socket, one per core: cores 0,1 -> PUs 0,1 and
+    // cores 2,3 -> PUs 24,25.
+    EXPECT_EQ(n.core_cpus, (std::vector<std::vector<unsigned>>{{0}, {1}, {24}, {25}}));
     ASSERT_EQ(n.gpus.size(), 16u);
     EXPECT_EQ(n.gpus[3].bdf->format(), "0000:3b:00.0");
     EXPECT_EQ(n.gpus[3].type, "tesla_v100-sxm3-32gb-h");
@@ -86,6 +89,10 @@ TEST(TopologyFile, RejectsDamage) {
         {"\"numa\": 0,", "\"numa\": -1,", "nodes[0].gpus[0].numa"},
         {"\"type\": \"tesla_v100-sxm3-32gb-h\"", "\"type\": \"Tesla V100\"", "expected a gres type"},
         {"\"cpu_count\": 4", "\"cpu_count\": 0", "cpu_count and core_count"},
+        {"\"core_cpus\": [\n        \"0\",\n        \"1\",", "\"core_cpus\": [\n        \"0\",\n        \"0\",",
+         "nodes[0].core_cpus[1]: CPU 0 belongs to two cores"},
+        {"\"core_cpus\": [\n        \"0\",", "\"core_cpus\": [", "expected an array of core_count (4) CPU lists"},
+        {"\"cpu_count\": 4", "\"cpu_count\": 5", "holds 4 CPUs; cpu_count is 5"},
     };
     for (const auto &c : cases) {
         const auto e = parse_error(replace(good, c.from, c.to));
@@ -103,9 +110,9 @@ TEST(TopologyFile, RejectsNonJsonAndDeepNesting) {
               std::string::npos);
     auto dup = parse_error(
         "{\"format\":\"omni-topology\",\"version\":1,\"nodes\":["
-        "{\"hostname\":\"a\",\"cpu_count\":1,\"core_count\":1,\"gpus\":[],\"nics\":[],"
+        "{\"hostname\":\"a\",\"cpu_count\":1,\"core_count\":1,\"core_cpus\":[\"0\"],\"gpus\":[],\"nics\":[],"
         "\"domains\":{\"pcie\":[],\"nvlink\":[],\"numa\":[],\"node\":[]}},"
-        "{\"hostname\":\"a\",\"cpu_count\":1,\"core_count\":1,\"gpus\":[],\"nics\":[],"
+        "{\"hostname\":\"a\",\"cpu_count\":1,\"core_count\":1,\"core_cpus\":[\"0\"],\"gpus\":[],\"nics\":[],"
         "\"domains\":{\"pcie\":[],\"nvlink\":[],\"numa\":[],\"node\":[]}}]}");
     EXPECT_NE(dup.find("'a' appears twice"), std::string::npos) << dup;
 }

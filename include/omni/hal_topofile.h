@@ -45,6 +45,10 @@ struct SiteNode {
     std::string hostname;
     unsigned cpu_count = 0;
     unsigned core_count = 0;
+    /* core_cpus[c]: the OS PU numbers of core c, c being the core's logical index, which is
+     * how Slurm numbers cores (S_JOB_ALLOC_CORES, gres.conf Cores=): the SPANK plugin binds
+     * tasks with it. core_count entries; together they hold cpu_count PUs. */
+    std::vector<std::vector<unsigned>> core_cpus;
     std::vector<SiteGpu> gpus;  // index 0..n-1 in order
     std::vector<SiteNic> nics;
     /* domains[kind]: GPU index sets; every GPU is in exactly one set of each kind. */
