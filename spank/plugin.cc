@@ -121,6 +121,8 @@ extern "C" int slurm_spank_init_post_opt(spank_t sp, int, char **) noexcept {
             case S_CTX_ALLOCATOR:
             case S_CTX_LOCAL:
                 return allocator_post_opt(sp);
+            case S_CTX_REMOTE:
+                return remote_post_opt(sp);
             default:
                 return 0;
         }

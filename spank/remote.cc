@@ -1,14 +1,23 @@
-// spank/: remote context (slurmstepd). slurm_spank_task_init runs in each task after Slurm
-// has dropped to the job's user, just before exec: errors raised here reach srun (errors
-// from user_init would not), and file checks happen with the user's rights, never root's.
+// spank/: remote context (slurmstepd).
+//
+// slurm_spank_init_post_opt runs once per step in slurmstepd, as root: it reads the site
+// topology file, an admin-configured path (never one a user chose). slurm_spank_task_init
+// runs in each task after Slurm has dropped to the job's user, just before exec: errors raised
+// there reach srun (errors from user_init would not), and the checkpoint directory is checked
+// with the user's rights, never root's.
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
-#include <string>
 #include <deque>
+#include <string>
+#include <vector>
 
+#include "binding.h"
+#include "omni/hal_model.h"
 #include "state.h"
 
 namespace omni_spank {
@@ -34,10 +43,18 @@ int check_ckpt_dir(const std::string &dir) {
     return 0;
 }
 
+// A job variable as the task will see it; "" when unset. Values are bounded by `buf`.
+std::string job_env(spank_t sp, const char *name) {
+    char buf[4096];
+    if (spank_getenv(sp, name, buf, sizeof buf) != ESPANK_SUCCESS) return "";
+    return buf;
+}
+
+bool user_set(spank_t sp, const char *name) { return !job_env(sp, name).empty(); }
 
 // The batch step of a job submitted with --export=NONE gets no option callbacks in
 // slurmstepd; its options are still in the spank job environment, which Slurm hands to the
-// task as SLURM_SPANK_<name>. Read them back from there.
+// job as SLURM_SPANK_<name>. Read them back from there.
 bool options_from_spank_env(spank_t sp) {
     auto &st = state();
     std::deque<std::string> keep;  // stable addresses: getter results live until parsed
@@ -61,26 +78,97 @@ bool options_from_spank_env(spank_t sp) {
     return true;
 }
 
+int set(spank_t sp, const char *name, const std::string &value) {
+    const spank_err_t rc = spank_setenv(sp, name, value.c_str(), 1);
+    if (rc != ESPANK_SUCCESS) {
+        slurm_error(OMNI_SPANK_PREFIX "cannot set %s: %s", name, spank_strerror(rc));
+        return -1;
+    }
+    return 0;
+}
+
+// Binds the calling task (this process, about to exec) next to its GPU and exports where
+// that is. Returns -1 only for errors the user must see.
+int bind_task(spank_t sp) {
+    auto &st = state();
+    if (!st.topology_loaded) return set(sp, "OMNI_BIND", "none: no topology= in plugstack.conf");
+    const std::string host = job_env(sp, "SLURMD_NODENAME");
+    const omni::hal::SiteNode *node = find_node(st.topology, host);
+    if (!node) return set(sp, "OMNI_BIND", "none: node " + host + " is not in " + st.site.topology);
+
+    std::string step_gpus = job_env(sp, "SLURM_STEP_GPUS");
+    if (step_gpus.empty()) step_gpus = job_env(sp, "SLURM_JOB_GPUS");
+    auto gpus = task_gpus(job_env(sp, "CUDA_VISIBLE_DEVICES"), step_gpus);
+    if (!gpus) return set(sp, "OMNI_BIND", "none: " + gpus.error());
+
+    char *cores_text = nullptr;
+    if (spank_get_item(sp, S_JOB_ALLOC_CORES, &cores_text) != ESPANK_SUCCESS || !cores_text)
+        return set(sp, "OMNI_BIND", "none: Slurm did not say which cores the job holds");
+    auto cores = omni::hal::parse_cpulist(cores_text, 65535, "S_JOB_ALLOC_CORES");
+    if (!cores) return set(sp, "OMNI_BIND", "none: " + cores.error());
+
+    const std::string kind = st.opts.unit_domain.value_or(st.site.default_domain);
+    auto plan = plan_binding(*node, gpus.value(), cores.value(), kind);
+    if (!plan) {
+        slurm_error(OMNI_SPANK_PREFIX "%s: %s", st.site.topology.c_str(), plan.error().c_str());
+        return -1;
+    }
+    const Binding &b = plan.value();
+    if (!b.domain.empty() && set(sp, "OMNI_DOMAIN", b.domain) != 0) return -1;
+    if (!b.nics.empty() && set(sp, "OMNI_LOCAL_NIC", b.nics[0]) != 0) return -1;
+    // The user's own choice of HCA wins over ours.
+    if (!b.rdma_nics.empty()) {
+        if (!user_set(sp, "NCCL_IB_HCA") && set(sp, "NCCL_IB_HCA", "=" + b.rdma_nics[0]) != 0)
+            return -1;
+        if (!user_set(sp, "UCX_NET_DEVICES") && set(sp, "UCX_NET_DEVICES", b.rdma_nics[0] + ":1") != 0)
+            return -1;
+    }
+    if (b.cpus.empty()) return set(sp, "OMNI_BIND", "none: " + b.why_unbound);
+    cpu_set_t mask;
+    CPU_ZERO(&mask);
+    for (unsigned c : b.cpus)
+        if (c < CPU_SETSIZE) CPU_SET(c, &mask);
+    if (sched_setaffinity(0, sizeof mask, &mask) != 0) {
+        slurm_error(OMNI_SPANK_PREFIX "cannot bind to CPUs %s: %s",
+                    omni::hal::format_cpulist(b.cpus).c_str(), strerror(errno));
+        return -1;
+    }
+    return set(sp, "OMNI_BIND", omni::hal::format_cpulist(b.cpus));
+}
+
 }  // namespace
+
+int remote_post_opt(spank_t sp) {
+    auto &st = state();
+    if (!st.any_option && !options_from_spank_env(sp)) return 0;
+    if (!st.site.bind || st.site.topology.empty()) return 0;
+    auto topo = omni::hal::read_site_topology(st.site.topology);
+    if (!topo) {
+        // Raised again in every task, where srun shows it to the user.
+        st.topology_error = topo.error();
+        return 0;
+    }
+    st.topology = std::move(topo).value();
+    st.topology_loaded = true;
+    return 0;
+}
 
 int remote_task_init(spank_t sp) {
     auto &st = state();
-    if (!st.any_option && !options_from_spank_env(sp)) return 0;
+    if (!st.any_option) return 0;
+    if (!st.topology_error.empty()) {
+        slurm_error(OMNI_SPANK_PREFIX "site topology file: %s", st.topology_error.c_str());
+        return -1;
+    }
     // Options reach slurmstepd again through Slurm's own option forwarding (or the spank job
     // environment), so every step sees the OMNI_* variables even with --export=NONE.
-    for (const auto &[name, value] : omni::job_option_env(st.opts, st.site)) {
-        const spank_err_t rc = spank_setenv(sp, name.c_str(), value.c_str(), 1);
-        if (rc != ESPANK_SUCCESS) {
-            slurm_error(OMNI_SPANK_PREFIX "cannot set %s: %s", name.c_str(), spank_strerror(rc));
-            return -1;
-        }
-    }
-    if (st.opts.sm_slice) {
-        const std::string pct = std::to_string(*st.opts.sm_slice);
-        if (spank_setenv(sp, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", pct.c_str(), 1) != ESPANK_SUCCESS)
-            return -1;
-    }
+    for (const auto &[name, value] : omni::job_option_env(st.opts, st.site))
+        if (set(sp, name.c_str(), value) != 0) return -1;
+    if (st.opts.sm_slice &&
+        set(sp, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", std::to_string(*st.opts.sm_slice)) != 0)
+        return -1;
     if (st.opts.ckpt_dir && check_ckpt_dir(*st.opts.ckpt_dir) != 0) return -1;
+    if (st.site.bind && bind_task(sp) != 0) return -1;
     return 0;
 }
 

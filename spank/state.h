@@ -8,6 +8,9 @@ extern "C" {
 #include <slurm/spank.h>
 }
 
+#include <string>
+
+#include "omni/hal_topofile.h"
 #include "omni/job_options.h"
 
 namespace omni_spank {
@@ -19,6 +22,11 @@ struct State {
     omni::SiteConfig site;
     omni::JobOptions opts;
     bool any_option = false;   // at least one --omni-* option was given
+    // Remote context: the site topology file (plugstack topology=), read once per slurmstepd
+    // as root from the admin's path, only for jobs that use --omni-* options.
+    bool topology_loaded = false;
+    omni::hal::SiteTopology topology;
+    std::string topology_error;  // reported by every task of the step
 };
 
 State &state();
@@ -28,6 +36,10 @@ int register_options(spank_t sp);
 
 // Allocator/local context, after all options: validate, export OMNI_* (job env, spank env).
 int allocator_post_opt(spank_t sp);
+
+// Remote context, once per step after the options: options from the spank job environment
+// when no option callback ran (batch step of an --export=NONE job), the site topology file.
+int remote_post_opt(spank_t sp);
 
 // Remote context, per task, as the user: environment, checks, binding.
 int remote_task_init(spank_t sp);
