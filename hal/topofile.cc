@@ -103,8 +103,8 @@ private:
     } while (0)
 
 Result<SiteGpu> read_gpu(const Reader &r, const json &j, const std::string &p) {
-    OMNI_CHECK(r.keys(j, p, {"index", "bdf", "model", "type", "numa", "cpus", "cores", "nics"},
-                      {"index", "bdf", "model", "type", "numa", "cpus", "cores", "nics"}));
+    OMNI_CHECK(r.keys(j, p, {"index", "bdf", "model", "type", "numa", "cpus", "cores", "nics", "nvmes"},
+                      {"index", "bdf", "model", "type", "numa", "cpus", "cores", "nics", "nvmes"}));
     SiteGpu g;
     OMNI_TRY(index, r.uint(j["index"], p + ".index", 1023));
     OMNI_TRY(bdf, r.bdf(j["bdf"], p + ".bdf"));
@@ -126,6 +126,16 @@ Result<SiteGpu> read_gpu(const Reader &r, const json &j, const std::string &p) {
     for (std::size_t i = 0; i < j["nics"].size(); ++i) {
         OMNI_TRY(n, r.str(j["nics"][i], p + ".nics[" + std::to_string(i) + "]"));
         g.nics.push_back(n);
+    }
+    if (!j["nvmes"].is_array())
+        return r.fail(p + ".nvmes", "expected an array of NVMe block device names");
+    for (std::size_t i = 0; i < j["nvmes"].size(); ++i) {
+        const std::string np = p + ".nvmes[" + std::to_string(i) + "]";
+        OMNI_TRY(n, r.str(j["nvmes"][i], np));
+        // A block device name, never a path: the SPANK plugin looks it up under /dev.
+        if (n.empty() || n.find('/') != std::string::npos || n == "." || n == "..")
+            return r.fail(np, "'" + n + "': expected a block device name such as nvme0n1");
+        g.nvmes.push_back(n);
     }
     return g;
 }
@@ -268,6 +278,7 @@ SiteNode site_node(const Node &node, const std::string &hostname) {
         sg.cpus = x.loc.cpus;
         sg.cores = x.loc.cores;
         for (auto i : node.closest_nics[g]) sg.nics.push_back(node.nics[i].name);
+        for (auto i : node.closest_nvmes[g]) sg.nvmes.push_back(node.nvmes[i].name);
         s.gpus.push_back(std::move(sg));
     }
     for (const auto &n : node.nics) s.nics.push_back(SiteNic{n.name, n.pci.bdf, n.loc.numa, n.rdma});
@@ -298,7 +309,7 @@ std::string site_json(const SiteTopology &site) {
             jn["gpus"].push_back({{"index", g.index}, {"bdf", bdf(g.bdf)}, {"model", g.model},
                                   {"type", g.type}, {"numa", numa(g.numa)},
                                   {"cpus", format_cpulist(g.cpus)}, {"cores", format_cpulist(g.cores)},
-                                  {"nics", g.nics}});
+                                  {"nics", g.nics}, {"nvmes", g.nvmes}});
         jn["nics"] = ojson::array();
         for (const auto &c : n.nics)
             jn["nics"].push_back({{"name", c.name}, {"bdf", bdf(c.bdf)}, {"numa", numa(c.numa)},

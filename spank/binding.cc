@@ -51,6 +51,54 @@ omni::Result<std::vector<unsigned>> task_gpus(std::string_view cuda_visible,
     return out;
 }
 
+namespace {
+
+// /proc/mounts escapes space, tab, newline and backslash as \ooo.
+std::string unescape_mount(std::string_view s) {
+    std::string out;
+    for (std::size_t i = 0; i < s.size(); ++i) {
+        if (s[i] == '\\' && i + 3 < s.size() && s[i + 1] >= '0' && s[i + 1] <= '3' &&
+            s[i + 2] >= '0' && s[i + 2] <= '7' && s[i + 3] >= '0' && s[i + 3] <= '7') {
+            out += static_cast<char>((s[i + 1] - '0') * 64 + (s[i + 2] - '0') * 8 + (s[i + 3] - '0'));
+            i += 3;
+        } else {
+            out += s[i];
+        }
+    }
+    return out;
+}
+
+bool is_device_or_partition(std::string_view source, const std::string &name) {
+    const std::string dev = "/dev/" + name;
+    if (source.substr(0, dev.size()) != dev) return false;
+    auto rest = source.substr(dev.size());
+    if (rest.empty()) return true;
+    if (rest[0] != 'p' || rest.size() < 2) return false;
+    return std::all_of(rest.begin() + 1, rest.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+}  // namespace
+
+std::string nvme_mount(const std::vector<std::string> &nvmes, std::string_view mounts) {
+    for (const auto &name : nvmes) {
+        std::size_t pos = 0;
+        while (pos < mounts.size()) {
+            auto end = mounts.find('\n', pos);
+            if (end == std::string_view::npos) end = mounts.size();
+            const auto line = mounts.substr(pos, end - pos);
+            pos = end + 1;
+            const auto sp1 = line.find(' ');
+            if (sp1 == std::string_view::npos) continue;
+            const auto sp2 = line.find(' ', sp1 + 1);
+            if (is_device_or_partition(line.substr(0, sp1), name))
+                return unescape_mount(line.substr(sp1 + 1, sp2 == std::string_view::npos
+                                                                ? std::string_view::npos
+                                                                : sp2 - sp1 - 1));
+        }
+    }
+    return "";
+}
+
 const omni::hal::SiteNode *find_node(const omni::hal::SiteTopology &site, std::string_view name) {
     for (const auto &n : site.nodes)
         if (n.hostname == name) return &n;
@@ -80,6 +128,7 @@ omni::Result<Binding> plan_binding(const omni::hal::SiteNode &node,
             b.domain = k + ":" + std::to_string(d);
     const auto &first = node.gpus[gpus[0]];
     b.nics = first.nics;
+    b.nvmes = first.nvmes;
     for (const auto &name : b.nics)
         for (const auto &nic : node.nics)
             if (nic.name == name && nic.rdma) b.rdma_nics.push_back(name);

@@ -25,6 +25,7 @@ struct Binding {
     std::string domain;              // "<kind>:<id>" of the first GPU, e.g. "pcie:1"
     std::vector<std::string> nics;   // closest NICs of the first GPU, best first
     std::vector<std::string> rdma_nics;  // those of them that are RDMA (verbs) devices
+    std::vector<std::string> nvmes;  // closest NVMe block devices of the first GPU
     std::string why_unbound;         // when cpus is empty: why, for the log and OMNI_BIND
 };
 
@@ -36,6 +37,11 @@ omni::Result<Binding> plan_binding(const omni::hal::SiteNode &node,
                                    const std::vector<unsigned> &gpus,
                                    const std::vector<unsigned> &alloc_cores,
                                    std::string_view kind);
+
+// Where the first of `nvmes` (block device names, best first) that is mounted is mounted,
+// from the text of /proc/self/mounts: the whole device (/dev/nvme0n1) or one of its
+// partitions (/dev/nvme0n1p2). "" when none is mounted. Octal escapes (\040) are decoded.
+std::string nvme_mount(const std::vector<std::string> &nvmes, std::string_view mounts);
 
 // The node's entry of the site file, or nullptr.
 const omni::hal::SiteNode *find_node(const omni::hal::SiteTopology &site, std::string_view name);

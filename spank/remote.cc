@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -116,6 +117,19 @@ int bind_task(spank_t sp) {
     const Binding &b = plan.value();
     if (!b.domain.empty() && set(sp, "OMNI_DOMAIN", b.domain) != 0) return -1;
     if (!b.nics.empty() && set(sp, "OMNI_LOCAL_NIC", b.nics[0]) != 0) return -1;
+    if (!b.nvmes.empty()) {
+        // Read as the job's user, like any process of the job could.
+        std::string mounts;
+        if (FILE *f = fopen("/proc/self/mounts", "re")) {
+            char buf[65536];
+            std::size_t n;
+            while ((n = fread(buf, 1, sizeof buf, f)) > 0 && mounts.size() < (16u << 20))
+                mounts.append(buf, n);
+            fclose(f);
+        }
+        const std::string where = nvme_mount(b.nvmes, mounts);
+        if (!where.empty() && set(sp, "OMNI_LOCAL_NVME", where) != 0) return -1;
+    }
     // The user's own choice of HCA wins over ours.
     if (!b.rdma_nics.empty()) {
         if (!user_set(sp, "NCCL_IB_HCA") && set(sp, "NCCL_IB_HCA", "=" + b.rdma_nics[0]) != 0)

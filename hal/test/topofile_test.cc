@@ -122,3 +122,19 @@ TEST(TopologyFile, MissingFile) {
     ASSERT_FALSE(r);
     EXPECT_NE(r.error().find("/nonexistent/site.json: cannot open"), std::string::npos);
 }
+
+// synthetic-unbalanced.xml has one NVMe drive, nvme0n1, on its own root port of the only
+// package: it is the closest (and only) NVMe of every GPU.
+TEST(TopologyFile, NvmeNamesRoundTripAndPathsAreRefused) {
+    SiteTopology site;
+    site.nodes.push_back(site_node(load_fixture(kUnbalanced), "n1"));
+    ASSERT_EQ(site.nodes[0].gpus.size(), 4u);
+    for (const auto &g : site.nodes[0].gpus) EXPECT_EQ(g.nvmes, (std::vector<std::string>{"nvme0n1"}));
+    const std::string text = site_json(site);
+    auto back = parse_site_topology(text, "site.json");
+    ASSERT_TRUE(back) << back.error();
+    EXPECT_EQ(back.value().nodes[0].gpus[3].nvmes, (std::vector<std::string>{"nvme0n1"}));
+    const auto bad = parse_error(replace(text, "\"nvme0n1\"", "\"/dev/nvme0n1\""));
+    EXPECT_NE(bad.find("nodes[0].gpus[0].nvmes[0]: '/dev/nvme0n1': expected a block device name"),
+              std::string::npos) << bad;
+}

@@ -34,6 +34,7 @@ struct SiteGpu {
     std::vector<unsigned> cpus;
     std::vector<unsigned> cores;
     std::vector<std::string> nics;  // closest NICs, best first
+    std::vector<std::string> nvmes;  // closest NVMe block devices (nvme0n1), best first
 };
 struct SiteNic {
     std::string name;

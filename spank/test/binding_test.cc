@@ -105,3 +105,24 @@ TEST(PlanBinding, ClosestRdmaNic) {
     ASSERT_FALSE(b.value().rdma_nics.empty());
     EXPECT_EQ(b.value().rdma_nics[0], "mlx5_0");
 }
+
+TEST(NvmeMount, WholeDevicePartitionsAndEscapes) {
+    const std::string mounts =
+        "/dev/vda1 / ext4 rw 0 0\n"
+        "/dev/nvme1n1p2 /scratch\\040fast xfs rw 0 0\n"
+        "/dev/nvme0n10 /other xfs rw 0 0\n"
+        "/dev/nvme0n1 /local ext4 rw 0 0\n";
+    EXPECT_EQ(omni_spank::nvme_mount({"nvme0n1"}, mounts), "/local");  // not nvme0n10
+    EXPECT_EQ(omni_spank::nvme_mount({"nvme1n1"}, mounts), "/scratch fast");
+    EXPECT_EQ(omni_spank::nvme_mount({"nvme2n1", "nvme1n1"}, mounts), "/scratch fast");
+    EXPECT_EQ(omni_spank::nvme_mount({"nvme2n1"}, mounts), "");
+    EXPECT_EQ(omni_spank::nvme_mount({}, mounts), "");
+}
+
+// synthetic-unbalanced.xml: nvme0n1 is every GPU's closest NVMe drive.
+TEST(PlanBinding, ClosestNvme) {
+    const SiteNode n = site_of("synthetic-unbalanced.xml", "n1");
+    auto b = plan_binding(n, {2}, {0}, "pcie");
+    ASSERT_TRUE(b.ok()) << b.error();
+    EXPECT_EQ(b.value().nvmes, (std::vector<std::string>{"nvme0n1"}));
+}
