@@ -1,0 +1,403 @@
+// ckpt_bench: libomni-ckpt against raw POSIX I/O of the same bytes, side by side in one run
+// on one file system. Reports ratios; it does not pass or fail.
+//
+//   raw write (write + fsync of K files)   vs  our save as K shards (HDF5, checksums, commit)
+//   raw read of those files                vs  our load at the saved layout, and resharded
+//
+// Raw I/O is one sequential stream; our side runs the K writing (or M loading) ranks
+// concurrently on --threads threads (default: the number of cores), each rank with its own
+// ShardWriter or Reader, as the ranks of a job sharing these cores would.
+//   full save                              vs  incremental save with 1% of the slices changed
+//   sync save                              vs  async stall (snapshot into host memory)
+//
+// Each measurement is repeated --reps times and the median is reported. Page-cache pages of
+// the files are dropped (fdatasync + POSIX_FADV_DONTNEED) before every read, so reads come
+// from the device as far as the kernel allows.
+#include <boost/program_options.hpp>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <iostream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../format.h"
+#include "../fsio.h"
+#include "omni/ckpt_cpp.h"
+#include "omni/parse.h"
+
+namespace po = boost::program_options;
+using namespace omni::ckpt;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Config {
+    std::string dir;
+    std::uint64_t bytes = 0;
+    std::uint32_t shards = 8;
+    std::uint32_t tensors = 25;   // logical tensors, each split into `shards` row slices
+    std::uint32_t reshard_to = 5;
+    int reps = 3;
+    std::uint32_t threads = 2;
+};
+
+// Runs fn(0..n-1) on `threads` threads: the ranks of a job share this machine's cores, so
+// more threads than cores would only measure the scheduler.
+void parallel_for(std::uint32_t n, std::uint32_t threads, const std::function<void(std::uint32_t)> &fn) {
+    std::atomic<std::uint32_t> next{0};
+    std::vector<std::thread> pool;
+    for (std::uint32_t t = 0; t < std::min(n, threads); ++t)
+        pool.emplace_back([&] {
+            for (std::uint32_t i; (i = next++) < n;) fn(i);
+        });
+    for (auto &th : pool) th.join();
+}
+
+double seconds_since(Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+[[noreturn]] void die(const std::string &msg) {
+    std::fprintf(stderr, "ckpt_bench: %s\n", msg.c_str());
+    std::exit(1);
+}
+
+void check(const omni::Status &st) {
+    if (!st) die(st.error());
+}
+
+// The model: `tensors` logical fp32 tensors of shape [rows * shards, cols]; shard k holds rows
+// [k*rows, (k+1)*rows) of every tensor.
+struct Model {
+    std::uint64_t rows, cols;
+    std::vector<std::vector<std::vector<float>>> slice;   // [shard][tensor]
+    Shape shape() const { return {rows * slice.size(), cols}; }
+    std::uint64_t slice_bytes() const { return rows * cols * 4; }
+};
+
+Model make_model(const Config &c) {
+    Model m;
+    m.cols = 1024;
+    const std::uint64_t per_slice = c.bytes / (std::uint64_t(c.shards) * c.tensors);
+    m.rows = std::max<std::uint64_t>(1, per_slice / (m.cols * 4));
+    std::mt19937 rng(1);
+    std::uniform_real_distribution<float> dist(-1, 1);
+    m.slice.resize(c.shards);
+    for (auto &s : m.slice) {
+        s.resize(c.tensors);
+        for (auto &t : s) {
+            t.resize(m.rows * m.cols);
+            for (auto &x : t) x = dist(rng);
+        }
+    }
+    return m;
+}
+
+std::string tensor_name(std::uint32_t t) { return "model/layer" + std::to_string(t) + "/w"; }
+
+void drop_dir_cache(const std::string &dir) {
+    auto names = fsio::list_dir(dir);
+    if (!names) return;
+    for (const auto &n : names.value()) fsio::drop_cache(fsio::join(dir, n));
+}
+
+double raw_write(const Config &c, const Model &m, const std::string &dir) {
+    check(fsio::make_dirs(dir));
+    const auto t0 = Clock::now();
+    for (std::uint32_t k = 0; k < c.shards; ++k) {
+        const std::string p = fsio::join(dir, "raw-" + std::to_string(k));
+        const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd < 0) die("open " + p + ": " + std::strerror(errno));
+        for (const auto &t : m.slice[k]) {
+            const char *b = reinterpret_cast<const char *>(t.data());
+            std::size_t left = t.size() * 4;
+            while (left) {
+                const ssize_t n = ::write(fd, b, left);
+                if (n < 0) die("write " + p + ": " + std::strerror(errno));
+                b += n;
+                left -= static_cast<std::size_t>(n);
+            }
+        }
+        if (::fsync(fd) != 0) die("fsync " + p + ": " + std::strerror(errno));
+        ::close(fd);
+    }
+    check(fsio::fsync_path(dir));
+    return seconds_since(t0);
+}
+
+// Both read paths land the bytes in `dest`, a pre-faulted buffer the size of the model laid
+// out tensor by tensor, as a loader fills the model's own tensors: reading into one small,
+// cache-resident buffer would flatter whichever side did it.
+double raw_read(const Config &c, const Model &m, const std::string &dir, std::vector<char> &dest) {
+    drop_dir_cache(dir);
+    const std::uint64_t tensor_bytes = m.slice_bytes() * c.shards;
+    const auto t0 = Clock::now();
+    for (std::uint32_t k = 0; k < c.shards; ++k) {
+        const std::string p = fsio::join(dir, "raw-" + std::to_string(k));
+        const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) die("open " + p);
+        for (std::uint32_t t = 0; t < c.tensors; ++t) {
+            char *b = dest.data() + t * tensor_bytes + k * m.slice_bytes();
+            std::size_t left = m.slice_bytes();
+            while (left) {
+                const ssize_t n = ::read(fd, b, left);
+                if (n <= 0) die("read " + p);
+                b += n;
+                left -= static_cast<std::size_t>(n);
+            }
+        }
+        ::close(fd);
+    }
+    return seconds_since(t0);
+}
+
+// Our save: every shard through ShardWriter, then the commit. `changed` marks the slices that
+// differ from `base` (all of them for a full save); `hinted` passes the caller's knowledge.
+struct SaveStats {
+    double seconds;
+    std::uint64_t written;
+};
+
+SaveStats our_save(const Config &c, const Model &m, const std::string &root, std::uint64_t step,
+                   const std::string &base, const std::vector<std::vector<bool>> *changed,
+                   bool hinted) {
+    WriterOptions wo;
+    wo.base = base;
+    std::vector<std::uint64_t> written(c.shards, 0);
+    std::vector<std::string> errors(c.shards);
+    const auto t0 = Clock::now();
+    // The K ranks write concurrently, as in a job.
+    parallel_for(c.shards, c.threads, [&](std::uint32_t k) {
+            auto w = ShardWriter::open(root, step, k, wo);
+            if (!w) return void(errors[k] = w.error());
+            for (std::uint32_t t = 0; t < c.tensors; ++t) {
+                Change ch = Change::detect;
+                if (hinted && changed) ch = (*changed)[k][t] ? Change::changed : Change::unchanged;
+                auto st = w.value()->add_tensor(tensor_name(t), DType::fp32, m.shape(), {k * m.rows, 0},
+                                                {m.rows, m.cols}, m.slice[k][t].data(), ch);
+                if (!st) return void(errors[k] = st.error());
+            }
+            if (auto st = w.value()->finish(); !st) return void(errors[k] = st.error());
+            written[k] = w.value()->bytes_written();
+        });
+    for (const auto &e : errors)
+        if (!e.empty()) die(e);
+    Meta meta;
+    meta.step = step;
+    meta.world_size = c.shards;
+    auto r = commit(root, c.shards, meta);
+    if (!r) die(r.error());
+    std::uint64_t total = 0;
+    for (auto w : written) total += w;
+    return {seconds_since(t0), total};
+}
+
+double our_load(const Config &c, const Model &m, const std::string &ckpt, std::uint32_t ranks,
+                bool verify, std::vector<char> &dest) {
+    drop_dir_cache(ckpt);
+    const auto t0 = Clock::now();
+    ReadOptions ro;
+    ro.verify_checksums = verify;
+    const std::uint64_t total_rows = m.rows * c.shards;
+    std::vector<std::string> errors(ranks);
+    // The loading ranks run concurrently, each with its own Reader, as in a job.
+    parallel_for(ranks, c.threads, [&](std::uint32_t k) {
+            const std::uint64_t r0 = total_rows * k / ranks, r1 = total_rows * (k + 1) / ranks;
+            if (r1 == r0) return;
+            auto r = Reader::open(ckpt, ro);
+            if (!r) return void(errors[k] = r.error());
+            const std::uint64_t tensor_bytes = m.slice_bytes() * c.shards, row = m.cols * 4;
+            for (std::uint32_t t = 0; t < c.tensors; ++t) {
+                auto st = r.value()->read(tensor_name(t), {r0, 0}, {r1 - r0, m.cols},
+                                          dest.data() + t * tensor_bytes + r0 * row, (r1 - r0) * row);
+                if (!st) return void(errors[k] = st.error());
+            }
+        });
+    for (const auto &e : errors)
+        if (!e.empty()) die(e);
+    return seconds_since(t0);
+}
+
+double async_stall(const Config &c, const Model &m, std::vector<AsyncShardWriter> &writers,
+                   const std::string &root, std::uint64_t step, double *persist_total) {
+    // The stall is the snapshot: every rank copies its slices into its writer's host arena
+    // (in parallel, as ranks do), then all persists start in the background.
+    std::vector<std::string> errors(c.shards);
+    const auto t0 = Clock::now();
+    parallel_for(c.shards, c.threads, [&](std::uint32_t k) {
+            if (auto st = writers[k].begin(root, step, k); !st) return void(errors[k] = st.error());
+            for (std::uint32_t t = 0; t < c.tensors; ++t) {
+                auto st = writers[k].add_tensor(tensor_name(t), DType::fp32, m.shape(), {k * m.rows, 0},
+                                                {m.rows, m.cols}, m.slice[k][t].data(), Change::changed);
+                if (!st) return void(errors[k] = st.error());
+            }
+        });
+    for (auto &w : writers) check(w.submit());
+    const double stall = seconds_since(t0);
+    for (const auto &e : errors)
+        if (!e.empty()) die(e);
+    for (auto &w : writers) check(w.wait());
+    Meta meta;
+    meta.step = step;
+    meta.world_size = c.shards;
+    auto r = commit(root, c.shards, meta);
+    if (!r) die(r.error());
+    *persist_total = seconds_since(t0);
+    return stall;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    Config c;
+    std::string size = "192", shards = "8", tensors = "25", reps = "5", reshard_to = "5",
+                threads = std::to_string(std::max(1u, std::thread::hardware_concurrency()));
+    po::options_description opts(
+        "Usage: ckpt_bench [OPTIONS]\nBenchmark libomni-ckpt against raw I/O of the same bytes; "
+        "prints ratios.\n\nOptions");
+    opts.add_options()("help,h", "show this help")(
+        "dir", po::value<std::string>(&c.dir), "directory on the file system to measure (default: a new one under /tmp)")(
+        "size-mib", po::value<std::string>(&size), "checkpoint size in MiB (default 192)")(
+        "large", "a larger run: 2048 MiB unless --size-mib is given")(
+        "shards", po::value<std::string>(&shards), "writers K (default 8)")(
+        "tensors", po::value<std::string>(&tensors), "logical tensors, each split over the K shards (default 25)")(
+        "reshard-to", po::value<std::string>(&reshard_to), "ranks for the reshard load (default 5)")(
+        "threads", po::value<std::string>(&threads), "threads running the ranks (default: number of cores)")(
+        "reps", po::value<std::string>(&reps), "repetitions per measurement; the median is reported (default 5)");
+    po::variables_map vm;
+    try {
+        po::store(po::parse_command_line(argc, argv, opts), vm);
+        po::notify(vm);
+    } catch (const po::error &e) {
+        std::fprintf(stderr, "ckpt_bench: %s\nTry 'ckpt_bench --help'.\n", e.what());
+        return 2;
+    }
+    if (vm.count("help")) {
+        std::cout << opts << "\nExit status: 0 success, 1 failure, 2 bad usage.\n";
+        return 0;
+    }
+    if (vm.count("large") && !vm.count("size-mib")) size = "2048";
+    auto sz = omni::parse_uint(size, 1, 1u << 20, "--size-mib");
+    auto sh = omni::parse_uint(shards, 1, 4096, "--shards");
+    auto tn = omni::parse_uint(tensors, 1, 100000, "--tensors");
+    auto rp = omni::parse_uint(reps, 1, 100, "--reps");
+    auto rt = omni::parse_uint(reshard_to, 1, 4096, "--reshard-to");
+    auto th = omni::parse_uint(threads, 1, 1024, "--threads");
+    for (const auto *r : {&sz, &sh, &tn, &rp, &rt, &th})
+        if (!r->ok()) {
+            std::fprintf(stderr, "ckpt_bench: %s\nTry 'ckpt_bench --help'.\n", r->error().c_str());
+            return 2;
+        }
+    c.bytes = sz.value() << 20;
+    c.shards = static_cast<std::uint32_t>(sh.value());
+    c.tensors = static_cast<std::uint32_t>(tn.value());
+    c.reps = static_cast<int>(rp.value());
+    c.reshard_to = static_cast<std::uint32_t>(rt.value());
+    c.threads = static_cast<std::uint32_t>(th.value());
+    bool own_dir = false;
+    if (c.dir.empty()) {
+        char tmpl[] = "/tmp/omni-ckpt-bench.XXXXXX";
+        if (!::mkdtemp(tmpl)) die("mkdtemp failed");
+        c.dir = tmpl;
+        own_dir = true;
+    }
+
+    const Model m = make_model(c);
+    const std::uint64_t bytes = m.slice_bytes() * c.shards * c.tensors;
+    const std::uint32_t slices = c.shards * c.tensors;
+    std::printf("ckpt_bench: %s in %u shards x %u tensors (%u slices of %.2f MiB) in %s, "
+                "%u threads, median of %d\n",
+                (std::to_string(bytes >> 20) + " MiB").c_str(), c.shards, c.tensors, slices,
+                m.slice_bytes() / 1048576.0, c.dir.c_str(), c.threads, c.reps);
+
+    std::vector<double> t_raw_w, t_save, t_raw_r, t_load, t_load_nv, t_reshard, t_incr, t_incr_hint, t_stall, t_async_total;
+    std::uint64_t incr_written = 0, incr_hint_written = 0;
+    // 1% of the slices change (at least one), spread over the shards.
+    const std::uint32_t n_changed = std::max<std::uint32_t>(1, slices / 100);
+    std::vector<std::vector<bool>> changed(c.shards, std::vector<bool>(c.tensors, false));
+    Model m2 = m;
+    for (std::uint32_t i = 0; i < n_changed; ++i) {
+        const std::uint32_t idx = static_cast<std::uint32_t>((std::uint64_t(i) * slices) / n_changed);
+        changed[idx % c.shards][idx / c.shards] = true;
+        for (auto &x : m2.slice[idx % c.shards][idx / c.shards]) x += 1.0f;
+    }
+    std::vector<AsyncShardWriter> async(c.shards);
+    std::vector<char> dest(bytes, 1);   // filled once, so no read pays for page faults
+    std::uint64_t step = 0;
+    for (int rep = 0; rep < c.reps; ++rep) {
+        const std::string root = fsio::join(c.dir, "root" + std::to_string(rep));
+        const std::string raw = fsio::join(c.dir, "raw" + std::to_string(rep));
+        // Alternate which side goes first: on a shared machine, background write-back of the
+        // previous step would otherwise always penalise the same side.
+        const bool raw_first = rep % 2 == 0;
+        if (raw_first) t_raw_w.push_back(raw_write(c, m, raw));
+        const auto full = our_save(c, m, root, ++step, "", nullptr, false);
+        t_save.push_back(full.seconds);
+        if (!raw_first) t_raw_w.push_back(raw_write(c, m, raw));
+        const std::string ck = fsio::join(root, step_dir_name(step));
+        // One untimed pass over both: the first read of freshly written files is slower on
+        // some storage (a hypervisor's or array's write-back cache) and must not land on
+        // whichever side happens to read first.
+        (void)raw_read(c, m, raw, dest);
+        (void)our_load(c, m, ck, c.shards, false, dest);
+        if (raw_first) t_raw_r.push_back(raw_read(c, m, raw, dest));
+        t_load.push_back(our_load(c, m, ck, c.shards, true, dest));
+        if (!raw_first) t_raw_r.push_back(raw_read(c, m, raw, dest));
+        t_load_nv.push_back(our_load(c, m, ck, c.shards, false, dest));
+        t_reshard.push_back(our_load(c, m, ck, c.reshard_to, true, dest));
+        const auto inc = our_save(c, m2, root, ++step, ck, &changed, false);
+        t_incr.push_back(inc.seconds);
+        incr_written = inc.written;
+        const auto inch = our_save(c, m2, root, ++step, ck, &changed, true);
+        t_incr_hint.push_back(inch.seconds);
+        incr_hint_written = inch.written;
+        double total = 0;
+        t_stall.push_back(async_stall(c, m, async, root, ++step, &total));
+        t_async_total.push_back(total);
+        check(fsio::remove_tree(raw));
+        check(fsio::remove_tree(root));
+    }
+    if (own_dir) check(fsio::remove_tree(c.dir));
+
+    const double mib = static_cast<double>(bytes) / 1048576.0;
+    auto line = [&](const char *what, double s) { std::printf("  %-44s %8.3f s  %8.1f MiB/s\n", what, s, mib / s); };
+    std::printf("\nmedian times:\n");
+    line("raw write + fsync (K files)", median(t_raw_w));
+    line("our save (K shards + index + commit)", median(t_save));
+    line("raw read", median(t_raw_r));
+    line("our load (same layout, checksums)", median(t_load));
+    line("our load (same layout, no checksums)", median(t_load_nv));
+    std::printf("  %-44s %8.3f s  %8.1f MiB/s\n",
+                ("our reshard load (" + std::to_string(c.shards) + " -> " + std::to_string(c.reshard_to) + ")").c_str(),
+                median(t_reshard), mib / median(t_reshard));
+    std::printf("  %-44s %8.3f s  (%u of %u slices changed)\n", "our incremental save (detect by hash)", median(t_incr), n_changed, slices);
+    std::printf("  %-44s %8.3f s\n", "our incremental save (caller hints)", median(t_incr_hint));
+    std::printf("  %-44s %8.3f s  (persist finished after %.3f s)\n", "async stall (snapshot to host memory)",
+                median(t_stall), median(t_async_total));
+
+    std::printf("\nratios (goal in brackets):\n");
+    std::printf("  save throughput / raw write            %6.2fx  [>= 0.9x]\n", median(t_raw_w) / median(t_save));
+    std::printf("  load throughput / raw read             %6.2fx  [>= 0.9x]\n", median(t_raw_r) / median(t_load));
+    std::printf("  load without checksums / raw read      %6.2fx\n", median(t_raw_r) / median(t_load_nv));
+    std::printf("  reshard-load throughput / raw read     %6.2fx\n", median(t_raw_r) / median(t_reshard));
+    std::printf("  incremental bytes / full bytes         %6.2f%%  [<= 2%%]\n", 100.0 * incr_written / bytes);
+    std::printf("  incremental time / full save (detect)  %6.2f%%  [<= 5%%]\n", 100.0 * median(t_incr) / median(t_save));
+    std::printf("  incremental time / full save (hinted)  %6.2f%%  [<= 5%%]  (%.2f%% of bytes)\n",
+                100.0 * median(t_incr_hint) / median(t_save), 100.0 * incr_hint_written / bytes);
+    std::printf("  async stall / sync save                %6.2f%%  [<= 10%%]\n", 100.0 * median(t_stall) / median(t_save));
+    return 0;
+}

@@ -1,0 +1,332 @@
+// The C API (include/omni/ckpt.h) over the C++ API. Every entry point catches everything:
+// an exception (std::bad_alloc, a misuse of std::get) must never unwind into C code.
+#include "omni/ckpt.h"
+
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "omni/ckpt_cpp.h"
+
+using namespace omni::ckpt;
+
+struct omni_ckpt_writer {
+    std::unique_ptr<ShardWriter> w;
+};
+struct omni_ckpt_async {
+    AsyncShardWriter a;
+};
+struct omni_ckpt_reader {
+    std::unique_ptr<Reader> r;
+};
+
+namespace {
+
+thread_local std::string g_err;
+
+int fail(const std::string &msg) {
+    g_err = msg;
+    return -1;
+}
+int check(const omni::Status &st) { return st ? 0 : fail(st.error()); }
+
+template <typename F>
+int guard(const char *fn, F &&f) {
+    try {
+        return f();
+    } catch (const std::bad_alloc &) {
+        return fail(std::string(fn) + ": out of memory");
+    } catch (const std::exception &e) {
+        return fail(std::string(fn) + ": internal error: " + e.what());
+    } catch (...) {
+        return fail(std::string(fn) + ": internal error");
+    }
+}
+
+bool dtype_from_c(omni_ckpt_dtype d, DType *out) {
+    switch (d) {
+    case OMNI_CKPT_FP32: *out = DType::fp32; return true;
+    case OMNI_CKPT_BF16: *out = DType::bf16; return true;
+    case OMNI_CKPT_FP16: *out = DType::fp16; return true;
+    case OMNI_CKPT_INT64: *out = DType::int64; return true;
+    case OMNI_CKPT_UINT8: *out = DType::uint8; return true;
+    }
+    return false;
+}
+
+bool change_from_c(omni_ckpt_change c, Change *out) {
+    switch (c) {
+    case OMNI_CKPT_DETECT: *out = Change::detect; return true;
+    case OMNI_CKPT_CHANGED: *out = Change::changed; return true;
+    case OMNI_CKPT_UNCHANGED: *out = Change::unchanged; return true;
+    }
+    return false;
+}
+
+// Validates and converts the common arguments of the two add_tensor entry points.
+int tensor_args(const char *name, omni_ckpt_dtype dtype, uint32_t ndim, const uint64_t *shape,
+                const uint64_t *offset, const uint64_t *count, omni_ckpt_change change,
+                DType *dt, Change *ch, Shape *s, Shape *o, Shape *c) {
+    if (!name) return fail("add_tensor: name is NULL");
+    if (!dtype_from_c(dtype, dt))
+        return fail(std::string("tensor ") + name + ": dtype " + std::to_string(int(dtype)) +
+                    " is not an omni_ckpt_dtype");
+    if (!change_from_c(change, ch))
+        return fail(std::string("tensor ") + name + ": change " + std::to_string(int(change)) +
+                    " is not an omni_ckpt_change");
+    if (ndim < 1 || ndim > kMaxRank || !shape || !offset || !count)
+        return fail(std::string("tensor ") + name + ": ndim " + std::to_string(ndim) +
+                    " with shape/offset/count arrays; expected 1..8 and non-NULL arrays");
+    s->assign(shape, shape + ndim);
+    o->assign(offset, offset + ndim);
+    c->assign(count, count + ndim);
+    return 0;
+}
+
+RankState rank_state_from_c(uint32_t rank, const void *rng, size_t rng_bytes,
+                            const int64_t *consumed, size_t n) {
+    RankState s;
+    s.rank = rank;
+    if (rng && rng_bytes) s.rng.assign(static_cast<const uint8_t *>(rng), static_cast<const uint8_t *>(rng) + rng_bytes);
+    if (consumed && n) s.consumed.assign(consumed, consumed + n);
+    return s;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char *omni_ckpt_errmsg(void) { return g_err.c_str(); }
+
+int omni_ckpt_writer_open(const char *root, uint64_t step, uint32_t rank, const char *attempt,
+                          const char *base, omni_ckpt_writer **out) {
+    return guard("omni_ckpt_writer_open", [&] {
+        if (!root || !out) return fail("omni_ckpt_writer_open: root and out must not be NULL");
+        WriterOptions o;
+        if (attempt) o.attempt = attempt;
+        if (base) o.base = base;
+        auto w = ShardWriter::open(root, step, rank, o);
+        if (!w) return fail(w.error());
+        *out = new omni_ckpt_writer{std::move(w.value())};
+        return 0;
+    });
+}
+
+int omni_ckpt_writer_add_tensor(omni_ckpt_writer *w, const char *name, omni_ckpt_dtype dtype,
+                                uint32_t ndim, const uint64_t *shape, const uint64_t *offset,
+                                const uint64_t *count, const void *data,
+                                omni_ckpt_change change) {
+    return guard("omni_ckpt_writer_add_tensor", [&] {
+        if (!w) return fail("omni_ckpt_writer_add_tensor: writer is NULL");
+        DType dt;
+        Change ch;
+        Shape s, o, c;
+        if (tensor_args(name, dtype, ndim, shape, offset, count, change, &dt, &ch, &s, &o, &c)) return -1;
+        return check(w->w->add_tensor(name, dt, s, o, c, data, ch));
+    });
+}
+
+int omni_ckpt_writer_add_rank_state(omni_ckpt_writer *w, uint32_t rank, const void *rng,
+                                    size_t rng_bytes, const int64_t *consumed, size_t n_consumed) {
+    return guard("omni_ckpt_writer_add_rank_state", [&] {
+        if (!w) return fail("omni_ckpt_writer_add_rank_state: writer is NULL");
+        if ((!rng && rng_bytes) || (!consumed && n_consumed))
+            return fail("omni_ckpt_writer_add_rank_state: NULL array with a non-zero length");
+        return check(w->w->add_rank_state(rank_state_from_c(rank, rng, rng_bytes, consumed, n_consumed)));
+    });
+}
+
+int omni_ckpt_writer_finish(omni_ckpt_writer *w) {
+    return guard("omni_ckpt_writer_finish", [&] {
+        if (!w) return fail("omni_ckpt_writer_finish: writer is NULL");
+        return check(w->w->finish());
+    });
+}
+
+void omni_ckpt_writer_free(omni_ckpt_writer *w) {
+    try {
+        delete w;
+    } catch (...) {
+    }
+}
+
+int omni_ckpt_commit(const char *root, uint32_t writers, const char *attempt,
+                     const omni_ckpt_meta *meta, char *path_out, size_t path_len) {
+    return guard("omni_ckpt_commit", [&] {
+        if (!root || !meta) return fail("omni_ckpt_commit: root and meta must not be NULL");
+        Meta m;
+        m.step = meta->step;
+        m.generation = meta->generation;
+        m.world_size = meta->world_size;
+        if (meta->unit_layout) m.unit_layout = meta->unit_layout;
+        if (meta->lr_kind) m.lr.kind = meta->lr_kind;
+        m.lr.base_lr = meta->lr_base;
+        m.lr.warmup_steps = meta->lr_warmup_steps;
+        m.lr.total_steps = meta->lr_total_steps;
+        m.lr.last_step = meta->lr_last_step;
+        m.ledger.epoch = meta->epoch;
+        m.ledger.seed = meta->seed;
+        CommitOptions o;
+        if (attempt) o.attempt = attempt;
+        auto r = commit(root, writers, m, o);
+        if (!r) return fail(r.error());
+        if (path_out && path_len > r.value().size())
+            std::memcpy(path_out, r.value().c_str(), r.value().size() + 1);
+        return 0;
+    });
+}
+
+int omni_ckpt_async_create(omni_ckpt_async **out) {
+    return guard("omni_ckpt_async_create", [&] {
+        if (!out) return fail("omni_ckpt_async_create: out is NULL");
+        *out = new omni_ckpt_async;
+        return 0;
+    });
+}
+
+int omni_ckpt_async_begin(omni_ckpt_async *a, const char *root, uint64_t step, uint32_t rank,
+                          const char *attempt, const char *base) {
+    return guard("omni_ckpt_async_begin", [&] {
+        if (!a || !root) return fail("omni_ckpt_async_begin: handle and root must not be NULL");
+        WriterOptions o;
+        if (attempt) o.attempt = attempt;
+        if (base) o.base = base;
+        return check(a->a.begin(root, step, rank, o));
+    });
+}
+
+int omni_ckpt_async_add_tensor(omni_ckpt_async *a, const char *name, omni_ckpt_dtype dtype,
+                               uint32_t ndim, const uint64_t *shape, const uint64_t *offset,
+                               const uint64_t *count, const void *data, omni_ckpt_change change) {
+    return guard("omni_ckpt_async_add_tensor", [&] {
+        if (!a) return fail("omni_ckpt_async_add_tensor: handle is NULL");
+        DType dt;
+        Change ch;
+        Shape s, o, c;
+        if (tensor_args(name, dtype, ndim, shape, offset, count, change, &dt, &ch, &s, &o, &c)) return -1;
+        return check(a->a.add_tensor(name, dt, s, o, c, data, ch));
+    });
+}
+
+int omni_ckpt_async_add_rank_state(omni_ckpt_async *a, uint32_t rank, const void *rng,
+                                   size_t rng_bytes, const int64_t *consumed, size_t n_consumed) {
+    return guard("omni_ckpt_async_add_rank_state", [&] {
+        if (!a) return fail("omni_ckpt_async_add_rank_state: handle is NULL");
+        if ((!rng && rng_bytes) || (!consumed && n_consumed))
+            return fail("omni_ckpt_async_add_rank_state: NULL array with a non-zero length");
+        return check(a->a.add_rank_state(rank_state_from_c(rank, rng, rng_bytes, consumed, n_consumed)));
+    });
+}
+
+int omni_ckpt_async_submit(omni_ckpt_async *a) {
+    return guard("omni_ckpt_async_submit", [&] {
+        if (!a) return fail("omni_ckpt_async_submit: handle is NULL");
+        return check(a->a.submit());
+    });
+}
+
+int omni_ckpt_async_wait(omni_ckpt_async *a) {
+    return guard("omni_ckpt_async_wait", [&] {
+        if (!a) return fail("omni_ckpt_async_wait: handle is NULL");
+        return check(a->a.wait());
+    });
+}
+
+void omni_ckpt_async_free(omni_ckpt_async *a) {
+    try {
+        delete a;
+    } catch (...) {
+    }
+}
+
+int omni_ckpt_reader_open(const char *path, int root_latest, int verify, omni_ckpt_reader **out) {
+    return guard("omni_ckpt_reader_open", [&] {
+        if (!path || !out) return fail("omni_ckpt_reader_open: path and out must not be NULL");
+        ReadOptions o;
+        o.verify_checksums = verify != 0;
+        auto r = root_latest ? Reader::open_latest(path, o) : Reader::open(path, o);
+        if (!r) return fail(r.error());
+        *out = new omni_ckpt_reader{std::move(r.value())};
+        return 0;
+    });
+}
+
+int omni_ckpt_reader_meta(omni_ckpt_reader *r, omni_ckpt_meta *meta) {
+    return guard("omni_ckpt_reader_meta", [&] {
+        if (!r || !meta) return fail("omni_ckpt_reader_meta: reader and meta must not be NULL");
+        const Meta &m = r->r->manifest().meta;
+        meta->step = m.step;
+        meta->generation = m.generation;
+        meta->world_size = m.world_size;
+        meta->unit_layout = m.unit_layout.c_str();
+        meta->lr_kind = m.lr.kind.c_str();
+        meta->lr_base = m.lr.base_lr;
+        meta->lr_warmup_steps = m.lr.warmup_steps;
+        meta->lr_total_steps = m.lr.total_steps;
+        meta->lr_last_step = m.lr.last_step;
+        meta->epoch = m.ledger.epoch;
+        meta->seed = m.ledger.seed;
+        return 0;
+    });
+}
+
+size_t omni_ckpt_reader_tensor_count(omni_ckpt_reader *r) {
+    return r ? r->r->manifest().tensors.size() : 0;
+}
+
+int omni_ckpt_reader_tensor_info(omni_ckpt_reader *r, size_t i, const char **name,
+                                 omni_ckpt_dtype *dtype, uint32_t *ndim, uint64_t *shape) {
+    return guard("omni_ckpt_reader_tensor_info", [&] {
+        if (!r) return fail("omni_ckpt_reader_tensor_info: reader is NULL");
+        const auto &ts = r->r->manifest().tensors;
+        if (i >= ts.size())
+            return fail("omni_ckpt_reader_tensor_info: index " + std::to_string(i) + " >= " +
+                        std::to_string(ts.size()) + " tensors");
+        const TensorInfo &t = ts[i];
+        if (name) *name = t.name.c_str();
+        if (dtype) *dtype = static_cast<omni_ckpt_dtype>(static_cast<int>(t.dtype));
+        if (ndim) *ndim = static_cast<uint32_t>(t.shape.size());
+        if (shape) std::copy(t.shape.begin(), t.shape.end(), shape);
+        return 0;
+    });
+}
+
+int omni_ckpt_reader_read(omni_ckpt_reader *r, const char *name, uint32_t ndim,
+                          const uint64_t *offset, const uint64_t *count, void *dst, size_t dst_bytes) {
+    return guard("omni_ckpt_reader_read", [&] {
+        if (!r || !name || !offset || !count || !dst)
+            return fail("omni_ckpt_reader_read: NULL argument");
+        if (ndim < 1 || ndim > kMaxRank)
+            return fail(std::string("tensor ") + name + ": ndim " + std::to_string(ndim) + ": expected 1..8");
+        return check(r->r->read(name, Shape(offset, offset + ndim), Shape(count, count + ndim), dst, dst_bytes));
+    });
+}
+
+int omni_ckpt_reader_rank_state(omni_ckpt_reader *r, uint32_t rank, void *rng, size_t *rng_bytes,
+                                int64_t *consumed, size_t *n_consumed) {
+    return guard("omni_ckpt_reader_rank_state", [&] {
+        if (!r || !rng_bytes || !n_consumed)
+            return fail("omni_ckpt_reader_rank_state: reader and size pointers must not be NULL");
+        auto s = r->r->rank_state(rank);
+        if (!s) return fail(s.error());
+        const auto &st = s.value();
+        if ((rng && *rng_bytes < st.rng.size()) || (consumed && *n_consumed < st.consumed.size()))
+            return fail("rank state of rank " + std::to_string(rank) + ": buffers too small (" +
+                        std::to_string(st.rng.size()) + " rng bytes, " +
+                        std::to_string(st.consumed.size()) + " indices needed)");
+        if (rng) std::memcpy(rng, st.rng.data(), st.rng.size());
+        if (consumed) std::copy(st.consumed.begin(), st.consumed.end(), consumed);
+        *rng_bytes = st.rng.size();
+        *n_consumed = st.consumed.size();
+        return 0;
+    });
+}
+
+void omni_ckpt_reader_close(omni_ckpt_reader *r) {
+    try {
+        delete r;
+    } catch (...) {
+    }
+}
+
+}  // extern "C"

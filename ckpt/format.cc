@@ -1,0 +1,606 @@
+// Names and manifests of the checkpoint format; see format.h and omni-ckpt(5).
+#include "format.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <set>
+
+#include "omni/parse.h"
+
+namespace omni {
+namespace ckpt {
+
+using nlohmann::json;
+
+namespace {
+
+bool is_digits(const std::string &s, std::size_t from, std::size_t to) {
+    if (from >= to) return false;
+    for (std::size_t i = from; i < to; ++i)
+        if (s[i] < '0' || s[i] > '9') return false;
+    return true;
+}
+
+std::optional<std::uint64_t> parse_step_digits(const std::string &digits) {
+    // At least the 10 digits we write, so "step-1" (a user's directory) is not taken for ours.
+    if (digits.size() < 10 || !is_digits(digits, 0, digits.size())) return std::nullopt;
+    auto v = parse_uint(digits, 0, UINT64_MAX, "");
+    if (!v) return std::nullopt;
+    return v.value();
+}
+
+bool name_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '_' || c == '.' || c == '-' || c == ':' || c == '+';
+}
+
+bool is_shard_file_name(const std::string &s) {
+    // shard-<5..7 digits>.h5
+    if (s.size() < 14 || s.compare(0, 6, "shard-") != 0 || s.compare(s.size() - 3, 3, ".h5") != 0)
+        return false;
+    const std::size_t digits = s.size() - 9;
+    return digits >= 5 && digits <= 7 && is_digits(s, 6, s.size() - 3);
+}
+
+bool is_sibling_name(const std::string &s) {
+    if (s.empty() || s.size() > 255 || s[0] == '.') return false;
+    return std::all_of(s.begin(), s.end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+               c == '_' || c == '.' || c == '-';
+    });
+}
+
+// Reads typed fields out of a JSON object, remembering the first problem with a path such as
+// "tensors[3].sources[0].offset" so that a bad manifest is reported precisely.
+class Fields {
+public:
+    Fields(const json &obj, std::string where, std::string *err)
+        : obj_(obj), where_(std::move(where)), err_(err) {
+        if (!obj_.is_object()) set("expected a JSON object");
+    }
+    bool ok() const { return err_->empty(); }
+    const std::string &where() const { return where_; }
+
+    const json *get(const char *key) {
+        if (!ok()) return nullptr;
+        auto it = obj_.find(key);
+        if (it == obj_.end()) {
+            set(std::string("missing key '") + key + "'");
+            return nullptr;
+        }
+        return &*it;
+    }
+    std::uint64_t u64(const char *key, std::uint64_t max = UINT64_MAX) {
+        const json *v = get(key);
+        if (!v) return 0;
+        if (!v->is_number_unsigned()) return set_key(key, "expected an unsigned integer"), 0;
+        const auto x = v->get<std::uint64_t>();
+        if (x > max) return set_key(key, "exceeds " + std::to_string(max)), 0;
+        return x;
+    }
+    double number(const char *key) {
+        const json *v = get(key);
+        if (!v) return 0;
+        if (!v->is_number()) return set_key(key, "expected a number"), 0;
+        const double d = v->get<double>();
+        if (!std::isfinite(d)) return set_key(key, "expected a finite number"), 0;
+        return d;
+    }
+    std::string str(const char *key, std::size_t max_len) {
+        const json *v = get(key);
+        if (!v) return {};
+        if (!v->is_string()) return set_key(key, "expected a string"), std::string();
+        const auto &s = v->get_ref<const std::string &>();
+        if (s.size() > max_len)
+            return set_key(key, "longer than " + std::to_string(max_len) + " bytes"),
+                   std::string();
+        return s;
+    }
+    std::uint64_t hex(const char *key) {
+        const std::string s = str(key, 16);
+        if (!ok()) return 0;
+        if (s.size() != 16) return set_key(key, "expected 16 hex digits"), 0;
+        std::uint64_t v = 0;
+        for (char c : s) {
+            int d;
+            if (c >= '0' && c <= '9') d = c - '0';
+            else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+            else return set_key(key, "expected 16 lower-case hex digits"), 0;
+            v = (v << 4) | static_cast<std::uint64_t>(d);
+        }
+        return v;
+    }
+    Shape shape(const char *key) {
+        const json *v = get(key);
+        if (!v) return {};
+        if (!v->is_array() || v->empty() || v->size() > kMaxRank)
+            return set_key(key, "expected an array of 1.." + std::to_string(kMaxRank) +
+                                    " unsigned integers"),
+                   Shape();
+        Shape out;
+        for (const auto &e : *v) {
+            if (!e.is_number_unsigned())
+                return set_key(key, "expected unsigned integers"), Shape();
+            out.push_back(e.get<std::uint64_t>());
+        }
+        return out;
+    }
+    const json *array(const char *key, std::size_t max) {
+        const json *v = get(key);
+        if (!v) return nullptr;
+        if (!v->is_array()) return set_key(key, "expected an array"), nullptr;
+        if (v->size() > max)
+            return set_key(key, "more than " + std::to_string(max) + " entries"), nullptr;
+        return v;
+    }
+    void set(const std::string &msg) {
+        if (err_->empty()) *err_ = (where_.empty() ? "" : where_ + ": ") + msg;
+    }
+    void set_key(const char *key, const std::string &msg) {
+        set(std::string("'") + key + "': " + msg);
+    }
+
+private:
+    const json &obj_;
+    std::string where_;
+    std::string *err_;
+};
+
+json slice_to_json(const SourceRef &s) {
+    return json{{"writer", s.writer}, {"file", s.file},     {"dataset", s.dataset},
+                {"offset", s.offset}, {"count", s.count},   {"xxh3", hex64(s.xxh3)}};
+}
+
+SourceRef slice_from_json(const json &j, const std::string &where, std::string *err) {
+    Fields f(j, where, err);
+    SourceRef s;
+    s.writer = static_cast<std::uint32_t>(f.u64("writer", kMaxWriters - 1));
+    s.file = f.str("file", 512);
+    s.dataset = f.str("dataset", kMaxNameLength + 3);
+    s.offset = f.shape("offset");
+    s.count = f.shape("count");
+    s.xxh3 = f.hex("xxh3");
+    if (!f.ok()) return s;
+    if (auto st = check_file_ref(s.file); !st) f.set(st.error());
+    return s;
+}
+
+json tensor_to_json(const TensorInfo &t) {
+    json sources = json::array();
+    for (const auto &s : t.sources) sources.push_back(slice_to_json(s));
+    return json{{"name", t.name}, {"dtype", dtype_name(t.dtype)}, {"shape", t.shape},
+                {"sources", std::move(sources)}};
+}
+
+TensorInfo tensor_from_json(const json &j, const std::string &where, std::string *err) {
+    Fields f(j, where, err);
+    TensorInfo t;
+    t.name = f.str("name", kMaxNameLength);
+    const std::string dt = f.str("dtype", 8);
+    t.shape = f.shape("shape");
+    const json *sources = f.array("sources", kMaxWriters);
+    if (!f.ok()) return t;
+    if (auto st = check_tensor_name(t.name); !st) return f.set(st.error()), t;
+    auto d = parse_dtype(dt);
+    if (!d) return f.set(d.error()), t;
+    t.dtype = d.value();
+    if (auto st = check_shape(t.shape, "'shape'"); !st) return f.set(st.error()), t;
+    std::size_t i = 0;
+    for (const auto &sj : *sources) {
+        const std::string sw = where + ".sources[" + std::to_string(i++) + "]";
+        SourceRef s = slice_from_json(sj, sw, err);
+        if (!err->empty()) return t;
+        if (s.dataset != slice_dataset_name(t.name)) {
+            *err = sw + ": 'dataset' is '" + s.dataset.substr(0, 300) + "'; expected '" +
+                   slice_dataset_name(t.name) + "'";
+            return t;
+        }
+        if (auto st = check_slice(t.shape, s.offset, s.count, sw); !st) {
+            *err = st.error();
+            return t;
+        }
+        t.sources.push_back(std::move(s));
+    }
+    return t;
+}
+
+json rank_state_to_json(const RankStateInfo &r) {
+    return json{{"rank", r.rank}, {"rng_bytes", r.rng_bytes}, {"consumed", r.consumed},
+                {"xxh3", hex64(r.xxh3)}};
+}
+
+RankStateInfo rank_state_from_json(const json &j, const std::string &where, std::string *err) {
+    Fields f(j, where, err);
+    RankStateInfo r;
+    r.rank = static_cast<std::uint32_t>(f.u64("rank", kMaxWriters - 1));
+    r.rng_bytes = f.u64("rng_bytes", std::uint64_t(1) << 32);
+    r.consumed = f.u64("consumed", std::uint64_t(1) << 40);
+    r.xxh3 = f.hex("xxh3");
+    return r;
+}
+
+Result<json> parse_json(const std::string &text, const char *what) {
+    if (text.size() > kMaxManifestBytes)
+        return make_error(std::string(what) + ": larger than " +
+                          std::to_string(kMaxManifestBytes) + " bytes");
+    json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) return make_error(std::string(what) + ": not valid JSON");
+    return j;
+}
+
+Status check_unique_ranks(const std::vector<RankStateInfo> &states) {
+    std::set<std::uint32_t> seen;
+    for (const auto &r : states)
+        if (!seen.insert(r.rank).second)
+            return make_error("rank state for rank " + std::to_string(r.rank) + " appears twice");
+    return Status::success();
+}
+
+}  // namespace
+
+const char *dtype_name(DType t) {
+    switch (t) {
+    case DType::fp32: return "fp32";
+    case DType::bf16: return "bf16";
+    case DType::fp16: return "fp16";
+    case DType::int64: return "int64";
+    case DType::uint8: return "uint8";
+    }
+    return "?";
+}
+
+std::size_t dtype_size(DType t) {
+    switch (t) {
+    case DType::fp32: return 4;
+    case DType::bf16:
+    case DType::fp16: return 2;
+    case DType::int64: return 8;
+    case DType::uint8: return 1;
+    }
+    return 0;
+}
+
+Result<DType> parse_dtype(const std::string &text) {
+    for (DType t : {DType::fp32, DType::bf16, DType::fp16, DType::int64, DType::uint8})
+        if (text == dtype_name(t)) return t;
+    auto c = parse_choice(text, {"fp32", "bf16", "fp16", "int64", "uint8"}, "dtype");
+    return make_error(c.error());
+}
+
+std::string step_dir_name(std::uint64_t step) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "step-%010" PRIu64, step);
+    return buf;
+}
+
+std::string partial_dir_name(std::uint64_t step, const std::string &attempt) {
+    return "." + step_dir_name(step) + ".partial-" + attempt;
+}
+
+std::optional<std::uint64_t> parse_step_dir_name(const std::string &name) {
+    if (name.compare(0, 5, "step-") != 0) return std::nullopt;
+    return parse_step_digits(name.substr(5));
+}
+
+std::optional<std::uint64_t> parse_partial_dir_name(const std::string &name) {
+    if (name.compare(0, 6, ".step-") != 0) return std::nullopt;
+    const auto dot = name.find(".partial-", 6);
+    if (dot == std::string::npos) return std::nullopt;
+    if (!check_attempt(name.substr(dot + 9))) return std::nullopt;
+    return parse_step_digits(name.substr(6, dot - 6));
+}
+
+std::string shard_file_name(std::uint32_t rank) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "shard-%05u.h5", rank);
+    return buf;
+}
+
+std::string slice_dataset_name(const std::string &tensor) { return "/t/" + tensor; }
+std::string virtual_dataset_name(const std::string &tensor) { return "/tensors/" + tensor; }
+
+std::string rank_state_group(std::uint32_t rank) {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "/state/rank-%05u", rank);
+    return buf;
+}
+
+Status check_tensor_name(const std::string &name) {
+    const std::string form =
+        "expected '/'-separated components of [A-Za-z0-9_.:+-], at most " +
+        std::to_string(kMaxNameLength) + " bytes";
+    if (name.empty() || name.size() > kMaxNameLength)
+        return make_error("tensor name '" + name.substr(0, 64) + "': " + form);
+    std::size_t start = 0;
+    while (start <= name.size()) {
+        std::size_t end = name.find('/', start);
+        if (end == std::string::npos) end = name.size();
+        const std::string comp = name.substr(start, end - start);
+        if (comp.empty() || comp == "." || comp == ".." ||
+            !std::all_of(comp.begin(), comp.end(), name_char))
+            return make_error("tensor name '" + name.substr(0, 64) + "': " + form);
+        start = end + 1;
+    }
+    return Status::success();
+}
+
+Status check_attempt(const std::string &attempt) {
+    const bool ok = !attempt.empty() && attempt.size() <= 32 &&
+                    std::all_of(attempt.begin(), attempt.end(), [](char c) {
+                        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                               (c >= '0' && c <= '9') || c == '_' || c == '-';
+                    });
+    if (!ok)
+        return make_error("attempt '" + attempt.substr(0, 40) +
+                          "': expected 1..32 characters of [A-Za-z0-9_-]");
+    return Status::success();
+}
+
+Status check_file_ref(const std::string &file) {
+    if (is_shard_file_name(file)) return Status::success();
+    if (file.compare(0, 3, "../") == 0) {
+        const auto slash = file.find('/', 3);
+        if (slash != std::string::npos && is_sibling_name(file.substr(3, slash - 3)) &&
+            is_shard_file_name(file.substr(slash + 1)))
+            return Status::success();
+    }
+    return make_error("file reference '" + file.substr(0, 64) +
+                      "': expected shard-NNNNN.h5 or ../CHECKPOINT/shard-NNNNN.h5");
+}
+
+std::uint64_t element_count(const Shape &s) {
+    std::uint64_t n = 1;
+    for (auto d : s) n *= d;
+    return n;
+}
+
+Status check_shape(const Shape &shape, const std::string &what) {
+    if (shape.empty() || shape.size() > kMaxRank)
+        return make_error(what + ": " + std::to_string(shape.size()) + " dimensions; expected 1.." +
+                          std::to_string(kMaxRank));
+    std::uint64_t n = 1;
+    for (auto d : shape) {
+        if (d == 0) return make_error(what + ": " + shape_string(shape) + " has a zero dimension");
+        if (n > (std::uint64_t(1) << 62) / d)
+            return make_error(what + ": " + shape_string(shape) + " has more than 2^62 elements");
+        n *= d;
+    }
+    return Status::success();
+}
+
+Status check_slice(const Shape &shape, const Shape &offset, const Shape &count,
+                   const std::string &what) {
+    if (offset.size() != shape.size() || count.size() != shape.size())
+        return make_error(what + ": slice offset " + shape_string(offset) + " count " +
+                          shape_string(count) + " does not match the " +
+                          std::to_string(shape.size()) + "-d shape " + shape_string(shape));
+    for (std::size_t d = 0; d < shape.size(); ++d)
+        if (count[d] == 0 || offset[d] >= shape[d] || count[d] > shape[d] - offset[d])
+            return make_error(what + ": slice offset " + shape_string(offset) + " count " +
+                              shape_string(count) + " is empty or outside the shape " +
+                              shape_string(shape));
+    return Status::success();
+}
+
+Status check_tiling(const TensorInfo &t) {
+    // Exact tiling = every slice inside the shape (checked by the parser / writer), no two
+    // slices overlapping, and volumes adding up to the whole. A virtual dataset fills holes
+    // with zeros silently, so a hole must be an error here.
+    std::vector<const SourceRef *> order;
+    for (const auto &s : t.sources) order.push_back(&s);
+    std::sort(order.begin(), order.end(),
+              [](const SourceRef *a, const SourceRef *b) { return a->offset < b->offset; });
+    std::uint64_t volume = 0;
+    const std::uint64_t total = element_count(t.shape);
+    for (std::size_t i = 0; i < order.size(); ++i) {
+        const SourceRef &a = *order[i];
+        volume += element_count(a.count);
+        if (volume > total) break;
+        // Only slices starting before `a` ends in dimension 0 can overlap it.
+        for (std::size_t j = i + 1; j < order.size(); ++j) {
+            const SourceRef &b = *order[j];
+            if (b.offset[0] >= a.offset[0] + a.count[0]) break;
+            bool overlap = true;
+            for (std::size_t d = 0; d < t.shape.size() && overlap; ++d)
+                overlap = b.offset[d] < a.offset[d] + a.count[d] &&
+                          a.offset[d] < b.offset[d] + b.count[d];
+            if (overlap)
+                return make_error("tensor " + t.name + ": slices at " + shape_string(a.offset) +
+                                  " (writer " + std::to_string(a.writer) + ") and " +
+                                  shape_string(b.offset) + " (writer " +
+                                  std::to_string(b.writer) + ") overlap");
+        }
+    }
+    if (volume != total)
+        return make_error("tensor " + t.name + " " + shape_string(t.shape) + ": its " +
+                          std::to_string(t.sources.size()) + " slices cover " +
+                          (volume > total ? "more than" : "only " + std::to_string(volume) + " of") +
+                          " " + std::to_string(total) +
+                          " elements; every element must be written by exactly one rank");
+    return Status::success();
+}
+
+std::string shape_string(const Shape &s) {
+    std::string out = "[";
+    for (std::size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
+    return out + "]";
+}
+
+std::string hex64(std::uint64_t v) {
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%016" PRIx64, v);
+    return buf;
+}
+
+std::string file_ref_checkpoint(const std::string &file) {
+    if (file.compare(0, 3, "../") != 0) return {};
+    const auto slash = file.find('/', 3);
+    return file.substr(3, slash - 3);
+}
+
+std::string rebase_file_ref(const std::string &file, const std::string &from_name) {
+    if (file.compare(0, 3, "../") == 0) return file;   // already names its sibling
+    return "../" + from_name + "/" + file;
+}
+
+std::string manifest_to_json(const Manifest &m) {
+    json tensors = json::array();
+    for (const auto &t : m.tensors) tensors.push_back(tensor_to_json(t));
+    json ranks = json::array();
+    for (const auto &r : m.rank_states) ranks.push_back(rank_state_to_json(r));
+    json j{{"format_version", m.format_version},
+           {"step", m.meta.step},
+           {"generation", m.meta.generation},
+           {"world_size", m.meta.world_size},
+           {"unit_layout", m.meta.unit_layout},
+           {"writers", m.writers},
+           {"created_unix", m.created_unix},
+           {"lr_scheduler",
+            {{"kind", m.meta.lr.kind},
+             {"base_lr", m.meta.lr.base_lr},
+             {"warmup_steps", m.meta.lr.warmup_steps},
+             {"total_steps", m.meta.lr.total_steps},
+             {"last_step", m.meta.lr.last_step}}},
+           {"ledger", {{"epoch", m.meta.ledger.epoch}, {"seed", m.meta.ledger.seed}}},
+           {"rank_states", std::move(ranks)},
+           {"tensors", std::move(tensors)}};
+    return j.dump();
+}
+
+Result<Manifest> parse_manifest(const std::string &text) {
+    auto parsed = parse_json(text, "manifest");
+    if (!parsed) return make_error(parsed.error());
+    const json &j = parsed.value();
+    std::string err;
+    Fields f(j, "manifest", &err);
+    Manifest m;
+    m.format_version = static_cast<std::uint32_t>(f.u64("format_version", UINT32_MAX));
+    if (f.ok() && m.format_version != kFormatVersion)
+        return make_error("manifest: format version " + std::to_string(m.format_version) +
+                          " is not supported; this omni-ckpt reads version " +
+                          std::to_string(kFormatVersion));
+    m.meta.step = f.u64("step");
+    m.meta.generation = f.u64("generation");
+    m.meta.world_size = f.u64("world_size", kMaxWriters);
+    m.meta.unit_layout = f.str("unit_layout", 255);
+    m.writers = static_cast<std::uint32_t>(f.u64("writers", kMaxWriters));
+    m.created_unix = f.u64("created_unix");
+    if (const json *lr = f.get("lr_scheduler")) {
+        Fields l(*lr, "manifest.lr_scheduler", &err);
+        m.meta.lr.kind = l.str("kind", 64);
+        m.meta.lr.base_lr = l.number("base_lr");
+        m.meta.lr.warmup_steps = l.u64("warmup_steps");
+        m.meta.lr.total_steps = l.u64("total_steps");
+        m.meta.lr.last_step = l.u64("last_step");
+    }
+    if (const json *lg = f.get("ledger")) {
+        Fields l(*lg, "manifest.ledger", &err);
+        m.meta.ledger.epoch = l.u64("epoch");
+        m.meta.ledger.seed = l.u64("seed");
+    }
+    if (const json *ranks = f.array("rank_states", kMaxWriters)) {
+        std::size_t i = 0;
+        for (const auto &r : *ranks) {
+            m.rank_states.push_back(
+                rank_state_from_json(r, "manifest.rank_states[" + std::to_string(i++) + "]", &err));
+            if (!err.empty()) break;
+        }
+    }
+    if (const json *tensors = f.array("tensors", std::size_t(1) << 24)) {
+        std::set<std::string> names;
+        std::size_t i = 0;
+        for (const auto &tj : *tensors) {
+            const std::string where = "manifest.tensors[" + std::to_string(i++) + "]";
+            TensorInfo t = tensor_from_json(tj, where, &err);
+            if (!err.empty()) break;
+            if (!names.insert(t.name).second) {
+                err = where + ": tensor " + t.name + " appears twice";
+                break;
+            }
+            for (const auto &s : t.sources)
+                if (s.writer >= m.writers) {
+                    err = where + ": writer " + std::to_string(s.writer) + " >= writers " +
+                          std::to_string(m.writers);
+                    break;
+                }
+            if (!err.empty()) break;
+            if (auto st = check_tiling(t); !st) {
+                err = where + ": " + st.error();
+                break;
+            }
+            m.tensors.push_back(std::move(t));
+        }
+    }
+    if (!err.empty()) return make_error(err);
+    if (auto st = check_unique_ranks(m.rank_states); !st)
+        return make_error("manifest: " + st.error());
+    return m;
+}
+
+std::string shard_manifest_to_json(const ShardManifest &m) {
+    json tensors = json::array();
+    for (const auto &t : m.tensors) tensors.push_back(tensor_to_json(t));
+    json ranks = json::array();
+    for (const auto &r : m.rank_states) ranks.push_back(rank_state_to_json(r));
+    json j{{"format_version", m.format_version}, {"step", m.step},
+           {"rank", m.rank},                     {"attempt", m.attempt},
+           {"rank_states", std::move(ranks)},    {"tensors", std::move(tensors)}};
+    return j.dump();
+}
+
+Result<ShardManifest> parse_shard_manifest(const std::string &text) {
+    auto parsed = parse_json(text, "shard manifest");
+    if (!parsed) return make_error(parsed.error());
+    std::string err;
+    Fields f(parsed.value(), "shard manifest", &err);
+    ShardManifest m;
+    m.format_version = static_cast<std::uint32_t>(f.u64("format_version", UINT32_MAX));
+    if (f.ok() && m.format_version != kFormatVersion)
+        return make_error("shard manifest: format version " + std::to_string(m.format_version) +
+                          " is not supported; expected " + std::to_string(kFormatVersion));
+    m.step = f.u64("step");
+    m.rank = static_cast<std::uint32_t>(f.u64("rank", kMaxWriters - 1));
+    m.attempt = f.str("attempt", 32);
+    if (const json *ranks = f.array("rank_states", kMaxWriters)) {
+        std::size_t i = 0;
+        for (const auto &r : *ranks) {
+            m.rank_states.push_back(rank_state_from_json(
+                r, "shard manifest.rank_states[" + std::to_string(i++) + "]", &err));
+            if (!err.empty()) break;
+        }
+    }
+    if (const json *tensors = f.array("tensors", std::size_t(1) << 24)) {
+        std::set<std::string> names;
+        std::size_t i = 0;
+        for (const auto &tj : *tensors) {
+            const std::string where = "shard manifest.tensors[" + std::to_string(i++) + "]";
+            TensorInfo t = tensor_from_json(tj, where, &err);
+            if (!err.empty()) break;
+            if (t.sources.size() != 1) {
+                err = where + ": a shard holds exactly one slice per tensor";
+                break;
+            }
+            if (t.sources[0].writer != m.rank) {
+                err = where + ": slice writer differs from the shard's rank";
+                break;
+            }
+            if (!names.insert(t.name).second) {
+                err = where + ": tensor " + t.name + " appears twice";
+                break;
+            }
+            m.tensors.push_back(std::move(t));
+        }
+    }
+    if (!err.empty()) return make_error(err);
+    if (auto st = check_attempt(m.attempt); !st) return make_error("shard manifest: " + st.error());
+    if (auto st = check_unique_ranks(m.rank_states); !st)
+        return make_error("shard manifest: " + st.error());
+    return m;
+}
+
+}  // namespace ckpt
+}  // namespace omni

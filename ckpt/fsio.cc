@@ -1,0 +1,159 @@
+// File-system steps of the commit protocol; see fsio.h.
+#include "fsio.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+
+namespace omni {
+namespace ckpt {
+namespace fsio {
+
+namespace {
+Error sys_error(const std::string &what, const std::string &path, int err) {
+    return make_error(what + " " + path + ": " + std::strerror(err));
+}
+}  // namespace
+
+std::string join(const std::string &dir, const std::string &name) {
+    if (dir.empty()) return name;
+    if (dir.back() == '/') return dir + name;
+    return dir + "/" + name;
+}
+
+std::string basename(const std::string &path) {
+    std::string p = path;
+    while (p.size() > 1 && p.back() == '/') p.pop_back();
+    const auto slash = p.rfind('/');
+    return slash == std::string::npos ? p : p.substr(slash + 1);
+}
+
+std::string dirname(const std::string &path) {
+    std::string p = path;
+    while (p.size() > 1 && p.back() == '/') p.pop_back();
+    const auto slash = p.rfind('/');
+    if (slash == std::string::npos) return ".";
+    if (slash == 0) return "/";
+    return p.substr(0, slash);
+}
+
+Status fsync_path(const std::string &path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return sys_error("opening", path, errno);
+    // fsync on a read-only descriptor flushes the inode's dirty data and metadata on Linux;
+    // for a directory it makes the names created in it durable.
+    int rc;
+    do rc = ::fsync(fd);
+    while (rc < 0 && errno == EINTR);
+    const int err = errno;
+    ::close(fd);
+    if (rc < 0 && err != EINVAL) return sys_error("fsync of", path, err);
+    return Status::success();
+}
+
+Status make_dir(const std::string &path) {
+    if (::mkdir(path.c_str(), 0755) == 0 || (errno == EEXIST && is_dir(path)))
+        return Status::success();
+    return sys_error("creating directory", path, errno);
+}
+
+Status make_dirs(const std::string &path) {
+    if (path.empty() || is_dir(path)) return Status::success();
+    const std::string parent = dirname(path);
+    if (parent != path)
+        if (auto st = make_dirs(parent); !st) return st;
+    return make_dir(path);
+}
+
+Status rename_path(const std::string &from, const std::string &to) {
+    if (::rename(from.c_str(), to.c_str()) != 0)
+        return make_error("renaming " + from + " to " + to + ": " + std::strerror(errno));
+    return Status::success();
+}
+
+Status replace_symlink(const std::string &target, const std::string &link) {
+    const std::string tmp = link + ".tmp-" + std::to_string(::getpid());
+    ::unlink(tmp.c_str());
+    if (::symlink(target.c_str(), tmp.c_str()) != 0)
+        return sys_error("creating symlink", tmp, errno);
+    if (::rename(tmp.c_str(), link.c_str()) != 0) {
+        const int err = errno;
+        ::unlink(tmp.c_str());
+        return sys_error("replacing symlink", link, err);
+    }
+    return Status::success();
+}
+
+bool exists(const std::string &path) {
+    struct stat st;
+    return ::lstat(path.c_str(), &st) == 0;
+}
+
+bool is_dir(const std::string &path) {
+    struct stat st;
+    return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+Result<std::uint64_t> file_size(const std::string &path) {
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) return sys_error("stat of", path, errno);
+    return static_cast<std::uint64_t>(st.st_size);
+}
+
+Result<std::uint64_t> age_seconds(const std::string &path) {
+    struct stat st;
+    if (::lstat(path.c_str(), &st) != 0) return sys_error("stat of", path, errno);
+    const std::time_t now = std::time(nullptr);
+    return now > st.st_mtime ? static_cast<std::uint64_t>(now - st.st_mtime) : 0;
+}
+
+Result<std::vector<std::string>> list_dir(const std::string &path) {
+    DIR *d = ::opendir(path.c_str());
+    if (!d) return sys_error("listing", path, errno);
+    std::vector<std::string> out;
+    while (const dirent *e = ::readdir(d)) {
+        const std::string name = e->d_name;
+        if (name != "." && name != "..") out.push_back(name);
+    }
+    ::closedir(d);
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+Status remove_file(const std::string &path) {
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) return sys_error("removing", path, errno);
+    return Status::success();
+}
+
+Status remove_tree(const std::string &path) {
+    struct stat st;
+    if (::lstat(path.c_str(), &st) != 0)
+        return errno == ENOENT ? Status::success() : Status(sys_error("stat of", path, errno));
+    if (S_ISDIR(st.st_mode)) {
+        auto names = list_dir(path);
+        if (!names) return make_error(names.error());
+        for (const auto &n : names.value())
+            if (auto s = remove_tree(join(path, n)); !s) return s;
+        if (::rmdir(path.c_str()) != 0) return sys_error("removing directory", path, errno);
+        return Status::success();
+    }
+    return remove_file(path);
+}
+
+void drop_cache(const std::string &path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    ::fdatasync(fd);
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+}
+
+}  // namespace fsio
+}  // namespace ckpt
+}  // namespace omni

@@ -1,0 +1,44 @@
+// File-system steps of the commit protocol: fsync of files and directories, atomic renames
+// and symlink replacement, directory listing and removal. Each returns a Status whose message
+// names the path and carries strerror(errno), so ENOSPC and EACCES read as such.
+#ifndef OMNI_CKPT_FSIO_H
+#define OMNI_CKPT_FSIO_H
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "omni/result.h"
+
+namespace omni {
+namespace ckpt {
+namespace fsio {
+
+std::string join(const std::string &dir, const std::string &name);
+std::string basename(const std::string &path);
+std::string dirname(const std::string &path);
+
+Status fsync_path(const std::string &path);   // a file or a directory
+Status make_dir(const std::string &path);     // one level; fine if it exists already
+Status make_dirs(const std::string &path);    // like mkdir -p
+Status rename_path(const std::string &from, const std::string &to);
+// Points symlink `link` at `target` atomically (a temporary link renamed over it).
+Status replace_symlink(const std::string &target, const std::string &link);
+
+bool exists(const std::string &path);
+bool is_dir(const std::string &path);
+Result<std::uint64_t> file_size(const std::string &path);
+// Seconds since the last modification of path (0 if in the future).
+Result<std::uint64_t> age_seconds(const std::string &path);
+// Names in a directory except "." and "..", sorted.
+Result<std::vector<std::string>> list_dir(const std::string &path);
+Status remove_file(const std::string &path);
+Status remove_tree(const std::string &path);
+// Drops a file's pages from the page cache (benchmarks measure the disk, not memory).
+void drop_cache(const std::string &path);
+
+}  // namespace fsio
+}  // namespace ckpt
+}  // namespace omni
+
+#endif

@@ -1,0 +1,269 @@
+// RAII over hid_t and HDF5 error capture; see h5.h.
+#include "h5.h"
+
+#include <functional>
+#include <mutex>
+#include <vector>
+
+namespace omni {
+namespace ckpt {
+namespace h5 {
+
+void init() {
+    static std::once_flag once;
+    std::call_once(once, [] {
+        H5open();
+        // Errors are reported through Result messages; the default handler would print the
+        // whole stack to stderr of the trainer on every expected failure (missing file...).
+        H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    });
+}
+
+bool threadsafe() {
+    hbool_t ts = 0;
+    return H5is_library_threadsafe(&ts) >= 0 && ts;
+}
+
+namespace {
+herr_t collect(unsigned n, const H5E_error2_t *err, void *data) {
+    auto *out = static_cast<std::vector<std::string> *>(data);
+    (void)n;
+    if (err->desc && *err->desc) out->emplace_back(err->desc);
+    return 0;
+}
+}  // namespace
+
+namespace {
+// HDF5's low-level I/O errors carry a long dump ("time = ..., filename = ..., errno = 28,
+// error message = 'No space left on device', buf = 0x..."); the strerror text is what a user
+// needs, the rest (pointers, offsets) only hides it.
+std::string tidy(const std::string &desc) {
+    const std::string key = "error message = '";
+    const auto pos = desc.find(key);
+    if (pos != std::string::npos) {
+        const auto end = desc.find('\'', pos + key.size());
+        if (end != std::string::npos) {
+            const auto colon = desc.find(':');
+            const std::string head = colon != std::string::npos && colon < pos ? desc.substr(0, colon) + ": " : "";
+            return head + desc.substr(pos + key.size(), end - pos - key.size());
+        }
+    }
+    std::string out;
+    for (char c : desc) out += (c == '\n' || c == '\r') ? ' ' : c;
+    return out;
+}
+}  // namespace
+
+std::string last_error() {
+    std::vector<std::string> parts;
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect, &parts);
+    H5Eclear2(H5E_DEFAULT);
+    if (parts.empty()) return "HDF5 call failed";
+    for (auto &p : parts) p = tidy(p);
+    // Outermost first, then the innermost cause (which carries the errno text); the layers in
+    // between repeat each other and only make the message long.
+    std::string out = parts.front();
+    if (parts.size() > 1 && parts.back() != parts.front()) out += ": " + parts.back();
+    return out;
+}
+
+Error fail(const std::string &what) { return make_error(what + ": " + last_error()); }
+
+Status Handle::close(const std::string &what) {
+    if (id_ < 0) return Status::success();
+    const herr_t rc = closer_ ? closer_(id_) : 0;
+    id_ = H5I_INVALID_HID;
+    if (rc < 0) return fail(what);
+    return Status::success();
+}
+
+Handle file(hid_t id) { return Handle(id, H5Fclose); }
+Handle dataset(hid_t id) { return Handle(id, H5Dclose); }
+Handle space(hid_t id) { return Handle(id, H5Sclose); }
+Handle type(hid_t id) { return Handle(id, H5Tclose); }
+Handle plist(hid_t id) { return Handle(id, H5Pclose); }
+Handle group(hid_t id) { return Handle(id, H5Gclose); }
+Handle attr(hid_t id) { return Handle(id, H5Aclose); }
+
+Handle dtype_type(DType t) {
+    switch (t) {
+    case DType::fp32: return type(H5Tcopy(H5T_IEEE_F32LE));
+    case DType::fp16: {
+        // IEEE half: sign 15, exponent 10..14 (bias 15), mantissa 0..9.
+        Handle h = type(H5Tcopy(H5T_IEEE_F32LE));
+        if (!h) return h;
+        if (H5Tset_fields(h.get(), 15, 10, 5, 0, 10) < 0 || H5Tset_size(h.get(), 2) < 0 ||
+            H5Tset_ebias(h.get(), 15) < 0 || H5Tset_precision(h.get(), 16) < 0)
+            return Handle();
+        return h;
+    }
+    case DType::bf16: {
+        // bfloat16: the upper half of an fp32 (sign 15, exponent 7..14 bias 127, mantissa 0..6).
+        Handle h = type(H5Tcopy(H5T_IEEE_F32LE));
+        if (!h) return h;
+        if (H5Tset_fields(h.get(), 15, 7, 8, 0, 7) < 0 || H5Tset_size(h.get(), 2) < 0 ||
+            H5Tset_ebias(h.get(), 127) < 0 || H5Tset_precision(h.get(), 16) < 0)
+            return Handle();
+        return h;
+    }
+    case DType::int64: return type(H5Tcopy(H5T_STD_I64LE));
+    case DType::uint8: return type(H5Tcopy(H5T_STD_U8LE));
+    }
+    return Handle();
+}
+
+Handle fapl() {
+    Handle p = plist(H5Pcreate(H5P_FILE_ACCESS));
+    if (!p) return p;
+    // 1.10 format: required for virtual datasets, readable by h5py/h5dump >= 1.10.
+    if (H5Pset_libver_bounds(p.get(), H5F_LIBVER_V110, H5F_LIBVER_V110) < 0) return Handle();
+    // Close every object with the file: a stray open object would otherwise keep the file
+    // open past H5Fclose, after which we fsync and rename it.
+    if (H5Pset_fclose_degree(p.get(), H5F_CLOSE_STRONG) < 0) return Handle();
+    return p;
+}
+
+Result<Handle> create_file(const std::string &path) {
+    init();
+    Handle p = fapl();
+    if (!p) return fail("creating " + path);
+    Handle f = file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, p.get()));
+    if (!f) return fail("creating " + path);
+    return f;
+}
+
+Result<Handle> open_file(const std::string &path) {
+    init();
+    Handle p = fapl();
+    if (!p) return fail("opening " + path);
+    // Only the lower bound matters for reading; allow any newer writer format.
+    H5Pset_libver_bounds(p.get(), H5F_LIBVER_EARLIEST, H5F_LIBVER_LATEST);
+    Handle f = file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, p.get()));
+    if (!f) return fail("opening " + path);
+    return f;
+}
+
+Status make_parents(hid_t loc, const std::string &path) {
+    std::size_t pos = 0;
+    while ((pos = path.find('/', pos + 1)) != std::string::npos) {
+        const std::string prefix = path.substr(0, pos);
+        if (prefix.empty()) continue;
+        const htri_t exists = H5Lexists(loc, prefix.c_str(), H5P_DEFAULT);
+        if (exists < 0) return fail("looking up group " + prefix);
+        if (exists > 0) continue;
+        Handle g = group(H5Gcreate2(loc, prefix.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+        if (!g) return fail("creating group " + prefix);
+    }
+    return Status::success();
+}
+
+Status write_attr_u64(hid_t obj, const char *name, std::uint64_t value) {
+    Handle s = space(H5Screate(H5S_SCALAR));
+    Handle a = attr(H5Acreate2(obj, name, H5T_STD_U64LE, s.get(), H5P_DEFAULT, H5P_DEFAULT));
+    if (!a || H5Awrite(a.get(), H5T_NATIVE_UINT64, &value) < 0)
+        return fail(std::string("writing attribute ") + name);
+    return Status::success();
+}
+
+Status write_attr_string(hid_t obj, const char *name, const std::string &value) {
+    Handle t = type(H5Tcopy(H5T_C_S1));
+    if (!t || H5Tset_size(t.get(), value.empty() ? 1 : value.size()) < 0)
+        return fail(std::string("writing attribute ") + name);
+    H5Tset_strpad(t.get(), H5T_STR_NULLPAD);
+    Handle s = space(H5Screate(H5S_SCALAR));
+    Handle a = attr(H5Acreate2(obj, name, t.get(), s.get(), H5P_DEFAULT, H5P_DEFAULT));
+    std::string buf = value.empty() ? std::string(1, '\0') : value;
+    if (!a || H5Awrite(a.get(), t.get(), buf.data()) < 0)
+        return fail(std::string("writing attribute ") + name);
+    return Status::success();
+}
+
+Result<std::uint64_t> read_attr_u64(hid_t obj, const char *name) {
+    Handle a = attr(H5Aopen(obj, name, H5P_DEFAULT));
+    if (!a) return fail(std::string("reading attribute ") + name);
+    Handle s = space(H5Aget_space(a.get()));
+    if (!s || H5Sget_simple_extent_npoints(s.get()) != 1)
+        return make_error(std::string("attribute ") + name + " is not a scalar");
+    Handle t = type(H5Aget_type(a.get()));
+    if (!t || H5Tget_class(t.get()) != H5T_INTEGER)
+        return make_error(std::string("attribute ") + name + " is not an integer");
+    std::uint64_t v = 0;
+    if (H5Aread(a.get(), H5T_NATIVE_UINT64, &v) < 0)
+        return fail(std::string("reading attribute ") + name);
+    return v;
+}
+
+namespace {
+// Reads a fixed-length string from an attribute or dataset whose type is `t`.
+Result<std::string> read_fixed_string(hid_t t, hid_t space_id, std::size_t max_len,
+                                      const std::string &what,
+                                      const std::function<herr_t(hid_t, void *)> &reader) {
+    if (H5Tget_class(t) != H5T_STRING || H5Tis_variable_str(t) != 0)
+        return make_error(what + " is not a fixed-length string");
+    if (H5Sget_simple_extent_npoints(space_id) != 1) return make_error(what + " is not a scalar");
+    const std::size_t size = H5Tget_size(t);
+    if (size == 0 || size > max_len)
+        return make_error(what + " has " + std::to_string(size) + " bytes; at most " +
+                          std::to_string(max_len) + " expected");
+    std::string buf(size, '\0');
+    if (reader(t, buf.data()) < 0) return fail("reading " + what);
+    const auto end = buf.find('\0');
+    if (end != std::string::npos) buf.resize(end);
+    return buf;
+}
+}  // namespace
+
+Result<std::string> read_attr_string(hid_t obj, const char *name, std::size_t max_len) {
+    Handle a = attr(H5Aopen(obj, name, H5P_DEFAULT));
+    if (!a) return fail(std::string("reading attribute ") + name);
+    Handle t = type(H5Aget_type(a.get()));
+    Handle s = space(H5Aget_space(a.get()));
+    if (!t || !s) return fail(std::string("reading attribute ") + name);
+    const hid_t aid = a.get();
+    return read_fixed_string(t.get(), s.get(), max_len, std::string("attribute ") + name,
+                             [aid](hid_t tt, void *buf) { return H5Aread(aid, tt, buf); });
+}
+
+Status write_string_dataset(hid_t loc, const char *name, const std::string &value) {
+    Handle t = type(H5Tcopy(H5T_C_S1));
+    if (!t || H5Tset_size(t.get(), value.empty() ? 1 : value.size()) < 0)
+        return fail(std::string("writing ") + name);
+    H5Tset_strpad(t.get(), H5T_STR_NULLPAD);
+    Handle s = space(H5Screate(H5S_SCALAR));
+    Handle d = dataset(
+        H5Dcreate2(loc, name, t.get(), s.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    std::string buf = value.empty() ? std::string(1, '\0') : value;
+    if (!d || H5Dwrite(d.get(), t.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()) < 0)
+        return fail(std::string("writing ") + name);
+    return Status::success();
+}
+
+Result<std::string> read_string_dataset(hid_t loc, const char *name, std::size_t max_len) {
+    Handle d = dataset(H5Dopen2(loc, name, H5P_DEFAULT));
+    if (!d) return fail(std::string("opening ") + name);
+    Handle t = type(H5Dget_type(d.get()));
+    Handle s = space(H5Dget_space(d.get()));
+    if (!t || !s) return fail(std::string("reading ") + name);
+    const hid_t did = d.get();
+    return read_fixed_string(t.get(), s.get(), max_len, std::string("dataset ") + name,
+                             [did](hid_t tt, void *buf) {
+                                 return H5Dread(did, tt, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
+                             });
+}
+
+Status write_1d(hid_t loc, const std::string &name, hid_t file_type, hid_t mem_type,
+                std::uint64_t n, const void *data) {
+    if (auto st = make_parents(loc, name); !st) return st;
+    hsize_t dims[1] = {n};
+    Handle s = space(H5Screate_simple(1, dims, nullptr));
+    Handle d = dataset(H5Dcreate2(loc, name.c_str(), file_type, s.get(), H5P_DEFAULT,
+                                  H5P_DEFAULT, H5P_DEFAULT));
+    if (!d) return fail("creating " + name);
+    if (n > 0 && H5Dwrite(d.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
+        return fail("writing " + name);
+    return d.close("closing " + name);
+}
+
+}  // namespace h5
+}  // namespace ckpt
+}  // namespace omni

@@ -1,0 +1,286 @@
+// index.h5 reading/writing and the commit step; see index.h and omni-ckpt(5).
+#include "index.h"
+
+#include <ctime>
+#include <map>
+#include <set>
+
+#include "fsio.h"
+#include "h5.h"
+#include "hash.h"
+
+namespace omni {
+namespace ckpt {
+
+std::uint64_t rank_state_hash(const RankState &s) {
+    Hasher h;
+    h.update(s.rng.data(), s.rng.size());
+    h.update(s.consumed.data(), s.consumed.size() * sizeof(std::int64_t));
+    return h.digest();
+}
+
+Result<Manifest> read_index(const std::string &ckpt_dir) {
+    const std::string path = fsio::join(ckpt_dir, kIndexFile);
+    if (!fsio::exists(path)) return make_error(ckpt_dir + ": no " + kIndexFile + " (incomplete or not a checkpoint)");
+    auto f = h5::open_file(path);
+    if (!f) return make_error(f.error());
+    auto version = h5::read_attr_u64(f.value().get(), kVersionAttr);
+    if (!version) return make_error(path + ": " + version.error());
+    if (version.value() != kFormatVersion)
+        return make_error(path + ": format version " + std::to_string(version.value()) +
+                          " is not supported; this omni-ckpt reads version " +
+                          std::to_string(kFormatVersion));
+    auto text = h5::read_string_dataset(f.value().get(), kManifestDataset, kMaxManifestBytes);
+    if (!text) return make_error(path + ": " + text.error());
+    auto m = parse_manifest(text.value());
+    if (!m) return make_error(path + ": " + m.error());
+    return m;
+}
+
+Result<ShardManifest> read_shard_manifest(const std::string &shard_path) {
+    auto f = h5::open_file(shard_path);
+    if (!f) return make_error(f.error());
+    auto text = h5::read_string_dataset(f.value().get(), kShardManifestDataset, kMaxManifestBytes);
+    if (!text) return make_error(shard_path + ": " + text.error());
+    auto m = parse_shard_manifest(text.value());
+    if (!m) return make_error(shard_path + ": " + m.error());
+    return m;
+}
+
+namespace {
+
+// Reads a 1-D dataset of exactly `n` elements of `mem_type` into `out`.
+Status read_1d(hid_t file, const std::string &name, hid_t mem_type, std::uint64_t n, void *out) {
+    h5::Handle d = h5::dataset(H5Dopen2(file, name.c_str(), H5P_DEFAULT));
+    if (!d) return h5::fail("opening " + name);
+    h5::Handle s = h5::space(H5Dget_space(d.get()));
+    if (!s || H5Sget_simple_extent_ndims(s.get()) != 1 ||
+        static_cast<std::uint64_t>(H5Sget_simple_extent_npoints(s.get())) != n)
+        return make_error(name + ": expected " + std::to_string(n) + " elements");
+    if (n > 0 && H5Dread(d.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0)
+        return h5::fail("reading " + name);
+    return Status::success();
+}
+
+}  // namespace
+
+Result<RankState> read_rank_state(const std::string &file, const RankStateInfo &info) {
+    auto f = h5::open_file(file);
+    if (!f) return make_error(f.error());
+    RankState s;
+    s.rank = info.rank;
+    s.rng.resize(info.rng_bytes);
+    s.consumed.resize(info.consumed);
+    const std::string g = rank_state_group(info.rank);
+    if (auto st = read_1d(f.value().get(), g + "/rng", H5T_NATIVE_UINT8, info.rng_bytes, s.rng.data()); !st)
+        return make_error(file + ": " + st.error());
+    if (auto st = read_1d(f.value().get(), g + "/consumed", H5T_NATIVE_INT64, info.consumed,
+                          s.consumed.data());
+        !st)
+        return make_error(file + ": " + st.error());
+    const std::uint64_t h = rank_state_hash(s);
+    if (h != info.xxh3)
+        return make_error(file + ": rank state of rank " + std::to_string(info.rank) +
+                          ": checksum mismatch (manifest " + hex64(info.xxh3) + ", data " +
+                          hex64(h) + ")");
+    return s;
+}
+
+namespace {
+
+// One virtual dataset per logical tensor, mapping each slice of the tensor to the dataset
+// in its shard file, so standard HDF5 tools read /tensors/NAME as a whole.
+Status write_virtual_dataset(hid_t index, const TensorInfo &t) {
+    const int rank = static_cast<int>(t.shape.size());
+    std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
+    h5::Handle vspace = h5::space(H5Screate_simple(rank, dims.data(), nullptr));
+    h5::Handle dcpl = h5::plist(H5Pcreate(H5P_DATASET_CREATE));
+    if (!vspace || !dcpl) return h5::fail("virtual dataset for " + t.name);
+    for (const auto &s : t.sources) {
+        std::vector<hsize_t> off(s.offset.begin(), s.offset.end());
+        std::vector<hsize_t> cnt(s.count.begin(), s.count.end());
+        if (H5Sselect_hyperslab(vspace.get(), H5S_SELECT_SET, off.data(), nullptr, cnt.data(),
+                                nullptr) < 0)
+            return h5::fail("virtual dataset for " + t.name);
+        h5::Handle sspace = h5::space(H5Screate_simple(rank, cnt.data(), nullptr));
+        if (!sspace || H5Pset_virtual(dcpl.get(), vspace.get(), s.file.c_str(),
+                                      s.dataset.c_str(), sspace.get()) < 0)
+            return h5::fail("virtual dataset for " + t.name + " (source " + s.file + ")");
+    }
+    H5Sselect_all(vspace.get());
+    h5::Handle type = h5::dtype_type(t.dtype);
+    h5::Handle lcpl = h5::plist(H5Pcreate(H5P_LINK_CREATE));
+    if (!type || !lcpl || H5Pset_create_intermediate_group(lcpl.get(), 1) < 0)
+        return h5::fail("virtual dataset for " + t.name);
+    h5::Handle d = h5::dataset(H5Dcreate2(index, virtual_dataset_name(t.name).c_str(), type.get(),
+                                          vspace.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT));
+    if (!d) return h5::fail("creating virtual dataset for " + t.name);
+    if (auto st = h5::write_attr_string(d.get(), "omni_dtype", dtype_name(t.dtype)); !st) return st;
+    return d.close("closing virtual dataset " + t.name);
+}
+
+Status write_index(const std::string &path, const Manifest &m, const std::vector<RankState> &states) {
+    auto f = h5::create_file(path);
+    if (!f) return make_error(f.error());
+    const hid_t id = f.value().get();
+    Status st = h5::write_attr_u64(id, kVersionAttr, kFormatVersion);
+    if (st) st = h5::write_attr_u64(id, "step", m.meta.step);
+    if (st) st = h5::write_attr_u64(id, "generation", m.meta.generation);
+    if (st) st = h5::write_attr_u64(id, "world_size", m.meta.world_size);
+    if (st) st = h5::write_attr_u64(id, "writers", m.writers);
+    if (st) st = h5::write_string_dataset(id, kManifestDataset, manifest_to_json(m));
+    for (std::size_t i = 0; st && i < m.tensors.size(); ++i) st = write_virtual_dataset(id, m.tensors[i]);
+    for (std::size_t i = 0; st && i < states.size(); ++i) {
+        const std::string g = rank_state_group(states[i].rank);
+        st = h5::write_1d(id, g + "/rng", H5T_STD_U8LE, H5T_NATIVE_UINT8, states[i].rng.size(),
+                          states[i].rng.data());
+        if (st)
+            st = h5::write_1d(id, g + "/consumed", H5T_STD_I64LE, H5T_NATIVE_INT64,
+                              states[i].consumed.size(), states[i].consumed.data());
+    }
+    if (!st) return make_error(path + ": " + st.error());
+    return f.value().close("closing " + path);
+}
+
+// A source file referenced by a shard: checks that it exists (a base checkpoint's file may
+// have been removed since the writer looked).
+Status check_source_exists(const std::string &ckpt_dir, const std::string &file,
+                           const std::string &tensor) {
+    const std::string p = fsio::join(ckpt_dir, file);
+    if (!fsio::exists(p))
+        return make_error("tensor " + tensor + ": source file " + p + " does not exist");
+    return Status::success();
+}
+
+}  // namespace
+
+Result<std::string> commit_partial(const CommitRequest &req) {
+    h5::init();
+    if (req.writers == 0 || req.writers > kMaxWriters)
+        return make_error("commit: writers " + std::to_string(req.writers) + ": expected 1.." +
+                          std::to_string(kMaxWriters));
+    if (req.meta.world_size > kMaxWriters)
+        return make_error("commit: world size " + std::to_string(req.meta.world_size) +
+                          ": expected 0.." + std::to_string(kMaxWriters));
+    if (req.meta.unit_layout.size() > 255)
+        return make_error("commit: unit layout longer than 255 bytes");
+    if (!fsio::is_dir(req.partial_dir))
+        return make_error("commit: " + req.partial_dir +
+                          " does not exist; did every rank's ShardWriter::finish() succeed?");
+    if (fsio::exists(req.final_dir))
+        return make_error("commit: " + req.final_dir + " already exists");
+
+    // The directory must hold exactly the expected shard files: a stray shard means the
+    // writer count is wrong or something else writes here.
+    auto names = fsio::list_dir(req.partial_dir);
+    if (!names) return make_error(names.error());
+    std::set<std::string> expected;
+    for (std::uint32_t r = 0; r < req.writers; ++r) expected.insert(shard_file_name(r));
+    for (const auto &n : names.value()) {
+        if (n == kIndexFile || (n.size() > 4 && n.compare(n.size() - 4, 4, ".tmp") == 0) ||
+            n.find(".tmp-") != std::string::npos) {
+            // An index from an earlier failed commit, or a temporary file of a writer that
+            // failed: neither is part of this checkpoint.
+            if (auto st = fsio::remove_file(fsio::join(req.partial_dir, n)); !st)
+                return make_error(st.error());
+            continue;
+        }
+        if (!expected.count(n))
+            return make_error("commit: " + fsio::join(req.partial_dir, n) +
+                              " is not one of the " + std::to_string(req.writers) +
+                              " expected shard files (shard-00000.h5..)");
+    }
+
+    Manifest m;
+    m.meta = req.meta;
+    m.writers = req.writers;
+    m.created_unix = static_cast<std::uint64_t>(std::time(nullptr));
+    std::map<std::string, std::size_t> by_name;
+    std::vector<RankState> states;
+    std::set<std::uint32_t> state_ranks;
+    for (std::uint32_t r = 0; r < req.writers; ++r) {
+        const std::string path = fsio::join(req.partial_dir, shard_file_name(r));
+        if (!fsio::exists(path))
+            return make_error("commit: shard " + path + " is missing; rank " + std::to_string(r) +
+                              " did not finish");
+        auto sm = read_shard_manifest(path);
+        if (!sm) return make_error("commit: " + sm.error());
+        const ShardManifest &s = sm.value();
+        if (s.rank != r || s.step != req.meta.step || s.attempt != req.attempt)
+            return make_error("commit: " + path + " belongs to rank " + std::to_string(s.rank) +
+                              ", step " + std::to_string(s.step) + ", attempt '" + s.attempt +
+                              "'; expected rank " + std::to_string(r) + ", step " +
+                              std::to_string(req.meta.step) + ", attempt '" + req.attempt + "'");
+        for (const auto &t : s.tensors) {
+            if (auto st = check_source_exists(req.partial_dir, t.sources[0].file, t.name); !st)
+                return make_error("commit: " + st.error());
+            auto it = by_name.find(t.name);
+            if (it == by_name.end()) {
+                by_name.emplace(t.name, m.tensors.size());
+                m.tensors.push_back(t);
+                continue;
+            }
+            TensorInfo &known = m.tensors[it->second];
+            if (known.dtype != t.dtype || known.shape != t.shape)
+                return make_error("commit: tensor " + t.name + " is " + dtype_name(t.dtype) + " " +
+                                  shape_string(t.shape) + " in " + path + " but " +
+                                  dtype_name(known.dtype) + " " + shape_string(known.shape) +
+                                  " in shard of writer " + std::to_string(known.sources[0].writer));
+            known.sources.push_back(t.sources[0]);
+        }
+        for (const auto &info : s.rank_states) {
+            if (!state_ranks.insert(info.rank).second)
+                return make_error("commit: rank state of rank " + std::to_string(info.rank) +
+                                  " was added by more than one writer");
+            auto rs = read_rank_state(path, info);
+            if (!rs) return make_error("commit: " + rs.error());
+            states.push_back(std::move(rs.value()));
+            m.rank_states.push_back(info);
+        }
+    }
+    for (const auto &t : m.tensors)
+        if (auto st = check_tiling(t); !st) return make_error("commit: " + st.error());
+
+    const std::string index = fsio::join(req.partial_dir, kIndexFile);
+    if (auto st = write_index(index, m, states); !st) {
+        (void)fsio::remove_file(index);   // best effort: frees space on ENOSPC
+        return make_error("commit: " + st.error());
+    }
+    if (req.fsync) {
+        if (auto st = fsio::fsync_path(index); !st) return make_error("commit: " + st.error());
+        if (auto st = fsio::fsync_path(req.partial_dir); !st) return make_error("commit: " + st.error());
+    }
+    // The commit point: a directory rename is atomic, so a reader sees either no checkpoint
+    // or a complete one.
+    if (auto st = fsio::rename_path(req.partial_dir, req.final_dir); !st)
+        return make_error("commit: " + st.error());
+    const std::string parent = fsio::dirname(req.final_dir);
+    if (req.fsync)
+        if (auto st = fsio::fsync_path(parent); !st) return make_error("commit: " + st.error());
+    if (!req.latest_root.empty()) {
+        if (auto st = fsio::replace_symlink(fsio::basename(req.final_dir),
+                                            fsio::join(req.latest_root, kLatestLink));
+            !st)
+            return make_error("commit: checkpoint committed, but " + st.error());
+        // Not fsynced: `latest` is a convenience for tools; loaders pick the newest complete
+        // directory, so a link lost in a crash costs nothing and saves a journal commit.
+    }
+    return req.final_dir;
+}
+
+Result<std::string> commit(const std::string &root, std::uint32_t writers, const Meta &meta,
+                           const CommitOptions &options) {
+    if (auto st = check_attempt(options.attempt); !st) return make_error("commit: " + st.error());
+    CommitRequest req;
+    req.partial_dir = fsio::join(root, partial_dir_name(meta.step, options.attempt));
+    req.final_dir = fsio::join(root, step_dir_name(meta.step));
+    req.attempt = options.attempt;
+    req.writers = writers;
+    req.meta = meta;
+    req.latest_root = options.update_latest ? root : std::string();
+    req.fsync = options.fsync;
+    return commit_partial(req);
+}
+
+}  // namespace ckpt
+}  // namespace omni

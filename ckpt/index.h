@@ -1,0 +1,48 @@
+// index.h5: reading and writing a checkpoint's index file (manifest, virtual datasets,
+// rank state), and the commit step that turns a directory of finished shards into a
+// committed checkpoint. Shared by commit(), merge and reshard.
+#ifndef OMNI_CKPT_INDEX_H
+#define OMNI_CKPT_INDEX_H
+
+#include <string>
+#include <vector>
+
+#include "format.h"
+#include "omni/ckpt_cpp.h"
+#include "omni/result.h"
+
+namespace omni {
+namespace ckpt {
+
+// Reads and validates index.h5 of a checkpoint directory (format version attribute and the
+// manifest). Does not look at the source files.
+Result<Manifest> read_index(const std::string &ckpt_dir);
+
+// Reads a shard file's own manifest.
+Result<ShardManifest> read_shard_manifest(const std::string &shard_path);
+
+// Reads one rank's state from a file holding /state/rank-N (index or shard) and checks it
+// against `info`.
+Result<RankState> read_rank_state(const std::string &file, const RankStateInfo &info);
+
+// Turns `partial_dir` (holding shard-0..writers-1, finished) into the committed checkpoint
+// `final_dir`: checks the shards, writes index.h5, fsyncs, renames. When `latest_root` is
+// not empty, ROOT/latest is pointed at the new checkpoint afterwards.
+struct CommitRequest {
+    std::string partial_dir;
+    std::string final_dir;
+    std::string attempt;
+    std::uint32_t writers = 0;
+    Meta meta;
+    std::string latest_root;
+    bool fsync = true;
+};
+Result<std::string> commit_partial(const CommitRequest &req);
+
+// The XXH3-64 of a rank's state: its rng bytes followed by its consumed indices.
+std::uint64_t rank_state_hash(const RankState &s);
+
+}  // namespace ckpt
+}  // namespace omni
+
+#endif

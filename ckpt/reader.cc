@@ -1,0 +1,342 @@
+// Reader: loads any slice of any logical tensor of a committed checkpoint (resharding), and
+// verify(), which checks every source of a checkpoint.
+//
+// The reader goes to the shard files directly rather than through the index's virtual
+// datasets: a virtual dataset silently returns fill values for a missing source, and reading
+// the sources ourselves lets every slice be checked against its checksum.
+#include <algorithm>
+#include <list>
+#include <map>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "box.h"
+#include "format.h"
+#include "fsio.h"
+#include "h5.h"
+#include "hash.h"
+#include "index.h"
+#include "stream.h"
+#include "omni/ckpt_cpp.h"
+
+namespace omni {
+namespace ckpt {
+
+namespace {
+
+// Open shard files, most recently used first; bounded so a reshard over thousands of shards
+// does not run out of descriptors.
+class FileCache {
+public:
+    explicit FileCache(std::size_t cap) : cap_(cap) {}
+    Result<hid_t> get(const std::string &path) {
+        auto it = map_.find(path);
+        if (it != map_.end()) {
+            lru_.splice(lru_.begin(), lru_, it->second);
+            return it->second->second.get();
+        }
+        auto f = h5::open_file(path);
+        if (!f) return make_error(f.error());
+        lru_.emplace_front(path, std::move(f.value()));
+        map_[path] = lru_.begin();
+        if (lru_.size() > cap_) {
+            map_.erase(lru_.back().first);
+            lru_.pop_back();
+        }
+        return lru_.front().second.get();
+    }
+
+private:
+    std::size_t cap_;
+    std::list<std::pair<std::string, h5::Handle>> lru_;
+    std::unordered_map<std::string, decltype(lru_)::iterator> map_;
+};
+
+// Opens a source slice's dataset and checks it matches what the manifest says.
+Result<h5::Handle> open_source(hid_t file, const TensorInfo &t, const SourceRef &s,
+                               const std::string &path) {
+    h5::Handle d = h5::dataset(H5Dopen2(file, s.dataset.c_str(), H5P_DEFAULT));
+    if (!d) return h5::fail("tensor " + t.name + ": " + path + ": dataset " + s.dataset);
+    h5::Handle sp = h5::space(H5Dget_space(d.get()));
+    const int n = sp ? H5Sget_simple_extent_ndims(sp.get()) : -1;
+    std::vector<hsize_t> dims(kMaxRank);
+    if (n != static_cast<int>(s.count.size()) ||
+        H5Sget_simple_extent_dims(sp.get(), dims.data(), nullptr) != n ||
+        !std::equal(s.count.begin(), s.count.end(), dims.begin()))
+        return make_error("tensor " + t.name + ": " + path + ": dataset " + s.dataset +
+                          " does not have the shape " + shape_string(s.count) +
+                          " the manifest records");
+    h5::Handle ft = h5::type(H5Dget_type(d.get()));
+    h5::Handle want = h5::dtype_type(t.dtype);
+    if (!ft || !want || H5Tequal(ft.get(), want.get()) <= 0)
+        return make_error("tensor " + t.name + ": " + path + ": dataset " + s.dataset +
+                          " is not of type " + dtype_name(t.dtype));
+    return d;
+}
+
+// Hashes a whole source dataset, reading it in blocks of rows into a small buffer.
+Result<std::uint64_t> hash_source(hid_t d, const TensorInfo &t, const SourceRef &s,
+                                  const std::string &path, std::vector<char> &buf,
+                                  const std::function<void(std::uint64_t)> &on_bytes) {
+    const std::size_t elem = dtype_size(t.dtype);
+    const std::uint64_t row = element_count(s.count) / s.count[0] * elem;
+    const std::uint64_t rows_per = std::max<std::uint64_t>(1, kStreamBlockBytes / row);
+    h5::Handle type = h5::dtype_type(t.dtype);
+    h5::Handle fspace = h5::space(H5Dget_space(d));
+    Hasher hasher;
+    Status err;
+    // Cache-sized blocks: each is hashed right after it is read, and the buffer stays small.
+    for (std::uint64_t r0 = 0; r0 < s.count[0] && err; r0 += rows_per) {
+        const std::uint64_t rows = std::min(rows_per, s.count[0] - r0);
+        std::vector<hsize_t> off(s.count.size(), 0), cnt(s.count.begin(), s.count.end());
+        off[0] = r0;
+        cnt[0] = rows;
+        buf.resize(rows * row);
+        h5::Handle mspace = h5::space(H5Screate_simple(static_cast<int>(cnt.size()), cnt.data(), nullptr));
+        if (H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, off.data(), nullptr, cnt.data(), nullptr) < 0 ||
+            H5Dread(d, type.get(), mspace.get(), fspace.get(), H5P_DEFAULT, buf.data()) < 0) {
+            err = h5::fail("tensor " + t.name + ": reading " + path);
+            break;
+        }
+        hasher.update(buf.data(), rows * row);
+        if (on_bytes) on_bytes(rows * row);
+    }
+    if (!err) return make_error(err.error());
+    return hasher.digest();
+}
+
+std::string checksum_problem(std::uint64_t want, std::uint64_t got) {
+    return "checksum mismatch (manifest " + hex64(want) + ", data " + hex64(got) + ")";
+}
+
+}  // namespace
+
+struct Reader::Impl {
+    std::string dir;
+    ReadOptions options;
+    Manifest manifest;
+    std::unordered_map<std::string, std::size_t> by_name;
+    FileCache files{64};
+    std::unordered_set<std::string> verified;   // file + dataset of slices already checked
+    std::vector<char> scratch;
+    std::uint64_t bytes_read = 0;
+};
+
+Reader::Reader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Reader::~Reader() = default;
+const std::string &Reader::path() const { return impl_->dir; }
+const Manifest &Reader::manifest() const { return impl_->manifest; }
+std::uint64_t Reader::bytes_read() const { return impl_->bytes_read; }
+
+const TensorInfo *Reader::find(const std::string &name) const {
+    auto it = impl_->by_name.find(name);
+    return it == impl_->by_name.end() ? nullptr : &impl_->manifest.tensors[it->second];
+}
+
+Result<std::unique_ptr<Reader>> Reader::open(const std::string &ckpt_dir, const ReadOptions &options) {
+    h5::init();
+    auto m = read_index(ckpt_dir);
+    if (!m) return make_error(m.error());
+    auto impl = std::make_unique<Impl>();
+    impl->dir = ckpt_dir;
+    impl->options = options;
+    impl->manifest = std::move(m.value());
+    // Every source file must exist before anything is loaded: a virtual dataset (and a
+    // careless loader) would otherwise produce zeros for the missing part. Each distinct
+    // file is looked at once.
+    std::set<std::string> present;
+    for (std::size_t i = 0; i < impl->manifest.tensors.size(); ++i) {
+        const TensorInfo &t = impl->manifest.tensors[i];
+        impl->by_name.emplace(t.name, i);
+        for (const auto &s : t.sources) {
+            const std::string p = fsio::join(ckpt_dir, s.file);
+            if (present.count(p)) continue;
+            if (!fsio::exists(p))
+                return make_error(ckpt_dir + ": tensor " + t.name + ": source file " + p +
+                                  " is missing");
+            present.insert(p);
+        }
+    }
+    return std::make_unique<Reader>(std::move(impl));
+}
+
+Result<std::unique_ptr<Reader>> Reader::open_latest(const std::string &root, const ReadOptions &options) {
+    auto entries = list(root);
+    if (!entries) return make_error(entries.error());
+    for (auto it = entries.value().rbegin(); it != entries.value().rend(); ++it)
+        if (it->complete) return open(it->path, options);
+    return make_error(root + ": no complete checkpoint");
+}
+
+Status Reader::read(const std::string &name, const Shape &offset, const Shape &count, void *dst,
+                    std::size_t dst_bytes) {
+    Impl &r = *impl_;
+    const TensorInfo *t = find(name);
+    if (!t) return make_error(r.dir + ": no tensor named '" + name.substr(0, 300) + "'");
+    if (auto st = check_slice(t->shape, offset, count, "tensor " + name); !st) return st;
+    const std::size_t elem = dtype_size(t->dtype);
+    const std::uint64_t want = element_count(count) * elem;
+    if (dst_bytes != want)
+        return make_error("tensor " + name + ": slice " + shape_string(count) + " of " +
+                          dtype_name(t->dtype) + " needs " + std::to_string(want) +
+                          " bytes; buffer has " + std::to_string(dst_bytes));
+    const Box req{offset, count};
+    h5::Handle type = h5::dtype_type(t->dtype);
+    for (const auto &s : t->sources) {
+        const Box src{s.offset, s.count};
+        auto inter = intersect(req, src);
+        if (!inter) continue;
+        const std::string path = fsio::join(r.dir, s.file);
+        auto f = r.files.get(path);
+        if (!f) return make_error("tensor " + name + ": " + f.error());
+        auto d = open_source(f.value(), *t, s, path);
+        if (!d) return make_error(d.error());
+        const std::string key = path + '\n' + s.dataset;
+        const bool whole = inter->count == src.count;
+        const std::uint64_t src_bytes = element_count(s.count) * elem;
+
+        if (r.options.verify_checksums && !r.verified.count(key)) {
+            // First touch of this slice: read all of it so it can be hashed. Straight into
+            // the destination when it lands there contiguously (loading at the saved layout),
+            // else through a scratch buffer.
+            char *target;
+            if (whole && is_contiguous_in(src, req)) {
+                target = static_cast<char *>(dst) + byte_offset_in(src, req, elem);
+            } else {
+                r.scratch.resize(src_bytes);
+                target = r.scratch.data();
+            }
+            auto hashed = read_hashed(d.value().get(), type.get(), s.count, elem, target);
+            if (!hashed) return make_error("tensor " + name + ": reading " + path + ": " + hashed.error());
+            r.bytes_read += src_bytes;
+            const std::uint64_t h = hashed.value();
+            if (h != s.xxh3)
+                return make_error("tensor " + name + ": " + path + ": " + checksum_problem(s.xxh3, h));
+            r.verified.insert(key);
+            if (target == r.scratch.data())
+                copy_region(*inter, r.scratch.data(), src, dst, req, elem);
+            continue;
+        }
+        // Already verified (or verification off). The whole slice landing contiguously in
+        // the destination is one plain read; anything else reads just the intersection and
+        // lets HDF5 scatter it.
+        if (whole && is_contiguous_in(src, req)) {
+            char *target = static_cast<char *>(dst) + byte_offset_in(src, req, elem);
+            if (H5Dread(d.value().get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, target) < 0)
+                return h5::fail("tensor " + name + ": reading " + path);
+            r.bytes_read += src_bytes;
+            continue;
+        }
+        const int n = static_cast<int>(count.size());
+        std::vector<hsize_t> foff(n), moff(n), cnt(inter->count.begin(), inter->count.end());
+        std::vector<hsize_t> mdims(count.begin(), count.end());
+        for (int i = 0; i < n; ++i) {
+            foff[i] = inter->offset[i] - s.offset[i];
+            moff[i] = inter->offset[i] - offset[i];
+        }
+        h5::Handle fspace = h5::space(H5Dget_space(d.value().get()));
+        h5::Handle mspace = h5::space(H5Screate_simple(n, mdims.data(), nullptr));
+        if (!fspace || !mspace ||
+            H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, foff.data(), nullptr, cnt.data(), nullptr) < 0 ||
+            H5Sselect_hyperslab(mspace.get(), H5S_SELECT_SET, moff.data(), nullptr, cnt.data(), nullptr) < 0 ||
+            H5Dread(d.value().get(), type.get(), mspace.get(), fspace.get(), H5P_DEFAULT, dst) < 0)
+            return h5::fail("tensor " + name + ": reading " + path);
+        r.bytes_read += element_count(inter->count) * elem;
+    }
+    return Status::success();
+}
+
+Status Reader::read_all(const std::string &name, void *dst, std::size_t dst_bytes) {
+    const TensorInfo *t = find(name);
+    if (!t) return make_error(impl_->dir + ": no tensor named '" + name.substr(0, 300) + "'");
+    return read(name, Shape(t->shape.size(), 0), t->shape, dst, dst_bytes);
+}
+
+Result<RankState> Reader::rank_state(std::uint32_t rank) {
+    for (const auto &info : impl_->manifest.rank_states)
+        if (info.rank == rank) return read_rank_state(fsio::join(impl_->dir, kIndexFile), info);
+    return make_error(impl_->dir + ": no rank state for rank " + std::to_string(rank));
+}
+
+Result<VerifyReport> verify(const std::string &ckpt_dir, const Progress &progress) {
+    h5::init();
+    auto m = read_index(ckpt_dir);
+    if (!m) return make_error(m.error());
+    const Manifest &man = m.value();
+    VerifyReport rep;
+    rep.path = ckpt_dir;
+    std::uint64_t total = 0, done = 0;
+    for (const auto &t : man.tensors)
+        for (const auto &s : t.sources) total += element_count(s.count) * dtype_size(t.dtype);
+    FileCache files(16);
+    std::set<std::string> missing;
+    std::vector<char> buf;
+    for (const auto &t : man.tensors) {
+        for (const auto &s : t.sources) {
+            const std::uint64_t bytes = element_count(s.count) * dtype_size(t.dtype);
+            const std::string path = fsio::join(ckpt_dir, s.file);
+            ++rep.sources_checked;
+            if (!fsio::exists(path)) {
+                rep.issues.push_back({t.name, path, "source file is missing"});
+                missing.insert(path);
+                done += bytes;
+                continue;
+            }
+            auto f = files.get(path);
+            if (!f) {
+                rep.issues.push_back({t.name, path, f.error()});
+                done += bytes;
+                continue;
+            }
+            auto d = open_source(f.value(), t, s, path);
+            if (!d) {
+                rep.issues.push_back({t.name, path, d.error()});
+                done += bytes;
+                continue;
+            }
+            auto h = hash_source(d.value().get(), t, s, path, buf, [&](std::uint64_t b) {
+                done += b;
+                rep.bytes_checked += b;
+                if (progress) progress(done, total);
+            });
+            if (!h) rep.issues.push_back({t.name, path, h.error()});
+            else if (h.value() != s.xxh3) rep.issues.push_back({t.name, path, checksum_problem(s.xxh3, h.value())});
+        }
+    }
+    // The virtual datasets must map exactly the manifest's sources, or h5py users read
+    // something else than the loader.
+    const std::string index_path = fsio::join(ckpt_dir, kIndexFile);
+    if (auto idx = h5::open_file(index_path); !idx) {
+        rep.issues.push_back({"", index_path, idx.error()});
+    } else {
+        for (const auto &t : man.tensors) {
+            h5::Handle d = h5::dataset(H5Dopen2(idx.value().get(), virtual_dataset_name(t.name).c_str(), H5P_DEFAULT));
+            h5::Handle dcpl = d ? h5::plist(H5Dget_create_plist(d.get())) : h5::Handle();
+            std::size_t n = 0;
+            if (!dcpl || H5Pget_layout(dcpl.get()) != H5D_VIRTUAL || H5Pget_virtual_count(dcpl.get(), &n) < 0) {
+                rep.issues.push_back({t.name, index_path, "no virtual dataset " + virtual_dataset_name(t.name)});
+                H5Eclear2(H5E_DEFAULT);
+                continue;
+            }
+            std::multiset<std::pair<std::string, std::string>> want, got;
+            for (const auto &s : t.sources) want.emplace(s.file, s.dataset);
+            for (std::size_t i = 0; i < n; ++i) {
+                char file[1024] = {0}, dset[1024] = {0};
+                H5Pget_virtual_filename(dcpl.get(), i, file, sizeof file);
+                H5Pget_virtual_dsetname(dcpl.get(), i, dset, sizeof dset);
+                got.emplace(file, dset);
+            }
+            if (want != got)
+                rep.issues.push_back({t.name, index_path, "virtual dataset mappings differ from the manifest"});
+        }
+        for (const auto &info : man.rank_states)
+            if (auto rs = read_rank_state(index_path, info); !rs)
+                rep.issues.push_back({"", index_path, rs.error()});
+    }
+    if (progress) progress(total, total);
+    return rep;
+}
+
+}  // namespace ckpt
+}  // namespace omni

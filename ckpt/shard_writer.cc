@@ -1,0 +1,249 @@
+// ShardWriter: one rank's shard file of a checkpoint, full or incremental.
+//
+// The shard is written as shard-N.h5.tmp inside the partial checkpoint directory and renamed
+// to shard-N.h5 only after it is closed and fsynced, so commit() never sees a torn shard.
+#include <unistd.h>
+
+#include <climits>
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "format.h"
+#include "fsio.h"
+#include "h5.h"
+#include "hash.h"
+#include "index.h"
+#include "stream.h"
+#include "omni/ckpt_cpp.h"
+#include "writer_internal.h"
+
+namespace omni {
+namespace ckpt {
+
+namespace {
+
+// Identity of a slice for incremental reuse: same tensor, dtype, global shape and box.
+using SliceKey = std::tuple<std::string, DType, Shape, Shape, Shape>;
+
+std::string real_path(const std::string &p) {
+    char buf[PATH_MAX];
+    if (!::realpath(p.c_str(), buf)) return p;
+    return buf;
+}
+
+}  // namespace
+
+struct ShardWriter::Impl {
+    std::string dir;          // the partial checkpoint directory
+    std::string final_path;   // dir/shard-N.h5
+    std::string tmp_path;     // dir/shard-N.h5.tmp
+    WriterOptions options;
+    ShardManifest manifest;
+    h5::Handle file;
+    std::map<SliceKey, SourceRef> base;   // the base checkpoint's slices, rebased
+    std::set<std::string> names;
+    std::uint64_t written = 0, reused = 0;
+    bool finished = false;
+    std::string failed;       // first error; the writer refuses further work after it
+
+    Status fail(Error e) {
+        if (failed.empty()) failed = e.message;
+        return Status(std::move(e));
+    }
+};
+
+ShardWriter::ShardWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+ShardWriter::~ShardWriter() {
+    if (impl_ && !impl_->finished) {
+        impl_->file.reset();
+        ::unlink(impl_->tmp_path.c_str());
+    }
+}
+
+std::uint64_t ShardWriter::bytes_written() const { return impl_->written; }
+std::uint64_t ShardWriter::bytes_reused() const { return impl_->reused; }
+
+Result<std::unique_ptr<ShardWriter>> open_shard_writer_in(const std::string &dir,
+                                                          std::uint64_t step, std::uint32_t rank,
+                                                          const WriterOptions &options) {
+    h5::init();
+    if (auto st = check_attempt(options.attempt); !st) return make_error(st.error());
+    if (rank >= kMaxWriters)
+        return make_error("rank " + std::to_string(rank) + ": expected 0.." +
+                          std::to_string(kMaxWriters - 1));
+    auto impl = std::make_unique<ShardWriter::Impl>();
+    impl->dir = dir;
+    impl->options = options;
+    impl->final_path = fsio::join(dir, shard_file_name(rank));
+    impl->tmp_path = impl->final_path + ".tmp";
+    impl->manifest.step = step;
+    impl->manifest.rank = rank;
+    impl->manifest.attempt = options.attempt;
+
+    if (!options.base.empty()) {
+        // The base is named by its real directory: "ROOT/latest" must not end up in a
+        // reference, or the reference would follow the link to the next checkpoint.
+        if (!fsio::is_dir(options.base))
+            return make_error("base checkpoint " + options.base + " does not exist");
+        const std::string base_real = real_path(options.base);
+        // References are relative paths between sibling directories, so the base must live
+        // next to the new checkpoint.
+        const std::string base_parent = fsio::dirname(base_real);
+        const std::string parent = real_path(fsio::dirname(dir));
+        if (base_parent != parent)
+            return make_error("base checkpoint " + options.base +
+                              " is not in the checkpoint root " + fsio::dirname(dir) +
+                              "; an incremental checkpoint must sit next to its base");
+        auto bm = read_index(base_real);
+        if (!bm) return make_error("base checkpoint: " + bm.error());
+        const std::string base_name = fsio::basename(base_real);
+        for (const auto &t : bm.value().tensors)
+            for (const auto &s : t.sources) {
+                SourceRef ref = s;
+                ref.file = rebase_file_ref(s.file, base_name);
+                ref.writer = rank;
+                impl->base.emplace(SliceKey{t.name, t.dtype, t.shape, s.offset, s.count}, ref);
+            }
+    }
+    if (auto st = fsio::make_dirs(dir); !st) return make_error(st.error());
+    auto f = h5::create_file(impl->tmp_path);
+    if (!f) return make_error(f.error());
+    impl->file = std::move(f.value());
+    return std::make_unique<ShardWriter>(std::move(impl));
+}
+
+Result<std::unique_ptr<ShardWriter>> ShardWriter::open(const std::string &root, std::uint64_t step,
+                                                       std::uint32_t rank,
+                                                       const WriterOptions &options) {
+    if (auto st = check_attempt(options.attempt); !st) return make_error(st.error());
+    if (auto st = fsio::make_dirs(root); !st) return make_error(st.error());
+    return open_shard_writer_in(fsio::join(root, partial_dir_name(step, options.attempt)), step,
+                                rank, options);
+}
+
+Status ShardWriter::add_tensor(const std::string &name, DType dtype, const Shape &shape,
+                               const Shape &offset, const Shape &count, const void *data,
+                               Change change) {
+    Impl &w = *impl_;
+    if (!w.failed.empty()) return make_error("shard writer failed earlier: " + w.failed);
+    if (w.finished) return make_error("tensor " + name + ": shard already finished");
+    if (auto st = check_tensor_name(name); !st) return st;
+    if (auto st = check_shape(shape, "tensor " + name + ": shape"); !st) return st;
+    if (auto st = check_slice(shape, offset, count, "tensor " + name); !st) return st;
+    if (!w.names.insert(name).second)
+        return make_error("tensor " + name + ": added twice to the shard of rank " +
+                          std::to_string(w.manifest.rank));
+    if (!data) return make_error("tensor " + name + ": data is null");
+    const std::uint64_t bytes = element_count(count) * dtype_size(dtype);
+
+    TensorInfo t;
+    t.name = name;
+    t.dtype = dtype;
+    t.shape = shape;
+    const SourceRef *base = nullptr;
+    if (!w.base.empty()) {
+        auto it = w.base.find(SliceKey{name, dtype, shape, offset, count});
+        if (it != w.base.end()) base = &it->second;
+    }
+    if (base && change == Change::unchanged) {
+        // The caller vouches for it; verify and load still check the base's checksum.
+        t.sources.push_back(*base);
+        w.reused += bytes;
+        w.manifest.tensors.push_back(std::move(t));
+        return Status::success();
+    }
+    // Comparing with the base needs the hash before deciding; a slice that is written anyway
+    // is hashed block by block as it goes out (stream.h).
+    std::uint64_t hash = 0;
+    if (base && change == Change::detect) {
+        hash = xxh3(data, bytes);
+        if (base->xxh3 == hash) {
+            t.sources.push_back(*base);
+            w.reused += bytes;
+            w.manifest.tensors.push_back(std::move(t));
+            return Status::success();
+        }
+    }
+
+    const int rank = static_cast<int>(count.size());
+    std::vector<hsize_t> dims(count.begin(), count.end());
+    h5::Handle type = h5::dtype_type(dtype);
+    h5::Handle space = h5::space(H5Screate_simple(rank, dims.data(), nullptr));
+    h5::Handle lcpl = h5::plist(H5Pcreate(H5P_LINK_CREATE));
+    if (!type || !space || !lcpl || H5Pset_create_intermediate_group(lcpl.get(), 1) < 0)
+        return w.fail(h5::fail("tensor " + name + ": " + w.tmp_path));
+    const std::string ds_name = slice_dataset_name(name);
+    h5::Handle ds = h5::dataset(H5Dcreate2(w.file.get(), ds_name.c_str(), type.get(), space.get(),
+                                           lcpl.get(), H5P_DEFAULT, H5P_DEFAULT));
+    if (!ds) return w.fail(h5::fail("tensor " + name + ": creating dataset in " + w.tmp_path));
+    // Memory and file types are identical, so HDF5 writes the buffer straight through.
+    auto written = write_hashed(ds.get(), type.get(), count, dtype_size(dtype), data);
+    if (!written) return w.fail(make_error("tensor " + name + ": writing " + w.tmp_path + ": " + written.error()));
+    hash = written.value();
+    if (auto st = ds.close("tensor " + name + ": " + w.tmp_path); !st)
+        return w.fail(make_error(st.error()));
+    SourceRef s;
+    s.writer = w.manifest.rank;
+    s.file = shard_file_name(w.manifest.rank);
+    s.dataset = ds_name;
+    s.offset = offset;
+    s.count = count;
+    s.xxh3 = hash;
+    t.sources.push_back(std::move(s));
+    w.written += bytes;
+    w.manifest.tensors.push_back(std::move(t));
+    return Status::success();
+}
+
+Status ShardWriter::add_rank_state(const RankState &state) {
+    Impl &w = *impl_;
+    if (!w.failed.empty()) return make_error("shard writer failed earlier: " + w.failed);
+    if (w.finished) return make_error("rank state: shard already finished");
+    if (state.rank >= kMaxWriters)
+        return make_error("rank state: rank " + std::to_string(state.rank) + " out of range");
+    for (const auto &r : w.manifest.rank_states)
+        if (r.rank == state.rank)
+            return make_error("rank state of rank " + std::to_string(state.rank) + " added twice");
+    const std::string g = rank_state_group(state.rank);
+    Status st = h5::write_1d(w.file.get(), g + "/rng", H5T_STD_U8LE, H5T_NATIVE_UINT8,
+                             state.rng.size(), state.rng.data());
+    if (st)
+        st = h5::write_1d(w.file.get(), g + "/consumed", H5T_STD_I64LE, H5T_NATIVE_INT64,
+                          state.consumed.size(), state.consumed.data());
+    if (!st) return w.fail(make_error("rank state: " + w.tmp_path + ": " + st.error()));
+    RankStateInfo info;
+    info.rank = state.rank;
+    info.rng_bytes = state.rng.size();
+    info.consumed = state.consumed.size();
+    info.xxh3 = rank_state_hash(state);
+    w.manifest.rank_states.push_back(info);
+    return Status::success();
+}
+
+Status ShardWriter::finish() {
+    Impl &w = *impl_;
+    if (!w.failed.empty()) return make_error("shard writer failed earlier: " + w.failed);
+    if (w.finished) return Status::success();
+    Status st = h5::write_attr_u64(w.file.get(), kVersionAttr, kFormatVersion);
+    if (st)
+        st = h5::write_string_dataset(w.file.get(), kShardManifestDataset,
+                                      shard_manifest_to_json(w.manifest));
+    if (!st) return w.fail(make_error(w.tmp_path + ": " + st.error()));
+    // Closing flushes HDF5's metadata: a full disk often surfaces here, not at H5Dwrite.
+    if (auto c = w.file.close(w.tmp_path); !c) return w.fail(make_error(c.error()));
+    if (w.options.fsync)
+        if (auto s = fsio::fsync_path(w.tmp_path); !s) return w.fail(make_error(s.error()));
+    // No fsync of the directory here: the new name only has to be durable once the
+    // checkpoint is committed, and commit() fsyncs the directory once for all shards before
+    // its rename, instead of once per rank.
+    if (auto s = fsio::rename_path(w.tmp_path, w.final_path); !s)
+        return w.fail(make_error(s.error()));
+    w.finished = true;
+    return Status::success();
+}
+
+}  // namespace ckpt
+}  // namespace omni

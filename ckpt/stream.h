@@ -1,0 +1,38 @@
+// Moving a slice between memory and its HDF5 dataset in blocks of rows, hashing each block
+// while it is still in the CPU cache.
+//
+// Hashing a slice and then writing it reads it from DRAM twice; on machines whose memory
+// bandwidth is within a few times the storage bandwidth (most cloud VMs) that second pass
+// costs as much as the hash itself. Blocks of about 1 MiB cut it to one pass.
+#ifndef OMNI_CKPT_STREAM_H
+#define OMNI_CKPT_STREAM_H
+
+#include <hdf5.h>
+
+#include <cstdint>
+#include <functional>
+
+#include "omni/ckpt_cpp.h"
+#include "omni/result.h"
+
+namespace omni {
+namespace ckpt {
+
+// Bytes per block: about one core's L2 cache. Measured between 256 KiB and 8 MiB the size
+// hardly matters; what matters is that the hash reads the block before it leaves the cache.
+constexpr std::uint64_t kStreamBlockBytes = std::uint64_t(1) << 20;
+
+// Writes `data` (a dense slice of shape `count`) to dataset `ds` of the same shape and
+// returns the XXH3-64 of its bytes.
+Result<std::uint64_t> write_hashed(hid_t ds, hid_t type, const Shape &count, std::size_t elem,
+                                   const void *data);
+// Reads dataset `ds` (shape `count`) into `dst` and returns the XXH3-64 of its bytes.
+// `on_block` (optional) is told each block's size in bytes, for progress.
+Result<std::uint64_t> read_hashed(hid_t ds, hid_t type, const Shape &count, std::size_t elem,
+                                  void *dst,
+                                  const std::function<void(std::uint64_t)> &on_block = {});
+
+}  // namespace ckpt
+}  // namespace omni
+
+#endif

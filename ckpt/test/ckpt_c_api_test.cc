@@ -1,0 +1,116 @@
+// The C API (omni/ckpt.h): a round trip with two writers, an async writer, resharded reads,
+// and error reporting through omni_ckpt_errmsg().
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "omni/ckpt.h"
+
+namespace {
+// A temporary directory removed at the end of the test.
+struct TempDir {
+    TempDir() {
+        char tmpl[] = "/tmp/omni-ckpt-capi.XXXXXX";
+        path = ::mkdtemp(tmpl);
+    }
+    ~TempDir() {
+        std::error_code ec;
+        std::filesystem::remove_all(path, ec);
+    }
+    std::string path;
+};
+}  // namespace
+
+TEST(CApi, TwoWritersCommitAndReadAnySlice) {
+    TempDir tmp;
+    const std::string root = tmp.path + "/root";
+    float data[10];
+    for (int i = 0; i < 10; ++i) data[i] = static_cast<float>(i) * 1.5f;
+    const uint64_t shape[1] = {10};
+    for (uint32_t r = 0; r < 2; ++r) {
+        omni_ckpt_writer *w = nullptr;
+        ASSERT_EQ(omni_ckpt_writer_open(root.c_str(), 7, r, "g1", nullptr, &w), 0) << omni_ckpt_errmsg();
+        const uint64_t off[1] = {r * 6u}, cnt[1] = {r ? 4u : 6u};
+        ASSERT_EQ(omni_ckpt_writer_add_tensor(w, "p", OMNI_CKPT_FP32, 1, shape, off, cnt, data + off[0],
+                                              OMNI_CKPT_DETECT), 0) << omni_ckpt_errmsg();
+        const int64_t consumed[2] = {r, r + 2};
+        ASSERT_EQ(omni_ckpt_writer_add_rank_state(w, r, "seed", 4, consumed, 2), 0);
+        ASSERT_EQ(omni_ckpt_writer_finish(w), 0) << omni_ckpt_errmsg();
+        omni_ckpt_writer_free(w);
+    }
+    omni_ckpt_meta meta{};
+    meta.step = 7;
+    meta.world_size = 2;
+    meta.lr_kind = "linear";
+    meta.lr_base = 0.1;
+    char path[4096];
+    ASSERT_EQ(omni_ckpt_commit(root.c_str(), 2, "g1", &meta, path, sizeof path), 0) << omni_ckpt_errmsg();
+    EXPECT_EQ(std::string(path), root + "/step-0000000007");
+
+    omni_ckpt_reader *rd = nullptr;
+    ASSERT_EQ(omni_ckpt_reader_open(root.c_str(), 1, 1, &rd), 0) << omni_ckpt_errmsg();
+    omni_ckpt_meta got{};
+    ASSERT_EQ(omni_ckpt_reader_meta(rd, &got), 0);
+    EXPECT_EQ(got.step, 7u);
+    EXPECT_STREQ(got.lr_kind, "linear");
+    ASSERT_EQ(omni_ckpt_reader_tensor_count(rd), 1u);
+    const char *name;
+    omni_ckpt_dtype dt;
+    uint32_t nd;
+    uint64_t sh[8];
+    ASSERT_EQ(omni_ckpt_reader_tensor_info(rd, 0, &name, &dt, &nd, sh), 0);
+    EXPECT_STREQ(name, "p");
+    EXPECT_EQ(dt, OMNI_CKPT_FP32);
+    EXPECT_EQ(sh[0], 10u);
+    float part[5];
+    const uint64_t off[1] = {4}, cnt[1] = {5};   // crosses both writers' slices
+    ASSERT_EQ(omni_ckpt_reader_read(rd, "p", 1, off, cnt, part, sizeof part), 0) << omni_ckpt_errmsg();
+    EXPECT_EQ(0, std::memcmp(part, data + 4, sizeof part));
+    size_t rng_n = 0, cons_n = 0;
+    ASSERT_EQ(omni_ckpt_reader_rank_state(rd, 1, nullptr, &rng_n, nullptr, &cons_n), 0);
+    EXPECT_EQ(rng_n, 4u);
+    EXPECT_EQ(cons_n, 2u);
+    char rng[4];
+    int64_t cons[2];
+    ASSERT_EQ(omni_ckpt_reader_rank_state(rd, 1, rng, &rng_n, cons, &cons_n), 0);
+    EXPECT_EQ(0, std::memcmp(rng, "seed", 4));
+    EXPECT_EQ(cons[1], 3);
+    // Errors name what was wrong.
+    EXPECT_EQ(omni_ckpt_reader_read(rd, "nope", 1, off, cnt, part, sizeof part), -1);
+    EXPECT_NE(std::string(omni_ckpt_errmsg()).find("nope"), std::string::npos);
+    EXPECT_EQ(omni_ckpt_reader_read(rd, "p", 1, off, cnt, part, 3), -1);
+    EXPECT_NE(std::string(omni_ckpt_errmsg()).find("needs 20 bytes"), std::string::npos);
+    omni_ckpt_reader_close(rd);
+}
+
+TEST(CApi, AsyncWriterAndBadArguments) {
+    TempDir tmp;
+    const std::string root = tmp.path + "/root";
+    omni_ckpt_async *a = nullptr;
+    ASSERT_EQ(omni_ckpt_async_create(&a), 0);
+    ASSERT_EQ(omni_ckpt_async_begin(a, root.c_str(), 1, 0, nullptr, nullptr), 0) << omni_ckpt_errmsg();
+    uint16_t half[6] = {1, 2, 3, 4, 5, 6};
+    const uint64_t shape[2] = {2, 3}, off[2] = {0, 0};
+    ASSERT_EQ(omni_ckpt_async_add_tensor(a, "h", OMNI_CKPT_BF16, 2, shape, off, shape, half, OMNI_CKPT_CHANGED), 0);
+    EXPECT_EQ(omni_ckpt_async_add_tensor(a, "bad", static_cast<omni_ckpt_dtype>(9), 2, shape, off, shape, half,
+                                         OMNI_CKPT_CHANGED), -1);
+    EXPECT_NE(std::string(omni_ckpt_errmsg()).find("not an omni_ckpt_dtype"), std::string::npos);
+    ASSERT_EQ(omni_ckpt_async_submit(a), 0);
+    ASSERT_EQ(omni_ckpt_async_wait(a), 0) << omni_ckpt_errmsg();
+    omni_ckpt_async_free(a);
+    omni_ckpt_meta meta{};
+    meta.step = 1;
+    ASSERT_EQ(omni_ckpt_commit(root.c_str(), 1, nullptr, &meta, nullptr, 0), 0) << omni_ckpt_errmsg();
+    EXPECT_EQ(omni_ckpt_commit(root.c_str(), 1, nullptr, nullptr, nullptr, 0), -1);
+    omni_ckpt_writer *w = nullptr;
+    EXPECT_EQ(omni_ckpt_writer_open(root.c_str(), 2, 0, "no spaces", nullptr, &w), -1);
+    EXPECT_NE(std::string(omni_ckpt_errmsg()).find("attempt"), std::string::npos);
+    omni_ckpt_reader *rd = nullptr;
+    EXPECT_EQ(omni_ckpt_reader_open((root + "/step-0000000099").c_str(), 0, 1, &rd), -1);
+    EXPECT_NE(std::string(omni_ckpt_errmsg()).find("step-0000000099"), std::string::npos);
+}

@@ -1,0 +1,565 @@
+// Unit tests of libomni-ckpt: round trips, resharding, incremental chains and merge,
+// corruption, commit validation, gc and the manifest parser.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <string>
+
+#include "../box.h"
+#include "../format.h"
+#include "../fsio.h"
+#include "../hash.h"
+#include "omni/ckpt_cpp.h"
+#include "test_util.h"
+
+using namespace omni::ckpt;
+namespace t = omni::ckpt::test;
+
+namespace {
+
+class TempDir {
+public:
+    TempDir() {
+        char tmpl[] = "/tmp/omni-ckpt-test.XXXXXX";
+        path_ = ::mkdtemp(tmpl);
+    }
+    ~TempDir() { (void)fsio::remove_tree(path_); }
+    const std::string &path() const { return path_; }
+    std::string operator/(const std::string &n) const { return path_ + "/" + n; }
+
+private:
+    std::string path_;
+};
+
+struct Spec {
+    std::string name;
+    DType dtype;
+    Shape shape;
+    std::uint64_t seed;
+};
+
+Meta meta_for(std::uint64_t step, std::uint64_t world) {
+    Meta m;
+    m.step = step;
+    m.generation = 3;
+    m.world_size = world;
+    m.unit_layout = "4@pcie";
+    m.lr = {"cosine", 1.5e-4, 100, 10000, step};
+    m.ledger = {2, 42};
+    return m;
+}
+
+// Writes a checkpoint with `writers` ranks, each tensor split unevenly along dimension 0.
+std::string write_ckpt(const std::string &root, std::uint64_t step, std::uint32_t writers,
+                       const std::vector<Spec> &specs, const std::string &base = "",
+                       std::uint64_t *written = nullptr) {
+    WriterOptions wo;
+    wo.base = base;
+    std::uint64_t total_written = 0;
+    for (std::uint32_t w = 0; w < writers; ++w) {
+        auto sw = ShardWriter::open(root, step, w, wo);
+        EXPECT_TRUE(sw.ok()) << sw.error();
+        if (!sw.ok()) return "";
+        for (const auto &s : specs) {
+            const auto all = t::logical(s.dtype, s.shape, s.seed);
+            const auto part = t::uneven_split(s.shape[0], writers)[w];
+            if (part.second == 0) continue;
+            Shape off(s.shape.size(), 0), cnt = s.shape;
+            off[0] = part.first;
+            cnt[0] = part.second;
+            const auto data = t::rows_of(all, s.shape, s.dtype, part.first, part.second);
+            auto st = sw.value()->add_tensor(s.name, s.dtype, s.shape, off, cnt, data.data());
+            EXPECT_TRUE(st.ok()) << st.error();
+        }
+        RankState rs;
+        rs.rank = w;
+        rs.rng = {std::uint8_t(w), std::uint8_t(step), 0xab};
+        rs.consumed = {std::int64_t(w), std::int64_t(w + writers)};
+        EXPECT_TRUE(sw.value()->add_rank_state(rs).ok());
+        auto st = sw.value()->finish();
+        EXPECT_TRUE(st.ok()) << st.error();
+        total_written += sw.value()->bytes_written();
+    }
+    if (written) *written = total_written;
+    auto c = commit(root, writers, meta_for(step, writers));
+    EXPECT_TRUE(c.ok()) << c.error();
+    return c.ok() ? c.value() : "";
+}
+
+void expect_logical(Reader &r, const Spec &s) {
+    const auto want = t::logical(s.dtype, s.shape, s.seed);
+    std::vector<char> got(want.size());
+    auto st = r.read_all(s.name, got.data(), got.size());
+    ASSERT_TRUE(st.ok()) << st.error();
+    EXPECT_TRUE(want == got) << "tensor " << s.name << " differs in " << r.path();
+}
+
+const std::vector<Spec> kMixed = {
+    {"model/embed", DType::fp32, {29, 6}, 1},    {"model/blk.0/w", DType::bf16, {17, 4, 3}, 2},
+    {"model/blk.0/b", DType::fp16, {13}, 3},     {"optim/step", DType::int64, {1}, 4},
+    {"data/mask", DType::uint8, {31, 2}, 5},     {"optim/adam/exp_avg/embed", DType::fp32, {29, 6}, 6},
+};
+
+}  // namespace
+
+TEST(Box, CopyRegionMergesWholeTrailingDimensions) {
+    // A 4x6 source at rows 2..5 of a 10x6 tensor, copied into a request of rows 3..7.
+    std::vector<int> src(4 * 6), dst(5 * 6, -1);
+    for (int i = 0; i < 24; ++i) src[i] = i;
+    Box sb{{2, 0}, {4, 6}}, db{{3, 0}, {5, 6}};
+    auto in = intersect(sb, db);
+    ASSERT_TRUE(in.has_value());
+    EXPECT_EQ(in->offset, (Shape{3, 0}));
+    EXPECT_EQ(in->count, (Shape{3, 6}));
+    copy_region(*in, src.data(), sb, dst.data(), db, sizeof(int));
+    for (int r = 0; r < 3; ++r)
+        for (int c = 0; c < 6; ++c) EXPECT_EQ(dst[r * 6 + c], (r + 1) * 6 + c);
+    EXPECT_EQ(dst[3 * 6], -1);
+    EXPECT_TRUE(is_contiguous_in(Box{{1, 0}, {2, 6}}, Box{{0, 0}, {5, 6}}));
+    EXPECT_FALSE(is_contiguous_in(Box{{1, 1}, {2, 5}}, Box{{0, 0}, {5, 6}}));
+    EXPECT_TRUE(is_contiguous_in(Box{{1, 1}, {1, 5}}, Box{{0, 0}, {5, 6}}));
+    EXPECT_FALSE(intersect(Box{{0}, {3}}, Box{{3}, {2}}).has_value());
+}
+
+TEST(RoundTrip, EveryDtypeAndStateBitwise) {
+    TempDir d;
+    const std::string ck = write_ckpt(d / "root", 10, 3, kMixed);
+    auto r = Reader::open(ck);
+    ASSERT_TRUE(r.ok()) << r.error();
+    for (const auto &s : kMixed) expect_logical(*r.value(), s);
+    const Manifest &m = r.value()->manifest();
+    EXPECT_EQ(m.meta.step, 10u);
+    EXPECT_EQ(m.meta.generation, 3u);
+    EXPECT_EQ(m.meta.unit_layout, "4@pcie");
+    EXPECT_EQ(m.meta.lr.kind, "cosine");
+    EXPECT_DOUBLE_EQ(m.meta.lr.base_lr, 1.5e-4);
+    EXPECT_EQ(m.meta.ledger.seed, 42u);
+    EXPECT_EQ(m.writers, 3u);
+    EXPECT_EQ(r.value()->find("model/blk.0/w")->dtype, DType::bf16);
+    auto rs = r.value()->rank_state(2);
+    ASSERT_TRUE(rs.ok()) << rs.error();
+    EXPECT_EQ(rs.value().rng, (std::vector<std::uint8_t>{2, 10, 0xab}));
+    EXPECT_EQ(rs.value().consumed, (std::vector<std::int64_t>{2, 5}));
+    EXPECT_FALSE(r.value()->rank_state(3).ok());
+    // The latest symlink and open_latest agree.
+    auto latest = Reader::open_latest(d / "root");
+    ASSERT_TRUE(latest.ok()) << latest.error();
+    EXPECT_EQ(fsio::basename(latest.value()->path()), "step-0000000010");
+    EXPECT_TRUE(fsio::is_dir(d / "root/latest"));
+}
+
+TEST(RoundTrip, SlicesLargerThanAStreamBlock) {
+    // 2.8 MiB slices (several blocks of rows) and rows of 2.4 MiB (one row per block).
+    TempDir d;
+    const std::vector<Spec> specs = {{"big", DType::fp32, {1400, 1024}, 3},
+                                     {"wide", DType::fp32, {3, 1, 600000}, 4}};
+    const std::string ck = write_ckpt(d / "root", 1, 2, specs);
+    auto r = Reader::open(ck);
+    ASSERT_TRUE(r.ok()) << r.error();
+    for (const auto &s : specs) expect_logical(*r.value(), s);
+    auto v = verify(ck);
+    ASSERT_TRUE(v.ok());
+    EXPECT_TRUE(v.value().ok());
+    auto rs = reshard(ck, 3, d / "r3");
+    ASSERT_TRUE(rs.ok()) << rs.error();
+    auto r3 = Reader::open(rs.value());
+    ASSERT_TRUE(r3.ok());
+    for (const auto &s : specs) expect_logical(*r3.value(), s);
+}
+
+TEST(Reshard, AnyNToAnyMIsBitwiseEqual) {
+    const std::vector<std::uint32_t> sizes = {1, 2, 3, 4, 8};
+    const std::vector<Spec> specs = {{"w", DType::fp32, {29, 3}, 11}, {"v", DType::bf16, {9, 2, 2}, 12},
+                                     {"s", DType::int64, {5}, 13}};
+    for (auto n : sizes) {
+        TempDir d;
+        const std::string ck = write_ckpt(d / "root", 1, n, specs);
+        // Loading at M ranks: each rank reads its own slice of every tensor.
+        for (auto m : sizes) {
+            auto r = Reader::open(ck);
+            ASSERT_TRUE(r.ok()) << r.error();
+            for (const auto &s : specs) {
+                const auto want = t::logical(s.dtype, s.shape, s.seed);
+                std::vector<char> got;
+                for (const auto &[r0, rows] : t::uneven_split(s.shape[0], m)) {
+                    if (!rows) continue;
+                    Shape off(s.shape.size(), 0), cnt = s.shape;
+                    off[0] = r0;
+                    cnt[0] = rows;
+                    std::vector<char> part(element_count(cnt) * dtype_size(s.dtype));
+                    auto st = r.value()->read(s.name, off, cnt, part.data(), part.size());
+                    ASSERT_TRUE(st.ok()) << st.error();
+                    got.insert(got.end(), part.begin(), part.end());
+                }
+                EXPECT_TRUE(got == want) << s.name << " N=" << n << " M=" << m;
+            }
+            // And rewriting for M writers.
+            const std::string out = d / ("r" + std::to_string(m));
+            auto rw = reshard(ck, m, out);
+            ASSERT_TRUE(rw.ok()) << rw.error();
+            auto rr = Reader::open(out);
+            ASSERT_TRUE(rr.ok()) << rr.error();
+            EXPECT_EQ(rr.value()->manifest().writers, m);
+            for (const auto &s : specs) expect_logical(*rr.value(), s);
+            EXPECT_EQ(rr.value()->rank_state(n - 1).value().consumed,
+                      (std::vector<std::int64_t>{n - 1, 2 * n - 1}));
+        }
+    }
+}
+
+TEST(Reshard, SlicesAlongInnerDimensions) {
+    // Two writers splitting columns; read back rows (crossing both sources) and a 2-D block.
+    TempDir d;
+    const Shape shape{6, 8};
+    const auto all = t::logical(DType::fp32, shape, 3);
+    for (std::uint32_t w = 0; w < 2; ++w) {
+        auto sw = ShardWriter::open(d / "root", 5, w);
+        ASSERT_TRUE(sw.ok());
+        std::vector<float> part;
+        for (int r = 0; r < 6; ++r)
+            for (int c = 0; c < 4; ++c) {
+                float f;
+                std::memcpy(&f, all.data() + (r * 8 + w * 4 + c) * 4, 4);
+                part.push_back(f);
+            }
+        ASSERT_TRUE(sw.value()->add_tensor("x", DType::fp32, shape, {0, w * 4u}, {6, 4}, part.data()).ok());
+        ASSERT_TRUE(sw.value()->finish().ok());
+    }
+    ASSERT_TRUE(commit(d / "root", 2, meta_for(5, 2)).ok());
+    auto r = Reader::open(d / "root/step-0000000005");
+    ASSERT_TRUE(r.ok()) << r.error();
+    std::vector<float> block(3 * 5);
+    ASSERT_TRUE(r.value()->read("x", {2, 1}, {3, 5}, block.data(), block.size() * 4).ok());
+    for (int i = 0; i < 3; ++i)
+        for (int j = 0; j < 5; ++j)
+            EXPECT_EQ(0, std::memcmp(&block[i * 5 + j], all.data() + ((2 + i) * 8 + 1 + j) * 4, 4));
+}
+
+TEST(Incremental, ChainOfFiveMergeEqualsFullCheckpoint) {
+    TempDir d;
+    const std::string root = d / "root";
+    std::vector<Spec> specs = kMixed;
+    std::string prev = write_ckpt(root, 1, 4, specs);
+    std::uint64_t full_bytes = 0;
+    for (const auto &s : specs) full_bytes += element_count(s.shape) * dtype_size(s.dtype);
+    for (std::uint64_t step = 2; step <= 5; ++step) {
+        specs[step % specs.size()].seed += 100;   // one tensor changes per step
+        std::uint64_t written = 0;
+        prev = write_ckpt(root, step, 4, specs, prev, &written);
+        const auto &changed = specs[step % specs.size()];
+        EXPECT_EQ(written, element_count(changed.shape) * dtype_size(changed.dtype)) << "step " << step;
+        auto r = Reader::open(prev);
+        ASSERT_TRUE(r.ok()) << r.error();
+        for (const auto &s : specs) expect_logical(*r.value(), s);
+    }
+    // References always point at the checkpoint holding the data, never through a chain.
+    auto entries = list(root);
+    ASSERT_TRUE(entries.ok());
+    ASSERT_EQ(entries.value().size(), 5u);
+    EXPECT_FALSE(entries.value().back().bases.empty());
+    for (const auto &b : entries.value().back().bases) EXPECT_TRUE(fsio::is_dir(root + "/" + b)) << b;
+
+    // merge(step 5) == a full checkpoint of the same state, tensor for tensor and slice for slice.
+    auto merged = merge(prev, d / "merged");
+    ASSERT_TRUE(merged.ok()) << merged.error();
+    const std::string full = write_ckpt(d / "fullroot", 5, 4, specs);
+    auto a = Reader::open(merged.value());
+    auto b = Reader::open(full);
+    ASSERT_TRUE(a.ok() && b.ok());
+    const Manifest &ma = a.value()->manifest(), &mb = b.value()->manifest();
+    EXPECT_EQ(manifest_to_json([&] { Manifest x = ma; x.created_unix = 0; return x; }()),
+              manifest_to_json([&] { Manifest x = mb; x.created_unix = 0; return x; }()));
+    for (const auto &s : specs) expect_logical(*a.value(), s);
+    for (const auto &t2 : ma.tensors)
+        for (const auto &s : t2.sources) EXPECT_EQ(s.file.find(".."), std::string::npos);
+    ASSERT_TRUE(verify(merged.value()).value().ok());
+
+    // gc keeps step 5 and the files it references in older checkpoints, nothing else.
+    GcPolicy p;
+    p.keep_last = 1;
+    p.grace_seconds = 0;
+    auto g = gc(root, p);
+    ASSERT_TRUE(g.ok()) << g.error();
+    EXPECT_EQ(g.value().kept, (std::vector<std::string>{"step-0000000005"}));
+    EXPECT_FALSE(g.value().retained_for_references.empty());
+    auto v = verify(root + "/step-0000000005");
+    ASSERT_TRUE(v.ok());
+    EXPECT_TRUE(v.value().ok()) << v.value().issues[0].problem;
+    auto r5 = Reader::open_latest(root);
+    ASSERT_TRUE(r5.ok()) << r5.error();
+    for (const auto &s : specs) expect_logical(*r5.value(), s);
+    // Retired checkpoints read as incomplete and hold no index.
+    auto after = list(root);
+    ASSERT_TRUE(after.ok());
+    for (const auto &e : after.value()) {
+        if (e.name != "step-0000000005") {
+            EXPECT_FALSE(e.complete) << e.name;
+        }
+    }
+}
+
+TEST(Incremental, BaseGivenAsLatestLinkIsReferencedByItsRealName) {
+    TempDir d;
+    const std::vector<Spec> specs = {{"w", DType::fp32, {8, 2}, 1}, {"v", DType::int64, {3}, 2}};
+    write_ckpt(d / "root", 1, 2, specs);
+    std::vector<Spec> next = specs;
+    next[1].seed = 9;
+    write_ckpt(d / "root", 2, 2, next, d / "root/latest");
+    write_ckpt(d / "root", 3, 2, next, d / "root/latest");   // moves the link again
+    for (const char *step : {"step-0000000002", "step-0000000003"}) {
+        auto r = Reader::open(d / ("root/" + std::string(step)));
+        ASSERT_TRUE(r.ok()) << r.error();
+        for (const auto &t2 : r.value()->manifest().tensors)
+            for (const auto &s : t2.sources) EXPECT_EQ(s.file.find("latest"), std::string::npos) << s.file;
+        for (const auto &s : next) expect_logical(*r.value(), s);
+    }
+    EXPECT_FALSE(ShardWriter::open(d / "root", 4, 0, WriterOptions{"0", d / "root/nope", true}).ok());
+    EXPECT_FALSE(ShardWriter::open(d / "other", 4, 0, WriterOptions{"0", d / "root/latest", true}).ok());
+}
+
+TEST(Incremental, UnchangedHintSkipsHashingButNeverLies) {
+    TempDir d;
+    const std::vector<Spec> specs = {{"frozen", DType::fp32, {16, 4}, 1}};
+    const std::string base = write_ckpt(d / "root", 1, 1, specs);
+    WriterOptions wo;
+    wo.base = base;
+    auto sw = ShardWriter::open(d / "root", 2, 0, wo);
+    ASSERT_TRUE(sw.ok());
+    const auto data = t::logical(DType::fp32, {16, 4}, 1);
+    ASSERT_TRUE(sw.value()->add_tensor("frozen", DType::fp32, {16, 4}, {0, 0}, {16, 4}, data.data(), Change::unchanged).ok());
+    // A slice the base does not have is written even when hinted unchanged.
+    ASSERT_TRUE(sw.value()->add_tensor("new", DType::fp32, {16, 4}, {0, 0}, {16, 4}, data.data(), Change::unchanged).ok());
+    EXPECT_EQ(sw.value()->bytes_reused(), 256u);
+    EXPECT_EQ(sw.value()->bytes_written(), 256u);
+    ASSERT_TRUE(sw.value()->finish().ok());
+    ASSERT_TRUE(commit(d / "root", 1, meta_for(2, 1)).ok());
+}
+
+TEST(Corruption, FlippedByteAndMissingFileNameTensorAndFile) {
+    TempDir d;
+    const std::vector<Spec> specs = {{"a", DType::fp32, {64, 4}, 1}, {"b", DType::int64, {8}, 2}};
+    const std::string ck = write_ckpt(d / "root", 1, 2, specs);
+    const std::string shard = ck + "/shard-00001.h5";
+    // Flip one byte in the middle of tensor a's slice in shard 1.
+    haddr_t off;
+    {
+        hid_t f = H5Fopen(shard.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+        hid_t ds = H5Dopen2(f, "/t/a", H5P_DEFAULT);
+        off = H5Dget_offset(ds);
+        H5Dclose(ds);
+        H5Fclose(f);
+    }
+    ASSERT_NE(off, HADDR_UNDEF);
+    {
+        std::fstream fs(shard, std::ios::in | std::ios::out | std::ios::binary);
+        fs.seekg(static_cast<std::streamoff>(off + 17));
+        char c;
+        fs.read(&c, 1);
+        c ^= 0x10;
+        fs.seekp(static_cast<std::streamoff>(off + 17));
+        fs.write(&c, 1);
+    }
+    auto v = verify(ck);
+    ASSERT_TRUE(v.ok()) << v.error();
+    ASSERT_EQ(v.value().issues.size(), 1u);
+    EXPECT_EQ(v.value().issues[0].tensor, "a");
+    EXPECT_EQ(v.value().issues[0].file, shard);
+    EXPECT_NE(v.value().issues[0].problem.find("checksum mismatch"), std::string::npos);
+    auto r = Reader::open(ck);
+    ASSERT_TRUE(r.ok());
+    std::vector<char> buf(64 * 4 * 4);
+    auto st = r.value()->read_all("a", buf.data(), buf.size());
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.error().find("tensor a"), std::string::npos) << st.error();
+    EXPECT_NE(st.error().find("shard-00001.h5"), std::string::npos) << st.error();
+    // The untouched tensor still loads.
+    expect_logical(*r.value(), specs[1]);
+
+    ASSERT_EQ(::unlink(shard.c_str()), 0);
+    auto r2 = Reader::open(ck);
+    ASSERT_FALSE(r2.ok());
+    EXPECT_NE(r2.error().find("shard-00001.h5"), std::string::npos) << r2.error();
+    EXPECT_NE(r2.error().find("missing"), std::string::npos) << r2.error();
+    auto v2 = verify(ck);
+    ASSERT_TRUE(v2.ok());
+    EXPECT_EQ(v2.value().issues.size(), 2u);   // both tensors have a slice in shard 1
+    for (const auto &i : v2.value().issues) EXPECT_EQ(i.file, shard);
+}
+
+TEST(Commit, RejectsOverlapsHolesMissingShardsAndMismatches) {
+    TempDir d;
+    const std::string root = d / "root";
+    const std::vector<float> data(8, 1.0f);
+    auto shard = [&](std::uint64_t step, std::uint32_t w, Shape shape, Shape off, Shape cnt,
+                     DType dt = DType::fp32) {
+        auto sw = ShardWriter::open(root, step, w);
+        ASSERT_TRUE(sw.ok());
+        ASSERT_TRUE(sw.value()->add_tensor("x", dt, shape, off, cnt, data.data()).ok());
+        ASSERT_TRUE(sw.value()->finish().ok());
+    };
+    shard(1, 0, {4}, {0}, {3});
+    shard(1, 1, {4}, {2}, {2});
+    auto c = commit(root, 2, meta_for(1, 2));
+    ASSERT_FALSE(c.ok());
+    EXPECT_NE(c.error().find("overlap"), std::string::npos) << c.error();
+
+    shard(2, 0, {4}, {0}, {1});
+    shard(2, 1, {4}, {2}, {2});
+    c = commit(root, 2, meta_for(2, 2));
+    ASSERT_FALSE(c.ok());
+    EXPECT_NE(c.error().find("cover only 3 of 4"), std::string::npos) << c.error();
+
+    shard(3, 0, {4}, {0}, {2});
+    c = commit(root, 2, meta_for(3, 2));
+    ASSERT_FALSE(c.ok());
+    EXPECT_NE(c.error().find("shard-00001.h5 is missing"), std::string::npos) << c.error();
+
+    shard(4, 0, {4}, {0}, {2});
+    shard(4, 1, {4}, {2}, {2}, DType::int64);
+    c = commit(root, 2, meta_for(4, 2));
+    ASSERT_FALSE(c.ok());
+    EXPECT_NE(c.error().find("tensor x is int64"), std::string::npos) << c.error();
+
+    // None of this produced a complete checkpoint; all are listed incomplete.
+    auto l = list(root);
+    ASSERT_TRUE(l.ok());
+    EXPECT_EQ(l.value().size(), 4u);
+    for (const auto &e : l.value()) EXPECT_FALSE(e.complete);
+    EXPECT_FALSE(Reader::open_latest(root).ok());
+}
+
+TEST(Writer, ValidatesNamesSlicesAndAbandonsCleanly) {
+    TempDir d;
+    auto sw = ShardWriter::open(d / "root", 1, 0);
+    ASSERT_TRUE(sw.ok());
+    const float f[4] = {1, 2, 3, 4};
+    for (const char *bad : {"", "/a", "a/", "a//b", "a/../b", "a b", "a\nb", "..", "a/./b"}) {
+        auto st = sw.value()->add_tensor(bad, DType::fp32, {4}, {0}, {4}, f);
+        EXPECT_FALSE(st.ok()) << "accepted '" << bad << "'";
+    }
+    EXPECT_FALSE(sw.value()->add_tensor("x", DType::fp32, {4}, {2}, {3}, f).ok());
+    EXPECT_FALSE(sw.value()->add_tensor("x", DType::fp32, {0}, {0}, {0}, f).ok());
+    EXPECT_FALSE(sw.value()->add_tensor("x", DType::fp32, {4, 4}, {0}, {4}, f).ok());
+    ASSERT_TRUE(sw.value()->add_tensor("x", DType::fp32, {4}, {0}, {4}, f).ok());
+    auto dup = sw.value()->add_tensor("x", DType::fp32, {4}, {0}, {4}, f);
+    EXPECT_FALSE(dup.ok());
+    EXPECT_NE(dup.error().find("added twice"), std::string::npos);
+    EXPECT_FALSE(ShardWriter::open(d / "root", 1, 0, WriterOptions{"bad attempt", "", true}).ok());
+    sw.value().reset();   // abandoned: no temporary file may remain
+    auto names = fsio::list_dir(d / "root/.step-0000000001.partial-0");
+    ASSERT_TRUE(names.ok());
+    EXPECT_TRUE(names.value().empty());
+}
+
+TEST(Async, SnapshotPersistsTheSameBytesAsSync) {
+    TempDir d;
+    const std::vector<Spec> specs = {{"w", DType::fp32, {128, 64}, 9}};
+    AsyncShardWriter a;
+    for (std::uint64_t step : {1, 2}) {
+        ASSERT_TRUE(a.begin(d / "root", step, 0).ok());
+        auto data = t::logical(DType::fp32, {128, 64}, 9);
+        ASSERT_TRUE(a.add_tensor("w", DType::fp32, {128, 64}, {0, 0}, {128, 64}, data.data()).ok());
+        std::fill(data.begin(), data.end(), 0);   // the snapshot must not alias the caller
+        ASSERT_TRUE(a.submit().ok());
+        auto st = a.wait();
+        ASSERT_TRUE(st.ok()) << st.error();
+        ASSERT_TRUE(commit(d / "root", 1, meta_for(step, 1)).ok());
+    }
+    auto r = Reader::open_latest(d / "root");
+    ASSERT_TRUE(r.ok());
+    expect_logical(*r.value(), specs[0]);
+    EXPECT_FALSE(a.add_tensor("w", DType::fp32, {1}, {0}, {1}, "abcd").ok());   // not begun
+}
+
+TEST(Gc, KeepsLastKAndEveryMthAndSkipsYoungPartials) {
+    TempDir d;
+    const std::string root = d / "root";
+    const std::vector<Spec> specs = {{"w", DType::fp32, {4}, 1}};
+    for (std::uint64_t s = 10; s <= 60; s += 10) write_ckpt(root, s, 1, specs);
+    {
+        auto sw = ShardWriter::open(root, 70, 0);   // a writer still running
+        ASSERT_TRUE(sw.ok());
+        ASSERT_TRUE(sw.value()->finish().ok());
+    }
+    GcPolicy p;
+    p.keep_last = 2;
+    p.keep_every = 20;
+    auto g = gc(root, p);
+    ASSERT_TRUE(g.ok()) << g.error();
+    EXPECT_EQ(g.value().kept, (std::vector<std::string>{"step-0000000020", "step-0000000040",
+                                                        "step-0000000050", "step-0000000060"}));
+    EXPECT_EQ(g.value().removed, (std::vector<std::string>{"step-0000000010", "step-0000000030"}));
+    EXPECT_EQ(g.value().skipped, (std::vector<std::string>{".step-0000000070.partial-0"}));
+    p.grace_seconds = 0;
+    g = gc(root, p);
+    ASSERT_TRUE(g.ok());
+    EXPECT_EQ(g.value().removed, (std::vector<std::string>{".step-0000000070.partial-0"}));
+    p.keep_last = 0;
+    EXPECT_FALSE(gc(root, p).ok());
+}
+
+TEST(Manifest, ParserRejectsHostileInput) {
+    TempDir d;
+    const std::string ck = write_ckpt(d / "root", 1, 2, {{"w", DType::fp32, {4}, 1}});
+    auto m = Reader::open(ck).value()->manifest();
+    const std::string good = manifest_to_json(m);
+    ASSERT_TRUE(parse_manifest(good).ok());
+    auto mutate = [&](const std::string &from, const std::string &to) {
+        std::string s = good;
+        const auto pos = s.find(from);
+        EXPECT_NE(pos, std::string::npos) << from;
+        return s.replace(pos, from.size(), to);
+    };
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {"\"format_version\":1", "\"format_version\":2"},
+        {"\"file\":\"shard-00000.h5\"", "\"file\":\"../../etc/passwd\""},
+        {"\"file\":\"shard-00000.h5\"", "\"file\":\"/abs/shard-00000.h5\""},
+        {"\"writers\":2", "\"writers\":1"},
+        {"\"shape\":[4]", "\"shape\":[5]"},
+        {"\"shape\":[4]", "\"shape\":[0]"},
+        {"\"dtype\":\"fp32\"", "\"dtype\":\"fp64\""},
+        {"\"name\":\"w\"", "\"name\":\"../w\""},
+        {"\"dataset\":\"/t/w\"", "\"dataset\":\"/t/x\""},
+        {"\"offset\":[0]", "\"offset\":[-1]"},
+    };
+    for (const auto &[from, to] : cases) {
+        auto r = parse_manifest(mutate(from, to));
+        EXPECT_FALSE(r.ok()) << "accepted " << to;
+    }
+    EXPECT_FALSE(parse_manifest("").ok());
+    EXPECT_FALSE(parse_manifest("[]").ok());
+    EXPECT_FALSE(parse_manifest(std::string(100000, '[')).ok());
+    EXPECT_NE(parse_manifest(mutate("\"format_version\":1", "\"format_version\":2")).error().find("version 2"),
+              std::string::npos);
+}
+
+TEST(Hash, DispatchAndStreamingEqualPlainXxh3) {
+    // The format fixes XXH3-64 of the bytes: whatever code path computes it must agree.
+    std::vector<char> buf(5 << 20);
+    for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<char>(i * 131 + (i >> 9));
+    for (std::size_t n : {std::size_t(0), std::size_t(1), std::size_t(240), std::size_t(4097), buf.size()}) {
+        EXPECT_EQ(xxh3(buf.data(), n), XXH3_64bits(buf.data(), n)) << n;
+        Hasher h;
+        for (std::size_t off = 0; off < n; off += 1000003) h.update(buf.data() + off, std::min<std::size_t>(1000003, n - off));
+        EXPECT_EQ(h.digest(), XXH3_64bits(buf.data(), n)) << n;
+    }
+}
+
+TEST(Format, Names) {
+    EXPECT_EQ(step_dir_name(100), "step-0000000100");
+    EXPECT_EQ(parse_step_dir_name("step-0000000100").value(), 100u);
+    EXPECT_FALSE(parse_step_dir_name("step-1").has_value());
+    EXPECT_FALSE(parse_step_dir_name("step-00000001x0").has_value());
+    EXPECT_EQ(parse_partial_dir_name(".step-0000000100.partial-g3").value(), 100u);
+    EXPECT_FALSE(parse_partial_dir_name(".step-0000000100.partial-").has_value());
+    EXPECT_EQ(rebase_file_ref("shard-00001.h5", "step-0000000090"), "../step-0000000090/shard-00001.h5");
+    EXPECT_EQ(rebase_file_ref("../step-0000000080/shard-00001.h5", "step-0000000090"),
+              "../step-0000000080/shard-00001.h5");
+    EXPECT_TRUE(check_file_ref("../merged-a/shard-1234567.h5").ok());
+    EXPECT_FALSE(check_file_ref("../../x/shard-00001.h5").ok());
+    EXPECT_FALSE(check_file_ref("../.hidden/shard-00001.h5").ok());
+}

@@ -1,0 +1,35 @@
+#!/bin/bash
+# A full disk: on a 3 MiB tmpfs the second checkpoint (16 MiB) fails with a clear
+# "No space left on device" naming the file, and the first checkpoint still verifies and
+# loads. Needs root for mount(8); otherwise the test is skipped (exit 77) saying why.
+set -u
+: "${OMNI_CKPT:?run through make check}" "${MAKE_TEST_CKPT:?run through make check}"
+mnt=$(mktemp -d /tmp/omni-ckpt-enospc.XXXXXX)
+if ! mount -t tmpfs -o size=3m,mode=0700 omni-ckpt-enospc "$mnt" 2>"$mnt.err"; then
+    echo "SKIP: cannot mount a tmpfs on $mnt ($(cat "$mnt.err")); the ENOSPC test needs root" >&2
+    rm -f "$mnt.err"; rmdir "$mnt"
+    exit 77
+fi
+rm -f "$mnt.err"
+trap 'umount "$mnt"; rmdir "$mnt"' EXIT
+fails=0
+fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+root=$mnt/root
+
+"$MAKE_TEST_CKPT" "$root" 1 2 --rows 64 >/dev/null || { echo "FAIL: first checkpoint" >&2; exit 1; }
+"$MAKE_TEST_CKPT" "$root" 2 2 --rows 16384 >/dev/null 2>"$mnt/../omni-ckpt-enospc.err.$$"
+rc=$?
+err=$(cat "$mnt/../omni-ckpt-enospc.err.$$"); rm -f "$mnt/../omni-ckpt-enospc.err.$$"
+[ "$rc" -eq 1 ] || fail "second checkpoint exited $rc, expected 1"
+echo "error reported: $err"
+echo "$err" | grep -q "No space left on device" || fail "error does not say 'No space left on device'"
+echo "$err" | grep -q "shard-0000[01].h5" || fail "error does not name the shard file"
+
+"$OMNI_CKPT" verify "$root/step-0000000001" || fail "previous checkpoint does not verify"
+"$OMNI_CKPT" ls "$root" | grep -q "^step-0000000002" && fail "the failed checkpoint was committed"
+"$OMNI_CKPT" gc "$root" --keep 1 --grace 0 >/dev/null || fail "gc failed"
+[ -z "$(ls -A "$root" | grep -v -e '^step-0000000001$' -e '^latest$')" ] || fail "gc left: $(ls -A "$root")"
+# With the space back, the next checkpoint works.
+"$MAKE_TEST_CKPT" "$root" 3 2 --rows 64 >/dev/null || fail "checkpoint after gc failed"
+[ "$fails" -eq 0 ] && echo "enospc: all checks passed"
+exit $((fails > 0))

@@ -1,0 +1,85 @@
+// Deterministic tensor contents shared by the ckpt tests and helpers, so that an independent
+// reader (the h5py test) can recompute the expected values.
+#ifndef OMNI_CKPT_TEST_UTIL_H
+#define OMNI_CKPT_TEST_UTIL_H
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "omni/ckpt_cpp.h"
+
+namespace omni {
+namespace ckpt {
+namespace test {
+
+// fp32 -> bf16 by truncation (the tests only need a deterministic bit pattern).
+inline std::uint16_t to_bf16(float f) {
+    std::uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return static_cast<std::uint16_t>(u >> 16);
+}
+
+// Element i of a tensor with seed `seed`, as raw bytes of `t`.
+inline void put(DType t, std::uint64_t i, std::uint64_t seed, char *dst) {
+    const float f = static_cast<float>(i % 4096) * 0.25f + static_cast<float>(seed % 1000);
+    switch (t) {
+    case DType::fp32: std::memcpy(dst, &f, 4); break;
+    case DType::bf16: {
+        const std::uint16_t b = to_bf16(f);
+        std::memcpy(dst, &b, 2);
+        break;
+    }
+    case DType::fp16: {
+        // Any deterministic 16-bit pattern; fp16 values are compared bitwise only.
+        const std::uint16_t b = static_cast<std::uint16_t>((i * 2654435761u + seed) & 0x7bff);
+        std::memcpy(dst, &b, 2);
+        break;
+    }
+    case DType::int64: {
+        const std::int64_t v = static_cast<std::int64_t>(i * 1000003u + seed) - 500;
+        std::memcpy(dst, &v, 8);
+        break;
+    }
+    case DType::uint8: dst[0] = static_cast<char>((i * 7 + seed) & 0xff); break;
+    }
+}
+
+// The whole logical tensor, row-major.
+inline std::vector<char> logical(DType t, const Shape &shape, std::uint64_t seed) {
+    std::uint64_t n = 1;
+    for (auto d : shape) n *= d;
+    std::vector<char> out(n * dtype_size(t));
+    for (std::uint64_t i = 0; i < n; ++i) put(t, i, seed, out.data() + i * dtype_size(t));
+    return out;
+}
+
+// Rows [r0, r0+rows) of a logical tensor split along dimension 0.
+inline std::vector<char> rows_of(const std::vector<char> &all, const Shape &shape, DType t,
+                                 std::uint64_t r0, std::uint64_t rows) {
+    std::uint64_t row = dtype_size(t);
+    for (std::size_t d = 1; d < shape.size(); ++d) row *= shape[d];
+    return std::vector<char>(all.begin() + static_cast<long>(r0 * row),
+                             all.begin() + static_cast<long>((r0 + rows) * row));
+}
+
+// An uneven split of `rows` into `parts` (part p gets more rows than part p+1 where possible;
+// parts beyond `rows` get none): the first part takes the remainder.
+inline std::vector<std::pair<std::uint64_t, std::uint64_t>> uneven_split(std::uint64_t rows,
+                                                                         std::uint32_t parts) {
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> out;
+    const std::uint64_t base = rows / parts, extra = rows % parts;
+    std::uint64_t start = 0;
+    for (std::uint32_t p = 0; p < parts; ++p) {
+        const std::uint64_t n = base + (p == 0 ? extra : 0);
+        out.emplace_back(start, n);
+        start += n;
+    }
+    return out;
+}
+
+}  // namespace test
+}  // namespace ckpt
+}  // namespace omni
+
+#endif

@@ -1,0 +1,164 @@
+/* slurm-omni: C API of libomni-ckpt, HDF5 checkpoints for elastic training.
+ *
+ * For trainers and runtimes that are not C++ (or that want a stable ABI). The C++ API is in
+ * omni/ckpt_cpp.h; the on-disk format in omni-ckpt(5).
+ *
+ * Conventions, for every function below:
+ *  - returns 0 on success and -1 on failure; on failure omni_ckpt_errmsg() returns a message
+ *    naming the checkpoint, tensor and file involved (valid until the next call on the same
+ *    thread). No function throws or aborts on bad input;
+ *  - pointers are borrowed for the duration of the call only, except where noted;
+ *  - shapes are arrays of `ndim` uint64_t (1 <= ndim <= 8), row-major, dimension 0 first;
+ *  - handles are not thread-safe: use one handle from one thread at a time (different handles
+ *    may be used concurrently).
+ *
+ * A checkpoint of a job with W writing ranks:
+ *    every rank:   omni_ckpt_writer_open(root, step, rank, attempt, base, &w);
+ *                  omni_ckpt_writer_add_tensor(w, ...);            (its own slices)
+ *                  omni_ckpt_writer_add_rank_state(w, rank, ...);
+ *                  omni_ckpt_writer_finish(w); omni_ckpt_writer_free(w);
+ *    barrier;
+ *    one rank:     omni_ckpt_commit(root, W, attempt, &meta, path, sizeof path);
+ */
+#ifndef OMNI_CKPT_H
+#define OMNI_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    OMNI_CKPT_FP32 = 0,
+    OMNI_CKPT_BF16 = 1,
+    OMNI_CKPT_FP16 = 2,
+    OMNI_CKPT_INT64 = 3,
+    OMNI_CKPT_UINT8 = 4
+} omni_ckpt_dtype;
+
+/* How an incremental writer decides whether a slice changed since the base checkpoint. */
+typedef enum {
+    OMNI_CKPT_DETECT = 0,     /* hash and compare with the base (always correct) */
+    OMNI_CKPT_CHANGED = 1,    /* caller knows it changed: write it */
+    OMNI_CKPT_UNCHANGED = 2   /* caller knows it is unchanged: reuse the base's slice */
+} omni_ckpt_change;
+
+typedef struct {
+    uint64_t step;
+    uint64_t generation;
+    uint64_t world_size;
+    const char *unit_layout;      /* NULL or printable text, <= 255 bytes */
+    const char *lr_kind;          /* NULL or e.g. "cosine", <= 64 bytes */
+    double lr_base;
+    uint64_t lr_warmup_steps;
+    uint64_t lr_total_steps;
+    uint64_t lr_last_step;
+    uint64_t epoch;
+    uint64_t seed;
+} omni_ckpt_meta;
+
+typedef struct omni_ckpt_writer omni_ckpt_writer;
+typedef struct omni_ckpt_async omni_ckpt_async;
+typedef struct omni_ckpt_reader omni_ckpt_reader;
+
+/* The message of the last failure on this thread ("" if none). */
+const char *omni_ckpt_errmsg(void);
+
+/* ---- writing ---- */
+
+/* Starts rank `rank`'s shard of checkpoint `step` under directory `root` (created if
+ * missing). `attempt` (NULL = "0") tells attempts at the same step apart: pass the job's
+ * generation; 1..32 characters of [A-Za-z0-9_-]. `base` (NULL = full checkpoint) is the path
+ * of an earlier committed checkpoint in the same root: slices equal to the base's are then
+ * referenced instead of written. On success *out is a writer to free with
+ * omni_ckpt_writer_free. */
+int omni_ckpt_writer_open(const char *root, uint64_t step, uint32_t rank, const char *attempt,
+                          const char *base, omni_ckpt_writer **out);
+
+/* Adds this rank's slice [offset, offset+count) of logical tensor `name` with global shape
+ * `shape`; `data` holds prod(count) elements of `dtype`, read during the call only. Every
+ * element of a tensor must be added by exactly one rank (commit checks). */
+int omni_ckpt_writer_add_tensor(omni_ckpt_writer *w, const char *name, omni_ckpt_dtype dtype,
+                                uint32_t ndim, const uint64_t *shape, const uint64_t *offset,
+                                const uint64_t *count, const void *data,
+                                omni_ckpt_change change);
+
+/* Records the RNG state bytes and consumed sample indices of rank `rank` (normally the
+ * writer's own). Either array may be empty (pointer may then be NULL). */
+int omni_ckpt_writer_add_rank_state(omni_ckpt_writer *w, uint32_t rank, const void *rng,
+                                    size_t rng_bytes, const int64_t *consumed,
+                                    size_t n_consumed);
+
+/* Writes, fsyncs and publishes the shard. After success the writer can only be freed. */
+int omni_ckpt_writer_finish(omni_ckpt_writer *w);
+
+/* Frees a writer; an unfinished one removes its temporary file. NULL is a no-op. */
+void omni_ckpt_writer_free(omni_ckpt_writer *w);
+
+/* After all `writers` ranks finished (the caller's barrier): checks that the shards tile every
+ * tensor, writes the index, fsyncs and renames ROOT/.step-N.partial-ATTEMPT to ROOT/step-N,
+ * then points ROOT/latest at it. Writes the committed path into path_out (may be NULL) if
+ * it fits in path_len bytes. The previous checkpoints are untouched on any failure. */
+int omni_ckpt_commit(const char *root, uint32_t writers, const char *attempt,
+                     const omni_ckpt_meta *meta, char *path_out, size_t path_len);
+
+/* ---- asynchronous persist ---- */
+
+/* A writer that snapshots into reusable host memory and persists in a background thread. */
+int omni_ckpt_async_create(omni_ckpt_async **out);
+/* Like omni_ckpt_writer_open; waits for the previous persist of this handle first and fails
+ * if that persist failed and was never collected by omni_ckpt_async_wait. */
+int omni_ckpt_async_begin(omni_ckpt_async *a, const char *root, uint64_t step, uint32_t rank,
+                          const char *attempt, const char *base);
+/* Copies the slice into the snapshot (the only stall) and returns. */
+int omni_ckpt_async_add_tensor(omni_ckpt_async *a, const char *name, omni_ckpt_dtype dtype,
+                               uint32_t ndim, const uint64_t *shape, const uint64_t *offset,
+                               const uint64_t *count, const void *data,
+                               omni_ckpt_change change);
+int omni_ckpt_async_add_rank_state(omni_ckpt_async *a, uint32_t rank, const void *rng,
+                                   size_t rng_bytes, const int64_t *consumed, size_t n_consumed);
+/* Starts the background persist of the snapshot. */
+int omni_ckpt_async_submit(omni_ckpt_async *a);
+/* Waits for the persist; returns its result. Call before the commit barrier. */
+int omni_ckpt_async_wait(omni_ckpt_async *a);
+/* Waits for an in-flight persist and frees. NULL is a no-op. */
+void omni_ckpt_async_free(omni_ckpt_async *a);
+
+/* ---- reading ---- */
+
+/* Opens a committed checkpoint directory; with `root_latest` non-zero, `path` is a root and
+ * the complete checkpoint with the highest step is opened. Fails if the checkpoint is
+ * incomplete, of an unknown format version, or references a missing file. `verify` non-zero
+ * checks each slice's checksum on first read (recommended). */
+int omni_ckpt_reader_open(const char *path, int root_latest, int verify,
+                          omni_ckpt_reader **out);
+
+/* Metadata; strings in *meta stay valid until the reader is closed. */
+int omni_ckpt_reader_meta(omni_ckpt_reader *r, omni_ckpt_meta *meta);
+
+/* Number of logical tensors, and the i-th one's name (valid until close), dtype and shape
+ * (`shape` must have room for 8 entries). */
+size_t omni_ckpt_reader_tensor_count(omni_ckpt_reader *r);
+int omni_ckpt_reader_tensor_info(omni_ckpt_reader *r, size_t i, const char **name,
+                                 omni_ckpt_dtype *dtype, uint32_t *ndim, uint64_t *shape);
+
+/* Reads slice [offset, offset+count) of tensor `name` into dst (dst_bytes must be exactly
+ * prod(count) * dtype size). Any slice is allowed: loading at another data-parallel size. */
+int omni_ckpt_reader_read(omni_ckpt_reader *r, const char *name, uint32_t ndim,
+                          const uint64_t *offset, const uint64_t *count, void *dst,
+                          size_t dst_bytes);
+
+/* Rank `rank`'s state. Call with rng == NULL and consumed == NULL to learn the sizes in
+ * *rng_bytes and *n_consumed; then with buffers of at least those sizes. */
+int omni_ckpt_reader_rank_state(omni_ckpt_reader *r, uint32_t rank, void *rng, size_t *rng_bytes,
+                                int64_t *consumed, size_t *n_consumed);
+
+void omni_ckpt_reader_close(omni_ckpt_reader *r);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

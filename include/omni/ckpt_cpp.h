@@ -1,0 +1,335 @@
+/* slurm-omni: the C++ API of libomni-ckpt, HDF5 checkpoints for elastic training.
+ *
+ * A checkpoint is one directory under a checkpoint root:
+ *
+ *   ROOT/step-0000000100/            committed (the rename of the directory is the commit)
+ *   ROOT/.step-0000000100.partial-G/ being written, or left behind by a crash (incomplete)
+ *   ROOT/latest -> step-0000000100   convenience symlink for tools, replaced atomically
+ *
+ * Every writing rank writes one shard file (ShardWriter); once all ranks have finished (the
+ * caller's barrier), one process calls commit(), which checks that the shards tile every
+ * logical tensor exactly, writes index.h5 (metadata plus one HDF5 virtual dataset per tensor,
+ * so h5dump/h5ls/h5py read whole logical tensors), fsyncs and renames. The on-disk format is
+ * documented in omni-ckpt(5).
+ *
+ * Loading at any data-parallel size is a matter of asking Reader::read for another slice.
+ * Every function reports failures through omni::Result/omni::Status with a message naming the
+ * checkpoint, tensor and file involved; nothing here throws. A ShardWriter, AsyncShardWriter
+ * or Reader is used by one thread at a time; different objects may be used concurrently
+ * (HDF5 serialises its own calls).
+ */
+#ifndef OMNI_CKPT_CPP_H
+#define OMNI_CKPT_CPP_H
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "omni/result.h"
+
+namespace omni {
+namespace ckpt {
+
+/* Version written into every index (attribute omni_ckpt_format_version) and shard. Readers
+ * refuse any other version rather than guess. */
+constexpr std::uint32_t kFormatVersion = 1;
+/* Limits enforced on every writer and on every manifest that is read back. */
+constexpr std::uint32_t kMaxRank = 8;               // tensor dimensions
+constexpr std::uint32_t kMaxWriters = 1u << 20;     // shard files per checkpoint
+constexpr std::size_t kMaxNameLength = 255;         // tensor names
+
+enum class DType : std::uint8_t { fp32 = 0, bf16 = 1, fp16 = 2, int64 = 3, uint8 = 4 };
+
+const char *dtype_name(DType t);
+std::size_t dtype_size(DType t);
+/* "fp32", "bf16", "fp16", "int64" or "uint8". */
+Result<DType> parse_dtype(const std::string &text);
+
+using Shape = std::vector<std::uint64_t>;
+
+struct LrScheduler {
+    std::string kind;           // e.g. "cosine", "linear", "constant"
+    double base_lr = 0.0;
+    std::uint64_t warmup_steps = 0;
+    std::uint64_t total_steps = 0;
+    std::uint64_t last_step = 0;
+};
+
+/* Position in the data: epoch and sampler seed; the consumed indices are per rank
+ * (RankState) because each rank records what it consumed. */
+struct Ledger {
+    std::uint64_t epoch = 0;
+    std::uint64_t seed = 0;
+};
+
+/* Job-wide state, given once to commit(). */
+struct Meta {
+    std::uint64_t step = 0;
+    std::uint64_t generation = 0;
+    std::uint64_t world_size = 0;
+    std::string unit_layout;    // free text such as "4@pcie x2"; printable, <= 255 bytes
+    LrScheduler lr;
+    Ledger ledger;
+};
+
+/* Per-rank state: RNG bytes (opaque, e.g. torch/cuda generator states) and the global sample
+ * indices the rank consumed in the current epoch. */
+struct RankState {
+    std::uint32_t rank = 0;
+    std::vector<std::uint8_t> rng;
+    std::vector<std::int64_t> consumed;
+};
+
+/* Where one slice of a logical tensor lives. `file` is relative to the checkpoint directory:
+ * "shard-00003.h5", or "../step-0000000090/shard-00003.h5" for a slice an incremental
+ * checkpoint reuses from an earlier one. `xxh3` is XXH3-64 of the slice's bytes in row-major
+ * order. `writer` is the shard (rank) that owns the slice in this checkpoint. */
+struct SourceRef {
+    std::uint32_t writer = 0;
+    std::string file;
+    std::string dataset;
+    Shape offset;
+    Shape count;
+    std::uint64_t xxh3 = 0;
+};
+
+struct TensorInfo {
+    std::string name;
+    DType dtype = DType::fp32;
+    Shape shape;
+    std::vector<SourceRef> sources;
+};
+
+struct RankStateInfo {
+    std::uint32_t rank = 0;
+    std::uint64_t rng_bytes = 0;
+    std::uint64_t consumed = 0;
+    std::uint64_t xxh3 = 0;      // over the rng bytes followed by the consumed indices
+};
+
+/* The content of index.h5's /manifest dataset. */
+struct Manifest {
+    std::uint32_t format_version = kFormatVersion;
+    Meta meta;
+    std::uint32_t writers = 0;
+    std::uint64_t created_unix = 0;
+    std::vector<TensorInfo> tensors;
+    std::vector<RankStateInfo> rank_states;
+};
+
+/* Progress callback for long operations: done and total units of work (bytes). */
+using Progress = std::function<void(std::uint64_t done, std::uint64_t total)>;
+
+/* ---- writing ------------------------------------------------------------------------- */
+
+/* How an incremental writer decides whether a slice changed since the base checkpoint. */
+enum class Change {
+    detect,     // hash the slice and compare with the base (always correct; costs one hash)
+    changed,    // the caller knows it changed: write it
+    unchanged,  // the caller knows it did not change (e.g. a frozen encoder): reuse the base's
+                // slice without hashing, if the base has exactly this slice; else write it
+};
+
+struct WriterOptions {
+    /* Distinguishes attempts at the same step (the runtime passes its generation), so a crashed
+     * attempt's leftovers never mix with a new one. [A-Za-z0-9_-]{1,32}. */
+    std::string attempt = "0";
+    /* Path of an earlier committed checkpoint in the same root: makes this an incremental
+     * checkpoint that references the base's unchanged slices instead of writing them. */
+    std::string base;
+    /* fsync the shard file. Only benchmarks of the raw HDF5 path turn this off. */
+    bool fsync = true;
+};
+
+class ShardWriter {
+public:
+    /* Starts rank `rank`'s shard of checkpoint `step` under `root` (created if missing). */
+    static Result<std::unique_ptr<ShardWriter>> open(const std::string &root, std::uint64_t step,
+                                                     std::uint32_t rank,
+                                                     const WriterOptions &options = {});
+    /* Adds this rank's slice [offset, offset+count) of the logical tensor `name` (global shape
+     * `shape`). `data` holds prod(count) elements in row-major order and is only read during
+     * the call. Names are '/'-separated components of [A-Za-z0-9_.:+-], <= 255 bytes. Every
+     * element of every tensor must be added by exactly one rank; commit() checks. */
+    Status add_tensor(const std::string &name, DType dtype, const Shape &shape,
+                      const Shape &offset, const Shape &count, const void *data,
+                      Change change = Change::detect);
+    /* Records a rank's RNG state and consumed indices; normally the writer's own rank. */
+    Status add_rank_state(const RankState &state);
+    /* Writes the shard's manifest, closes, fsyncs and publishes the shard in the partial
+     * checkpoint directory. Must succeed on every rank before commit(). */
+    Status finish();
+    /* Bytes of tensor data written / reused from the base so far. */
+    std::uint64_t bytes_written() const;
+    std::uint64_t bytes_reused() const;
+    /* An unfinished writer removes its temporary file. */
+    ~ShardWriter();
+
+    struct Impl;
+    /* Built by the library only (Impl is opaque); use open(). */
+    explicit ShardWriter(std::unique_ptr<Impl> impl);
+
+private:
+    std::unique_ptr<Impl> impl_;
+};
+
+struct CommitOptions {
+    std::string attempt = "0";   // must match the writers' WriterOptions::attempt
+    bool update_latest = true;   // replace ROOT/latest after the rename
+    bool fsync = true;
+};
+
+/* Assembles the `writers` finished shards of `step` into a committed checkpoint and returns
+ * its path. Fails, leaving the previous checkpoints untouched and the partial directory in
+ * place for gc, when a shard is missing, tensors are inconsistent across shards, slices
+ * overlap or leave holes, or the file system reports an error (ENOSPC included). */
+Result<std::string> commit(const std::string &root, std::uint32_t writers, const Meta &meta,
+                           const CommitOptions &options = {});
+
+/* Asynchronous persist: add_tensor copies into a reusable host arena (the only training
+ * stall); submit() hands the snapshot to a background thread that runs a ShardWriter; wait()
+ * returns its status (call it before the commit barrier). A new begin() waits for the
+ * previous persist and fails if that persist failed and nobody collected it with wait().
+ * With an HDF5 library built without thread safety, submit() persists synchronously. */
+class AsyncShardWriter {
+public:
+    AsyncShardWriter();
+    ~AsyncShardWriter();   // waits for an in-flight persist
+    AsyncShardWriter(const AsyncShardWriter &) = delete;
+    AsyncShardWriter &operator=(const AsyncShardWriter &) = delete;
+
+    Status begin(const std::string &root, std::uint64_t step, std::uint32_t rank,
+                 const WriterOptions &options = {});
+    Status add_tensor(const std::string &name, DType dtype, const Shape &shape,
+                      const Shape &offset, const Shape &count, const void *data,
+                      Change change = Change::detect);
+    Status add_rank_state(const RankState &state);
+    Status submit();
+    Status wait();
+
+    struct Impl;
+
+private:
+    std::unique_ptr<Impl> impl_;
+};
+
+/* ---- reading ------------------------------------------------------------------------- */
+
+struct ReadOptions {
+    /* Hash every source slice the first time it is read and compare with the manifest.
+     * Turning it off trades safety for bytes read when resharding. */
+    bool verify_checksums = true;
+};
+
+class Reader {
+public:
+    /* Opens a committed checkpoint directory. Fails if it is incomplete, of another format
+     * version, or if any source file it references is missing. */
+    static Result<std::unique_ptr<Reader>> open(const std::string &ckpt_dir,
+                                                const ReadOptions &options = {});
+    /* Opens the complete checkpoint with the highest step under `root`. */
+    static Result<std::unique_ptr<Reader>> open_latest(const std::string &root,
+                                                       const ReadOptions &options = {});
+    ~Reader();
+
+    const std::string &path() const;
+    const Manifest &manifest() const;
+    const TensorInfo *find(const std::string &name) const;
+    /* Reads the slice [offset, offset+count) of a logical tensor into `dst` (row-major,
+     * dst_bytes must equal prod(count) * dtype size). Any slice works: this is resharding. */
+    Status read(const std::string &name, const Shape &offset, const Shape &count, void *dst,
+                std::size_t dst_bytes);
+    /* Reads a whole logical tensor. */
+    Status read_all(const std::string &name, void *dst, std::size_t dst_bytes);
+    Result<RankState> rank_state(std::uint32_t rank);
+    /* Bytes read from source files so far (for benchmarks and progress). */
+    std::uint64_t bytes_read() const;
+
+    struct Impl;
+    /* Built by the library only (Impl is opaque); use open(). */
+    explicit Reader(std::unique_ptr<Impl> impl);
+
+private:
+    std::unique_ptr<Impl> impl_;
+};
+
+/* ---- maintenance (omni-ckpt) --------------------------------------------------------- */
+
+struct VerifyIssue {
+    std::string tensor;   // empty for problems not tied to a tensor
+    std::string file;
+    std::string problem;
+};
+
+struct VerifyReport {
+    std::string path;
+    std::uint64_t sources_checked = 0;
+    std::uint64_t bytes_checked = 0;
+    std::vector<VerifyIssue> issues;
+    bool ok() const { return issues.empty(); }
+};
+
+/* Checks every source file and dataset, shape, dtype and checksum, plus rank state. An error
+ * Result means the checkpoint could not be examined at all (no index, bad manifest). */
+Result<VerifyReport> verify(const std::string &ckpt_dir, const Progress &progress = {});
+
+/* Materialises `ckpt_dir` (incremental or not) into a self-contained checkpoint at `out` with
+ * the same shard layout. `out` must not exist. */
+Result<std::string> merge(const std::string &ckpt_dir, const std::string &out,
+                          const Progress &progress = {});
+/* Rewrites `ckpt_dir` for `writers` writers: every tensor split along its first dimension
+ * into near-equal slices (the first shape[0] % writers slices one row longer). */
+Result<std::string> reshard(const std::string &ckpt_dir, std::uint32_t writers,
+                            const std::string &out, const Progress &progress = {});
+
+struct CheckpointEntry {
+    std::string name;            // directory name
+    std::string path;
+    std::uint64_t step = 0;
+    bool complete = false;
+    bool latest = false;         // the highest complete step (what open_latest loads)
+    std::string problem;         // why it is incomplete
+    std::uint64_t bytes = 0;     // bytes of the files in its own directory
+    std::uint64_t referenced_bytes = 0;   // bytes of other checkpoints' files it reuses
+    std::vector<std::string> bases;       // checkpoints whose files it references
+    std::uint32_t writers = 0;
+    std::uint64_t generation = 0;
+    std::uint64_t world_size = 0;
+    std::uint64_t age_seconds = 0;        // since the directory was last modified
+};
+
+/* Every checkpoint directory under `root`, complete or not, sorted by step. */
+Result<std::vector<CheckpointEntry>> list(const std::string &root);
+
+struct GcPolicy {
+    std::uint32_t keep_last = 1;      // keep the K complete checkpoints with the highest steps
+    std::uint64_t keep_every = 0;     // and every checkpoint whose step is a multiple of M
+    std::uint64_t grace_seconds = 300;   // leave incomplete ones younger than this (in flight)
+    bool dry_run = false;
+};
+
+struct GcReport {
+    std::vector<std::string> kept;              // checkpoint names kept by the policy
+    std::vector<std::string> removed;           // directories removed entirely
+    std::vector<std::string> removed_files;     // files removed from directories kept for
+                                                // files still referenced
+    std::vector<std::string> retained_for_references;   // unkept, but referenced files stay
+    std::vector<std::string> skipped;           // incomplete but younger than the grace time
+    std::uint64_t bytes_freed = 0;
+};
+
+/* Removes incomplete checkpoints and every file no kept checkpoint references; never a file
+ * that a kept checkpoint references. */
+Result<GcReport> gc(const std::string &root, const GcPolicy &policy);
+
+/* Parses a manifest as stored in index.h5 (exposed for the fuzz target and tools). */
+Result<Manifest> parse_manifest(const std::string &json);
+std::string manifest_to_json(const Manifest &m);
+
+}  // namespace ckpt
+}  // namespace omni
+
+#endif
