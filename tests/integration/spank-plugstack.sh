@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# A plugstack.conf line with an unknown key: slurmd refuses to start, and its log names the
-# key. Starts its own one-node cluster (the point is a daemon that will not start).
+# plugstack.conf arguments, on clusters of its own: an unknown key makes slurmd refuse to
+# start with the key named in its log; allow_sm_slice=yes lets --omni-sm-slice through to
+# CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; bind=no leaves tasks where Slurm put them.
 . "$(dirname "$0")/lib.sh"
 need_root
 [ -f "$top_build/spank/.libs/spank_omni.so" ] || fail "spank_omni.so is not built"
@@ -15,4 +16,18 @@ grep -qF "error: omni: plugstack.conf: unknown key 'bnid' in 'bnid=no'" "$dir/lo
 grep -q "slurmd initialization failed" "$dir/log/slurmd-n1.log" || fail "slurmd did not refuse to start"
 # omni-cluster showed the reason from the log.
 grep -qF "unknown key 'bnid'" "$work/up.out" || fail "omni-cluster up did not show slurmd's log"
-note "ok: slurmd refused to start, naming the key"
+"$omni_cluster" --dir "$dir" down --purge >/dev/null
+
+# A site that allows SM slices and does not bind.
+"$top_src/tests/integration/test-cluster" "$dir" "$top_build" 1 2 \
+  --spank-args "allow_sm_slice=yes bind=no" >/dev/null || fail "cluster with allow_sm_slice=yes did not start"
+eval "$("$omni_cluster" --dir "$dir" env)"
+expect_eq "MPS share with --omni-sm-slice=25" \
+  "$(srun -N1 -n1 --omni-sm-slice=25 bash -c 'echo $OMNI_SM_SLICE $CUDA_MPS_ACTIVE_THREAD_PERCENTAGE')" "25 25"
+rc=0; srun -N1 -n1 --omni-sm-slice=101 true 2>"$work/err" || rc=$?
+[ $rc != 0 ] && grep -qF "'101' is out of range; expected an integer in 1..100" "$work/err" ||
+  fail "--omni-sm-slice=101 was not refused: rc=$rc $(cat "$work/err")"
+# bind=no: no OMNI_BIND, and Slurm's own binding (task 0 on the first core) stays.
+out=$(srun -N1 -n1 --exclusive --gpus-per-task=1 --omni-elastic=1:2 bash -c 'echo "bind=${OMNI_BIND-unset}"')
+expect_eq "OMNI_BIND with bind=no" "$out" "bind=unset"
+note "ok: unknown key refused by slurmd; allow_sm_slice=yes and bind=no honoured"
