@@ -1,0 +1,82 @@
+// The data-parallel communicator: one interface over Gloo (CPU, TCP) and NCCL (GPU), so that
+// trainer code is the same for both. One communicator lives for one generation; a resize
+// builds the next one (or shrinks/grows this one where NCCL can).
+//
+// Buffers: host memory for Gloo; device memory for NCCL, ordered on the communicator's CUDA
+// stream. Every call is collective: all ranks of the generation make the same calls in the
+// same order with the same counts. Errors (a peer that died, a timeout) come back as
+// omni::Status naming the operation; nothing throws out of this interface.
+#ifndef OMNI_LAUNCHER_COMM_H
+#define OMNI_LAUNCHER_COMM_H
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "config.h"  // HAVE_NCCL
+#include "omni/result.h"
+
+namespace gloo::rendezvous {
+class Store;
+}
+
+namespace omni::launcher {
+
+enum class DType { fp32, bf16 };
+enum class ReduceOp { sum, avg };
+
+std::size_t dtype_size(DType t);
+
+class Communicator {
+public:
+    virtual ~Communicator() = default;
+    virtual int rank() const = 0;
+    virtual int size() const = 0;
+    virtual const char *backend() const = 0;  // "gloo" or "nccl"
+
+    // In place: every rank ends with the element-wise sum (or mean) of all ranks' `buf`.
+    virtual Status allreduce(void *buf, std::size_t count, DType type, ReduceOp op) = 0;
+    // `buf` of rank `root` copied to every rank.
+    virtual Status broadcast(void *buf, std::size_t count, DType type, int root) = 0;
+    // recv[r * count .. (r+1) * count) = rank r's send; recv holds size() * count elements.
+    virtual Status allgather(const void *send, void *recv, std::size_t count, DType type) = 0;
+    // send holds size() * count elements; rank r receives the reduction of every rank's
+    // send[r * count .. (r+1) * count).
+    virtual Status reduce_scatter(const void *send, void *recv, std::size_t count, DType type,
+                                  ReduceOp op) = 0;
+    // Blocks until every rank has arrived.
+    virtual Status barrier() = 0;
+};
+
+struct GlooOptions {
+    std::string hostname = "127.0.0.1";  // address this rank listens on (a job node address)
+    std::chrono::milliseconds timeout{30000};  // per operation, and for the rendezvous
+};
+
+// Connects `size` ranks through `store` (keys as the store's owner prefixes them, e.g. per
+// generation) over Gloo's TCP transport.
+Result<std::unique_ptr<Communicator>> make_gloo_communicator(gloo::rendezvous::Store &store,
+                                                             int rank, int size,
+                                                             const GlooOptions &options);
+
+#ifdef HAVE_NCCL
+// NCCL, built when configure found CUDA and NCCL (HAVE_NCCL). See comm_nccl.cc.
+struct NcclOptions {
+    int device = 0;                            // CUDA device of this rank
+    std::chrono::milliseconds timeout{60000};  // non-blocking init gives up after this
+};
+// Rank 0 creates the unique id and publishes it in `store` under `key`; the others read it.
+Result<std::unique_ptr<Communicator>> make_nccl_communicator(gloo::rendezvous::Store &store,
+                                                             const std::string &key, int rank,
+                                                             int size, const NcclOptions &options);
+// The NCCL version this process runs with (ncclGetVersion), e.g. 22809, and the one it was
+// built against (NCCL_VERSION_CODE).
+int nccl_runtime_version();
+int nccl_build_version();
+#endif
+
+}  // namespace omni::launcher
+
+#endif

@@ -1,0 +1,225 @@
+// NCCL backend: device buffers, one CUDA stream per communicator, non-blocking NCCL calls
+// polled with a timeout so that a dead peer turns into an error instead of a hang.
+//
+// Version handling: the headers decide what can be compiled (NCCL_VERSION_CODE), the library
+// loaded at run time decides what can be called (ncclGetVersion, and dlsym for the calls
+// that arrived after the oldest NCCL we run with), so one build serves clusters whose NCCL
+// is newer or older than the build machine's.
+#include "config.h"
+
+#ifdef HAVE_NCCL
+
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <thread>
+
+#include "comm_nccl.h"
+#include <gloo/rendezvous/store.h>
+
+namespace omni::launcher {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// NCCL's own status codes carried up with the call that failed, as NCCLCHECK does.
+#define OMNI_NCCL_TRY(call)                                                               \
+    do {                                                                                  \
+        ncclResult_t r_ = (call);                                                         \
+        if (r_ != ncclSuccess && r_ != ncclInProgress)                                    \
+            return make_error(std::string(#call) + ": " + ncclGetErrorString(r_));        \
+    } while (0)
+
+#define OMNI_CUDA_TRY(call)                                                               \
+    do {                                                                                  \
+        cudaError_t e_ = (call);                                                          \
+        if (e_ != cudaSuccess) return make_error(std::string(#call) + ": " + cudaGetErrorString(e_)); \
+    } while (0)
+
+ncclDataType_t nccl_type(DType t) { return t == DType::fp32 ? ncclFloat32 : ncclBfloat16; }
+ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::sum ? ncclSum : ncclAvg; }
+
+using ShrinkFn = ncclResult_t (*)(ncclComm_t, int *, int, ncclComm_t *, ncclConfig_t *, int);
+
+ShrinkFn shrink_fn() {
+    static ShrinkFn fn = reinterpret_cast<ShrinkFn>(dlsym(RTLD_DEFAULT, "ncclCommShrink"));
+    return fn;
+}
+
+// Waits for a non-blocking communicator to leave ncclInProgress.
+Status wait_ready(ncclComm_t comm, std::chrono::milliseconds timeout, const char *what) {
+    const auto deadline = Clock::now() + timeout;
+    ncclResult_t state = ncclInProgress;
+    while (true) {
+        if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) break;
+        if (state != ncclInProgress) break;
+        if (Clock::now() > deadline)
+            return make_error(std::string(what) + ": no progress within " +
+                              std::to_string(timeout.count()) + " ms");
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    if (state != ncclSuccess) return make_error(std::string(what) + ": " + ncclGetErrorString(state));
+    return Status::success();
+}
+
+class Nccl final : public NcclCommunicator {
+public:
+    Nccl(ncclComm_t comm, cudaStream_t stream, int rank, int size, NcclOptions o)
+        : comm_(comm), stream_(stream), rank_(rank), size_(size), opts_(o) {}
+    ~Nccl() override {
+        if (comm_) {
+            ncclCommFinalize(comm_);
+            if (wait_ready(comm_, opts_.timeout, "ncclCommFinalize")) ncclCommDestroy(comm_);
+            else ncclCommAbort(comm_);
+        }
+        if (stream_) cudaStreamDestroy(stream_);
+    }
+
+    int rank() const override { return rank_; }
+    int size() const override { return size_; }
+    const char *backend() const override { return "nccl"; }
+
+    Status allreduce(void *buf, std::size_t count, DType t, ReduceOp op) override {
+        OMNI_NCCL_TRY(ncclAllReduce(buf, buf, count, nccl_type(t), nccl_op(op), comm_, stream_));
+        return complete("ncclAllReduce");
+    }
+    Status broadcast(void *buf, std::size_t count, DType t, int root) override {
+        if (root < 0 || root >= size_) return make_error("broadcast: root " + std::to_string(root) + " out of range");
+        OMNI_NCCL_TRY(ncclBroadcast(buf, buf, count, nccl_type(t), root, comm_, stream_));
+        return complete("ncclBroadcast");
+    }
+    Status allgather(const void *send, void *recv, std::size_t count, DType t) override {
+        OMNI_NCCL_TRY(ncclAllGather(send, recv, count, nccl_type(t), comm_, stream_));
+        return complete("ncclAllGather");
+    }
+    Status reduce_scatter(const void *send, void *recv, std::size_t count, DType t,
+                          ReduceOp op) override {
+        OMNI_NCCL_TRY(ncclReduceScatter(send, recv, count, nccl_type(t), nccl_op(op), comm_, stream_));
+        return complete("ncclReduceScatter");
+    }
+    Status barrier() override {
+        // NCCL has no barrier: a one-element allreduce on a scratch device word is one.
+        if (!scratch_) OMNI_CUDA_TRY(cudaMalloc(&scratch_, sizeof(float)));
+        return allreduce(scratch_, 1, DType::fp32, ReduceOp::sum);
+    }
+
+    Result<std::unique_ptr<Communicator>> shrink(const std::vector<int> &exclude, bool abort_ops) override {
+        ShrinkFn fn = shrink_fn();
+        if (!fn)
+            return make_error("ncclCommShrink: not in the NCCL in use (" +
+                              std::to_string(nccl_runtime_version()) + "; needs 2.27 or newer)");
+        std::vector<int> ex(exclude);
+        ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+        config.blocking = 0;
+        ncclComm_t next = nullptr;
+        const ncclResult_t r = fn(comm_, ex.data(), static_cast<int>(ex.size()), &next, &config,
+                                  abort_ops ? NCCL_SHRINK_ABORT : NCCL_SHRINK_DEFAULT);
+        if (r != ncclSuccess && r != ncclInProgress)
+            return make_error(std::string("ncclCommShrink: ") + ncclGetErrorString(r));
+        if (auto st = wait_ready(next, opts_.timeout, "ncclCommShrink"); !st) {
+            ncclCommAbort(next);
+            return Error{st.error()};
+        }
+        int new_rank = 0, new_size = 0;
+        ncclCommUserRank(next, &new_rank);
+        ncclCommCount(next, &new_size);
+        // The parent's operations are over (drained or aborted): free it here.
+        if (abort_ops) ncclCommAbort(comm_);
+        else ncclCommDestroy(comm_);
+        comm_ = nullptr;
+        cudaStream_t s = stream_;
+        stream_ = nullptr;
+        return std::unique_ptr<Communicator>(new Nccl(next, s, new_rank, new_size, opts_));
+    }
+
+    void abort() override {
+        if (comm_) ncclCommAbort(comm_);
+        comm_ = nullptr;
+    }
+
+private:
+    // Waits for the enqueued operation, watching NCCL's async error so that a peer's death or
+    // a hang becomes an error within the timeout (the communicator is then to be aborted).
+    Status complete(const char *what) {
+        const auto deadline = Clock::now() + opts_.timeout;
+        while (true) {
+            ncclResult_t async = ncclSuccess;
+            ncclCommGetAsyncError(comm_, &async);
+            if (async != ncclSuccess && async != ncclInProgress)
+                return make_error(std::string(what) + ": " + ncclGetErrorString(async));
+            const cudaError_t q = cudaStreamQuery(stream_);
+            if (q == cudaSuccess) return Status::success();
+            if (q != cudaErrorNotReady) return make_error(std::string(what) + ": " + cudaGetErrorString(q));
+            if (Clock::now() > deadline)
+                return make_error(std::string(what) + ": not finished within " +
+                                  std::to_string(opts_.timeout.count()) + " ms (a peer may be gone)");
+            std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
+    }
+
+    ncclComm_t comm_;
+    cudaStream_t stream_;
+    int rank_, size_;
+    NcclOptions opts_;
+    void *scratch_ = nullptr;
+};
+
+}  // namespace
+
+int nccl_build_version() { return NCCL_VERSION_CODE; }
+
+int nccl_runtime_version() {
+    int v = 0;
+    return ncclGetVersion(&v) == ncclSuccess ? v : 0;
+}
+
+bool nccl_has_shrink() { return shrink_fn() != nullptr; }
+bool nccl_has_grow() { return dlsym(RTLD_DEFAULT, "ncclCommGrow") != nullptr; }
+
+Result<std::unique_ptr<Communicator>> make_nccl_communicator(gloo::rendezvous::Store &store,
+                                                             const std::string &key, int rank,
+                                                             int size, const NcclOptions &options) {
+    if (size < 1 || rank < 0 || rank >= size)
+        return make_error("nccl: rank " + std::to_string(rank) + " of " + std::to_string(size) +
+                          ": expected 0 <= rank < size");
+    ncclUniqueId id;
+    try {
+        if (rank == 0) {
+            OMNI_NCCL_TRY(ncclGetUniqueId(&id));
+            store.set(key, std::vector<char>(id.internal, id.internal + sizeof id.internal));
+        } else {
+            const std::vector<char> v = store.get(key);  // waits, up to the store's timeout
+            if (v.size() != sizeof id.internal)
+                return make_error("nccl: unique id under '" + key + "' has " +
+                                  std::to_string(v.size()) + " bytes; expected " +
+                                  std::to_string(sizeof id.internal));
+            std::copy(v.begin(), v.end(), id.internal);
+        }
+    } catch (const std::exception &e) {
+        return make_error("nccl: exchanging the unique id under '" + key + "': " + e.what());
+    }
+    OMNI_CUDA_TRY(cudaSetDevice(options.device));
+    cudaStream_t stream = nullptr;
+    OMNI_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclComm_t comm = nullptr;
+    const ncclResult_t r = ncclCommInitRankConfig(&comm, size, id, rank, &config);
+    if (r != ncclSuccess && r != ncclInProgress) {
+        cudaStreamDestroy(stream);
+        return make_error(std::string("ncclCommInitRankConfig: ") + ncclGetErrorString(r));
+    }
+    if (auto st = wait_ready(comm, options.timeout, "ncclCommInitRankConfig"); !st) {
+        ncclCommAbort(comm);
+        cudaStreamDestroy(stream);
+        return Error{st.error()};
+    }
+    return std::unique_ptr<Communicator>(new Nccl(comm, stream, rank, size, options));
+}
+
+}  // namespace omni::launcher
+
+#endif  // HAVE_NCCL

@@ -1,0 +1,34 @@
+// NCCL backend of the communicator (built when configure found CUDA + NCCL: HAVE_NCCL).
+// Beyond the common interface it can shrink in place, where the NCCL in use has
+// ncclCommShrink (2.27+): a planned shrink keeps the survivors' communicator without a new
+// rendezvous, and with `abort_ops` it first terminates operations stuck on a dead peer.
+#ifndef OMNI_LAUNCHER_COMM_NCCL_H
+#define OMNI_LAUNCHER_COMM_NCCL_H
+
+#include <vector>
+
+#include "comm.h"
+
+namespace omni::launcher {
+
+#ifdef HAVE_NCCL
+class NcclCommunicator : public Communicator {
+public:
+    // A new communicator of the ranks not in `exclude` (old rank numbers), numbered in old
+    // order; this object is left unusable. Called by every surviving rank. Without
+    // ncclCommShrink in the running library the error says so, and the caller falls back to
+    // aborting and a fresh init with a new unique id.
+    virtual Result<std::unique_ptr<Communicator>> shrink(const std::vector<int> &exclude,
+                                                         bool abort_ops) = 0;
+    // Ends every operation in flight (a peer died) and frees the communicator.
+    virtual void abort() = 0;
+};
+
+// True when the running NCCL exports ncclCommShrink / ncclCommGrow.
+bool nccl_has_shrink();
+bool nccl_has_grow();
+#endif
+
+}  // namespace omni::launcher
+
+#endif

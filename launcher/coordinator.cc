@@ -1,0 +1,388 @@
+// The coordinator service; see coordinator.h.
+#include "coordinator.h"
+
+#include <chrono>
+#include <list>
+#include <map>
+
+#include <zmq.hpp>
+
+#include "log.h"
+#include "secret.h"
+#include "wire.h"
+
+namespace omni::launcher {
+namespace {
+
+constexpr const char *kComponent = "omni-coordinator";
+constexpr std::int64_t kPollMs = 100;  // bounds how long stop() waits for the thread
+
+std::int64_t now_ms() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+
+std::string view(const zmq::message_t &m) { return std::string(m.data<char>(), m.size()); }
+
+}  // namespace
+
+struct Coordinator::Impl {
+    struct Waiting {  // a join/boundary request waiting for its decision
+        std::string routing;
+        std::uint64_t rid;
+    };
+    struct KvWaiter {  // a kv_get/kv_wait waiting for keys
+        std::string routing;
+        std::uint64_t rid;
+        std::uint64_t generation;
+        std::vector<std::string> keys;
+        bool want_value;
+        std::int64_t deadline;
+    };
+
+    CoordinatorConfig cfg;
+    zmq::context_t ctx{1};
+    zmq::socket_t sock{ctx, zmq::socket_type::router};
+    Protocol protocol;
+    KvStore kv;
+    std::map<std::string, Waiting, std::less<>> waiting;
+    std::list<KvWaiter> kv_waiters;
+    RateLimit log_limit{20, 1000};
+    std::uint64_t generation_seen = 0;
+    CoordinatorCounters *counters = nullptr;  // owned by the Coordinator
+
+    explicit Impl(const CoordinatorConfig &c) : cfg(c), protocol(c.protocol), kv(c.kv) {}
+
+    void send(const std::string &routing, const std::string &header, const std::string *value = nullptr) {
+        // Never block the service on one slow or vanished peer: ROUTER drops what it cannot
+        // route, and a full pipe drops the reply (the client times out and retries).
+        try {
+            if (!sock.send(zmq::buffer(routing), zmq::send_flags::sndmore | zmq::send_flags::dontwait))
+                return;
+            if (value) {
+                sock.send(zmq::buffer(header), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+                sock.send(zmq::buffer(*value), zmq::send_flags::dontwait);
+            } else {
+                sock.send(zmq::buffer(header), zmq::send_flags::dontwait);
+            }
+        } catch (const zmq::error_t &e) {
+            log_line(LogLevel::Warning, kComponent, std::string("send: ") + e.what());
+        }
+    }
+
+    void log_limited(LogLevel level, const std::string &msg) {
+        std::uint64_t suppressed = 0;
+        if (!log_limit.allow(now_ms(), suppressed)) return;
+        log_line(level, kComponent,
+                 suppressed ? msg + " (" + std::to_string(suppressed) + " similar lines suppressed)"
+                            : msg);
+    }
+
+    void deliver(const std::vector<Delivery> &out) {
+        // One decision, serialised once, goes to every rank of the generation.
+        std::map<const Decision *, std::string> dumped;
+        for (const auto &d : out) {
+            auto &text = dumped[d.decision.get()];
+            if (text.empty()) {
+                text = decision_to_json(*d.decision).dump();
+                log_decision(*d.decision);
+            }
+            auto it = waiting.find(d.to);
+            if (it == waiting.end()) continue;  // it will repeat its request and get last_
+            send(it->second.routing, "{\"decision\":" + text + ",\"ok\":true,\"rid\":" +
+                                         std::to_string(it->second.rid) + ",\"v\":" +
+                                         std::to_string(kWireVersion) + "}");
+            waiting.erase(it);
+        }
+        retire_generations();
+    }
+
+    void log_decision(const Decision &d) {
+        if (d.kind == DecisionKind::Continue) return;
+        std::string msg = std::string(to_string(d.kind)) + " at generation " +
+                          std::to_string(d.generation) + " step " + std::to_string(d.step) +
+                          " (" + d.reason + ")";
+        if (d.kind == DecisionKind::Reshaped)
+            msg += ": generation " + std::to_string(d.next.generation) + ", world " +
+                   std::to_string(d.next.world) + ", " + std::to_string(d.joining.size()) +
+                   " joining, " + std::to_string(d.leaving.size()) + " leaving, " +
+                   std::to_string(d.lost.size()) + " lost";
+        log_line(d.kind == DecisionKind::Stop || d.rewind ? LogLevel::Warning : LogLevel::Info,
+                 kComponent, msg);
+    }
+
+    // Keeps the store to the current and the previous generation: a straggler of g-1 may
+    // still read, nothing older is ever needed.
+    void retire_generations() {
+        std::uint64_t g = protocol.generation();
+        if (g == generation_seen) return;
+        generation_seen = g;
+        if (g < 2) return;
+        kv.drop_below(g - 1);
+        for (auto it = kv_waiters.begin(); it != kv_waiters.end();) {
+            if (it->generation < g - 1) {
+                send(it->routing, error_reply(it->rid, "generation " + std::to_string(it->generation) +
+                                                           " was retired"));
+                it = kv_waiters.erase(it);
+            } else {
+                ++it;
+            }
+        }
+    }
+
+    Status check_kv_generation(std::uint64_t g) const {
+        std::uint64_t cur = protocol.generation();
+        std::uint64_t lo = cur > 1 ? cur - 1 : 0;
+        if (g < lo || g > cur + 1)
+            return make_error("kv generation " + std::to_string(g) + " is outside " +
+                              std::to_string(lo) + ".." + std::to_string(cur + 1));
+        return Status::success();
+    }
+
+    // Answers the waiters of `generation` whose keys are all present.
+    void wake_kv(std::uint64_t generation) {
+        for (auto it = kv_waiters.begin(); it != kv_waiters.end();) {
+            if (it->generation == generation && kv.has_all(generation, it->keys)) {
+                answer_kv(*it);
+                it = kv_waiters.erase(it);
+            } else {
+                ++it;
+            }
+        }
+    }
+
+    void answer_kv(const KvWaiter &w) {
+        if (w.want_value) {
+            send(w.routing, ok_reply(w.rid), kv.get(w.generation, w.keys.front()));
+        } else {
+            send(w.routing, ok_reply(w.rid));
+        }
+    }
+
+    void handle(const std::string &routing, const std::string &peer, const std::string &header,
+                const std::string *value) {
+        const std::string_view value_view = value ? std::string_view(*value) : std::string_view();
+        auto parsed = parse_request(header, value ? &value_view : nullptr);
+        if (!parsed) {
+            // Counted before the reply goes out, so a client that saw the reply sees the count.
+            counters->malformed++;
+            log_limited(LogLevel::Warning, "malformed request from " + peer + ": " + parsed.error());
+            send(routing, error_reply(0, parsed.error()));
+            return;
+        }
+        Request &r = parsed.value();
+        if (!secrets_equal(r.secret, cfg.secret)) {
+            counters->refused++;
+            log_limited(LogLevel::Warning,
+                        std::string("refused ") + to_string(r.op) + " from " + peer + ": " +
+                            (r.secret.empty() ? "no job secret" : "wrong job secret"));
+            send(routing, error_reply(r.rid, "refused: missing or wrong job secret"));
+            return;
+        }
+        const std::int64_t now = now_ms();
+        auto reply_status = [&](const Status &st) {
+            send(routing, st ? ok_reply(r.rid) : error_reply(r.rid, st.error()));
+        };
+        switch (r.op) {
+        case Op::Join:
+        case Op::Boundary: {
+            auto res = r.op == Op::Join ? protocol.join(r.id, r.unit, r.slot, now)
+                                        : protocol.boundary(r.id, r.generation, r.step, now);
+            if (!res) {
+                send(routing, error_reply(r.rid, res.error()));
+                return;
+            }
+            waiting[r.id] = Waiting{routing, r.rid};  // a repeat replaces an older request
+            deliver(res.value());
+            return;
+        }
+        case Op::Lost: {
+            auto res = protocol.lost(r.id, now);
+            if (!res) {
+                send(routing, error_reply(r.rid, res.error()));
+                return;
+            }
+            log_line(LogLevel::Warning, kComponent, "rank '" + r.id + "' reported lost");
+            waiting.erase(r.id);
+            send(routing, ok_reply(r.rid));
+            deliver(res.value());
+            return;
+        }
+        case Op::Reshape: {
+            auto st = protocol.request_reshape(r.units, now);
+            if (!st) {
+                send(routing, error_reply(r.rid, st.error()));
+                return;
+            }
+            log_line(LogLevel::Info, kComponent,
+                     "planned reshape to " + std::to_string(r.units) + " units requested");
+            auto s = protocol.status();
+            send(routing, ok_reply(r.rid, {{"target_units", r.units}, {"units", s.units},
+                                           {"generation", s.generation}}));
+            return;
+        }
+        case Op::Stop: {
+            auto res = protocol.request_stop(r.reason);
+            if (!res) {
+                send(routing, error_reply(r.rid, res.error()));
+                return;
+            }
+            log_line(LogLevel::Info, kComponent, "stop requested: " + r.reason);
+            send(routing, ok_reply(r.rid));
+            deliver(res.value());
+            return;
+        }
+        case Op::Status: {
+            auto j = status_to_json(protocol.status());
+            j["kv"] = {{"keys", kv.keys()}, {"bytes", kv.bytes()}};
+            send(routing, ok_reply(r.rid, {{"status", std::move(j)}}));
+            return;
+        }
+        case Op::KvSet: {
+            if (auto st = check_kv_generation(r.generation); !st) return reply_status(st);
+            auto st = kv.set(r.generation, r.keys.front(), r.value);
+            reply_status(st);
+            if (st) wake_kv(r.generation);
+            return;
+        }
+        case Op::KvGet:
+        case Op::KvWait: {
+            if (auto st = check_kv_generation(r.generation); !st) return reply_status(st);
+            KvWaiter w{routing, r.rid, r.generation, r.keys, r.op == Op::KvGet, now + r.timeout_ms};
+            if (kv.has_all(r.generation, r.keys)) return answer_kv(w);
+            if (r.timeout_ms == 0)
+                return send(routing, error_reply(r.rid, "key '" + r.keys.front() + "' not found"));
+            if (kv_waiters.size() >= cfg.max_waiters)
+                return send(routing, error_reply(r.rid, "too many waiting kv requests"));
+            kv_waiters.push_back(std::move(w));
+            return;
+        }
+        }
+    }
+
+    void expire(std::int64_t now) {
+        deliver(protocol.tick(now));
+        for (auto it = kv_waiters.begin(); it != kv_waiters.end();) {
+            if (now >= it->deadline) {
+                send(it->routing, error_reply(it->rid, "timeout waiting for key(s) in generation " +
+                                                           std::to_string(it->generation)));
+                it = kv_waiters.erase(it);
+            } else {
+                ++it;
+            }
+        }
+    }
+
+    std::int64_t poll_timeout(std::int64_t now) const {
+        std::int64_t t = kPollMs;
+        if (auto d = protocol.next_deadline()) t = std::min(t, std::max<std::int64_t>(0, *d - now));
+        for (const auto &w : kv_waiters) t = std::min(t, std::max<std::int64_t>(0, w.deadline - now));
+        return t;
+    }
+
+    // Reads one whole multipart message; returns false when none is waiting.
+    bool receive_one() {
+        zmq::message_t part;
+        if (!sock.recv(part, zmq::recv_flags::dontwait)) return false;
+        std::vector<zmq::message_t> parts;
+        std::size_t count = 0;
+        bool more = true;
+        while (true) {
+            more = part.more();
+            ++count;
+            if (parts.size() < 3) parts.push_back(std::move(part));  // extra parts are dropped
+            if (!more) break;
+            part = zmq::message_t();
+            (void)sock.recv(part);  // the rest of a message is already queued
+        }
+        counters->requests++;
+        std::string peer = "unknown peer";
+        if (parts.size() >= 2) {
+            try {
+                peer = parts[1].gets("Peer-Address");
+            } catch (const zmq::error_t &) {
+            }
+        }
+        std::string routing = view(parts[0]);
+        if (count < 2 || count > 3) {
+            counters->malformed++;
+            log_limited(LogLevel::Warning, "malformed request from " + peer + ": " +
+                                               std::to_string(count - 1) + " frames");
+            send(routing, error_reply(0, "a request has one or two frames"));
+            return true;
+        }
+        std::string header = view(parts[1]);
+        std::string value;
+        if (count == 3) value = view(parts[2]);
+        handle(routing, peer, header, count == 3 ? &value : nullptr);
+        return true;
+    }
+
+    void run(std::atomic<bool> &stopping) {
+        try {
+            while (!stopping) {
+                std::int64_t now = now_ms();
+                zmq::pollitem_t item{static_cast<void *>(sock), 0, ZMQ_POLLIN, 0};
+                zmq::poll(&item, 1, std::chrono::milliseconds(poll_timeout(now)));
+                // Bounded batch, so timers run even under a flood of requests.
+                for (int i = 0; i < 256 && receive_one(); ++i) {
+                }
+                expire(now_ms());
+            }
+        } catch (const std::exception &e) {
+            log_line(LogLevel::Error, kComponent, std::string("service stopped: ") + e.what());
+        }
+    }
+};
+
+Coordinator::Coordinator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Result<std::unique_ptr<Coordinator>> Coordinator::start(const CoordinatorConfig &cfg) {
+    if (auto st = check_secret_format(cfg.secret); !st) return Error{st.error()};
+    if (auto st = validate(cfg.protocol); !st) return Error{st.error()};
+    if (cfg.bind.empty()) return make_error("coordinator: no endpoint to bind to");
+    if (cfg.bind.size() > 16) return make_error("coordinator: more than 16 endpoints");
+    std::vector<Endpoint> eps;
+    for (const auto &b : cfg.bind) {
+        auto e = parse_endpoint(b, true);
+        if (!e) return Error{e.error()};
+        eps.push_back(e.value());
+    }
+    try {
+        auto impl = std::make_unique<Impl>(cfg);
+        auto &s = impl->sock;
+        s.set(zmq::sockopt::linger, 0);
+        // Per frame: the largest header or value a request may carry; bigger ones make
+        // libzmq drop the connection before the data is buffered.
+        s.set(zmq::sockopt::maxmsgsize,
+              static_cast<std::int64_t>(std::max(kMaxHeaderBytes, kMaxValueBytes)));
+        s.set(zmq::sockopt::rcvhwm, 64);
+        s.set(zmq::sockopt::sndhwm, 1024);
+        std::unique_ptr<Coordinator> c(new Coordinator(std::move(impl)));
+        for (const auto &e : eps) {
+            try {
+                c->impl_->sock.bind(e.zmq());
+            } catch (const zmq::error_t &err) {
+                return make_error("coordinator: bind " + e.zmq() + ": " + err.what());
+            }
+            c->endpoints_.push_back(c->impl_->sock.get(zmq::sockopt::last_endpoint));
+        }
+        c->impl_->counters = &c->counters_;
+        c->thread_ = std::thread([raw = c.get()] { raw->impl_->run(raw->stopping_); });
+        log_line(LogLevel::Info, kComponent, "listening on " + c->endpoints_.front() +
+                                                 (c->endpoints_.size() > 1 ? " (and more)" : ""));
+        return c;
+    } catch (const std::exception &e) {
+        return make_error(std::string("coordinator: ") + e.what());
+    }
+}
+
+void Coordinator::stop() {
+    stopping_ = true;
+    if (thread_.joinable()) thread_.join();
+}
+
+Coordinator::~Coordinator() { stop(); }
+
+}  // namespace omni::launcher

@@ -1,0 +1,187 @@
+// The coordinator's generation protocol as a pure state machine: no sockets, no clocks, no
+// threads. The service (coordinator.h) feeds it requests with the current monotonic time and
+// sends the replies it returns; tests drive it directly with invented times.
+//
+// Model (DESIGN.md "Protocol sketch"):
+//  - Ranks belong to elastic units of `unit_size` ranks; units are the grain of every change.
+//    A rank is identified by a caller-chosen id and joins as (unit id, slot in unit).
+//  - Generation 1 forms when `initial_units` complete units have joined (or, at the formation
+//    timeout, with at least `min_units` complete units). Every later generation is the
+//    result of a boundary decision.
+//  - After every optimizer step each member calls boundary(generation, step). When every
+//    member of the generation has arrived, one Decision is made and the same Decision is
+//    returned to every member (and to the joiners it admits): CONTINUE, RESHAPED (the next
+//    layout: world size, every member's new rank, who leaves, who joins) or STOP.
+//  - Ranks are numbered unit by unit: rank = (position of the unit) * unit_size + slot.
+//    Surviving units keep their relative order and joiners are appended in unit-id order, so
+//    rank 0 stays rank 0 unless its unit leaves. A planned shrink removes the last units.
+//  - A member that has not arrived `boundary_timeout_ms` after the first arrival, or that
+//    the launcher reports dead (lost()), is lost; its whole unit is dropped at that boundary
+//    (an unplanned reshape with rewind = true: survivors restore the last checkpoint).
+//    Below `min_units` the decision is STOP.
+//  - A planned grow waits for complete joiner units (launched by omni-launch, pending here)
+//    and applies them when all the units it asked for are in, or after `grow_wait_ms` with
+//    whatever complete units are in; until then boundaries CONTINUE.
+//  - Requests are idempotent: a member that repeats boundary(g, s) after the decision (a
+//    lost reply) gets the same Decision again.
+#ifndef OMNI_LAUNCHER_PROTOCOL_H
+#define OMNI_LAUNCHER_PROTOCOL_H
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "omni/result.h"
+
+namespace omni::launcher {
+
+constexpr std::size_t kMaxMemberIdLength = 128;
+constexpr std::uint32_t kMaxUnits = 65536;
+constexpr std::uint32_t kMaxUnitSizeRanks = 4096;
+constexpr std::uint32_t kMaxWorld = 1u << 20;
+
+// Member ids: 1..128 characters from [A-Za-z0-9._:@-] (host names, job.step.task, pids).
+Status check_member_id(std::string_view id);
+
+struct Member {
+    std::string id;
+    std::uint32_t unit = 0;  // launcher-assigned unit id (stable across generations)
+    std::uint32_t slot = 0;  // 0..unit_size-1 inside the unit
+    std::uint32_t rank = 0;  // rank in the generation
+    bool operator==(const Member &o) const {
+        return id == o.id && unit == o.unit && slot == o.slot && rank == o.rank;
+    }
+};
+
+struct Layout {
+    std::uint64_t generation = 0;
+    std::uint32_t world = 0;
+    std::vector<std::uint32_t> units;  // unit ids in rank order
+    // Sorted by rank; members[r].rank == r. Inside the coordinator every member has its id;
+    // a layout received over the wire has (unit, slot, rank) only (see wire.h).
+    std::vector<Member> members;
+    const Member *find(std::string_view id) const;
+    // The rank of (unit, slot) in this layout, if that unit is in it. Ranks use this after a
+    // RESHAPED decision: no rank id is needed to find one's new rank.
+    std::optional<std::uint32_t> rank_of(std::uint32_t unit, std::uint32_t slot) const;
+};
+
+enum class DecisionKind { Continue, Reshaped, Stop };
+const char *to_string(DecisionKind k);
+
+struct Decision {
+    DecisionKind kind = DecisionKind::Continue;
+    std::uint64_t generation = 0;  // the generation that reached the boundary (0: formation)
+    std::uint64_t step = 0;        // the boundary's step (0 for formation)
+    std::string reason;            // "formed", "planned", "lost", "stop-requested", ...
+    bool rewind = false;           // ranks were lost: restore the last checkpoint
+    Layout next;                   // RESHAPED: the new generation; CONTINUE/STOP: empty
+    std::vector<std::string> leaving, joining, lost;  // member ids, sorted
+    std::vector<std::uint32_t> leaving_units, joining_units;  // unit ids, sorted
+};
+
+// A reply the service must deliver: to `to` (a member id), the decision. One Decision is
+// shared by every delivery of a boundary: all ranks get the very same answer.
+struct Delivery {
+    std::string to;
+    std::shared_ptr<const Decision> decision;
+};
+
+struct ProtocolConfig {
+    std::uint32_t unit_size = 1;
+    std::uint32_t initial_units = 1;
+    std::uint32_t min_units = 1;
+    std::uint32_t max_units = 1;
+    std::int64_t boundary_timeout_ms = 30000;
+    std::int64_t formation_timeout_ms = 120000;
+    std::int64_t grow_wait_ms = 60000;
+};
+Status validate(const ProtocolConfig &cfg);
+
+enum class Phase { Forming, Running, Stopped };
+const char *to_string(Phase p);
+
+struct ProtocolStatus {
+    Phase phase = Phase::Forming;
+    std::uint64_t generation = 0;
+    std::uint32_t units = 0, world = 0, unit_size = 0, min_units = 0, max_units = 0;
+    std::optional<std::uint32_t> target_units;    // a planned reshape not yet applied
+    std::optional<std::uint64_t> boundary_step;   // a boundary in progress
+    std::uint32_t arrived = 0;                    // members at that boundary
+    std::uint64_t last_step = 0;                  // last decided boundary
+    std::vector<std::string> pending_joiners;     // ids of ranks waiting to be admitted
+    std::vector<std::string> lost;                // lost members of the current generation
+    std::optional<Decision> last_decision;
+    std::optional<Decision> last_change;          // the last RESHAPED/STOP (formation included)
+    Layout layout;
+};
+
+class Protocol {
+public:
+    explicit Protocol(const ProtocolConfig &cfg);  // cfg must pass validate()
+
+    // A rank joins as (unit, slot). Before generation 1 it waits for the formation; later it
+    // waits as a joiner until a grow admits it. Repeating the same join is harmless.
+    Result<std::vector<Delivery>> join(std::string_view id, std::uint32_t unit,
+                                       std::uint32_t slot, std::int64_t now_ms);
+    // A member reached the boundary after step `step` of `generation`.
+    Result<std::vector<Delivery>> boundary(std::string_view id, std::uint64_t generation,
+                                           std::uint64_t step, std::int64_t now_ms);
+    // The launcher saw a rank die (task exit, node failure). Unknown ids are an error.
+    Result<std::vector<Delivery>> lost(std::string_view id, std::int64_t now_ms);
+    // Timeouts: formation, boundaries that some members never reach, grow waits.
+    std::vector<Delivery> tick(std::int64_t now_ms);
+
+    // A planned reshape to `units` units (min..max), applied at a coming boundary.
+    Status request_reshape(std::uint32_t units, std::int64_t now_ms);
+    // STOP at the next boundary (e.g. the launcher got SIGTERM). While forming, the job stops
+    // at once and the waiting ranks get the STOP.
+    Result<std::vector<Delivery>> request_stop(std::string_view reason);
+
+    ProtocolStatus status() const;
+    const ProtocolConfig &config() const { return cfg_; }
+    std::uint64_t generation() const { return layout_.generation; }
+    Phase phase() const { return phase_; }
+    // The earliest time tick() has something to do, if any (for the service's poll timeout).
+    std::optional<std::int64_t> next_deadline() const;
+
+private:
+    struct Pending {  // a joined rank not (yet) in a generation
+        std::string id;
+        std::uint32_t unit, slot;
+    };
+    std::vector<std::uint32_t> complete_pending_units() const;
+    std::vector<Delivery> form(const std::vector<std::uint32_t> &units, std::string reason);
+    std::vector<Delivery> decide(std::int64_t now_ms);
+    Layout make_layout(std::uint64_t generation, const std::vector<std::uint32_t> &units) const;
+
+    ProtocolConfig cfg_;
+    Phase phase_ = Phase::Forming;
+    std::int64_t forming_since_ms_ = -1;          // first join
+    Layout layout_;                               // the current generation (empty while forming)
+    std::map<std::string, Pending, std::less<>> pending_;   // by id
+    std::map<std::pair<std::uint32_t, std::uint32_t>, std::string> pending_slots_;
+    // The boundary in progress.
+    std::optional<std::uint64_t> boundary_step_;
+    std::int64_t boundary_since_ms_ = 0;
+    std::set<std::string, std::less<>> arrived_;
+    std::set<std::string, std::less<>> lost_;
+    // Planned changes.
+    std::optional<std::uint32_t> target_units_;
+    std::int64_t target_since_ms_ = 0;
+    std::optional<std::string> stop_reason_;
+    // The last decision, kept for repeated requests and for status.
+    std::shared_ptr<const Decision> last_;
+    std::set<std::string, std::less<>> last_members_;  // the generation that decided last_
+    std::shared_ptr<const Decision> last_change_;
+    std::uint64_t last_step_ = 0;
+};
+
+}  // namespace omni::launcher
+
+#endif

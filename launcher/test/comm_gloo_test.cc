@@ -1,0 +1,119 @@
+// The Gloo communicator with 3 ranks (threads) on 127.0.0.1, rendezvous through Gloo's
+// in-memory HashStore. Expected results are computed here from the inputs' formulas.
+#include <gtest/gtest.h>
+#include <gloo/rendezvous/hash_store.h>
+
+#include <thread>
+#include <vector>
+
+#include "../bf16.h"
+#include "../comm.h"
+
+using namespace omni::launcher;
+
+namespace {
+
+constexpr int kRanks = 3;
+
+// Runs body(comm) on kRanks threads, each with its own communicator.
+void on_ranks(const std::function<void(Communicator &)> &body) {
+    gloo::rendezvous::HashStore store;
+    std::vector<std::thread> threads;
+    std::vector<std::string> errors(kRanks);
+    for (int r = 0; r < kRanks; ++r)
+        threads.emplace_back([&, r] {
+            GlooOptions o;
+            o.timeout = std::chrono::milliseconds(10000);
+            auto c = make_gloo_communicator(store, r, kRanks, o);
+            if (!c) {
+                errors[r] = c.error();
+                return;
+            }
+            body(*c.value());
+        });
+    for (auto &t : threads) t.join();
+    for (const auto &e : errors) EXPECT_EQ(e, "");
+}
+
+}  // namespace
+
+TEST(GlooComm, AllreduceFp32SumAndAvg) {
+    const std::size_t n = 1000003;  // odd and > 1 MiB of floats: several segments per rank
+    on_ranks([&](Communicator &c) {
+        std::vector<float> a(n), b(n);
+        for (std::size_t i = 0; i < n; ++i) a[i] = b[i] = static_cast<float>((c.rank() + 1) * (i % 1000)) + 0.5f;
+        ASSERT_TRUE(c.allreduce(a.data(), n, DType::fp32, ReduceOp::sum).ok());
+        ASSERT_TRUE(c.allreduce(b.data(), n, DType::fp32, ReduceOp::avg).ok());
+        // sum over r of (r+1)*k + 0.5 = 6k + 1.5; the mean is 2k + 0.5 (exact in fp32 here)
+        for (std::size_t i = 0; i < n; i += 997) {
+            const float k = static_cast<float>(i % 1000);
+            ASSERT_EQ(a[i], 6 * k + 1.5f) << i;
+            ASSERT_EQ(b[i], 2 * k + 0.5f) << i;
+        }
+    });
+}
+
+TEST(GlooComm, AllreduceBf16) {
+    on_ranks([&](Communicator &c) {
+        // Small integers are exact in bf16: rank r holds r + i; the sum is 3 + 3i.
+        std::vector<std::uint16_t> h(64);
+        for (std::size_t i = 0; i < h.size(); ++i) h[i] = float_to_bf16(static_cast<float>(c.rank() + i));
+        ASSERT_TRUE(c.allreduce(h.data(), h.size(), DType::bf16, ReduceOp::sum).ok());
+        for (std::size_t i = 0; i < h.size(); ++i) ASSERT_EQ(bf16_to_float(h[i]), 3.0f + 3.0f * i) << i;
+    });
+}
+
+TEST(GlooComm, BroadcastAllgatherReduceScatterBarrier) {
+    on_ranks([&](Communicator &c) {
+        const int r = c.rank();
+        std::vector<float> v(5, static_cast<float>(r));
+        ASSERT_TRUE(c.broadcast(v.data(), v.size(), DType::fp32, 2).ok());
+        for (float x : v) ASSERT_EQ(x, 2.0f);
+
+        std::vector<float> mine{static_cast<float>(10 * r), static_cast<float>(10 * r + 1)};
+        std::vector<float> all(2 * kRanks, -1.0f);
+        ASSERT_TRUE(c.allgather(mine.data(), all.data(), 2, DType::fp32).ok());
+        EXPECT_EQ(all, (std::vector<float>{0, 1, 10, 11, 20, 21}));
+
+        // send[j] = r * 100 + j; rank q gets sum over r of (r*100 + j) for j in its part:
+        // 300 + 3j.
+        std::vector<float> send(2 * kRanks), recv(2);
+        for (int j = 0; j < 2 * kRanks; ++j) send[j] = static_cast<float>(r * 100 + j);
+        ASSERT_TRUE(c.reduce_scatter(send.data(), recv.data(), 2, DType::fp32, ReduceOp::sum).ok());
+        EXPECT_EQ(recv[0], 300.0f + 3.0f * (2 * r));
+        EXPECT_EQ(recv[1], 300.0f + 3.0f * (2 * r + 1));
+        ASSERT_TRUE(c.barrier().ok());
+        EXPECT_STREQ(c.backend(), "gloo");
+        EXPECT_EQ(c.size(), kRanks);
+    });
+}
+
+TEST(GlooComm, BadArguments) {
+    gloo::rendezvous::HashStore store;
+    auto c = make_gloo_communicator(store, 3, 3, GlooOptions());
+    ASSERT_FALSE(c.ok());
+    EXPECT_EQ(c.error(), "gloo: rank 3 of 3: expected 0 <= rank < size");
+}
+
+TEST(GlooComm, MissingPeerTimesOut) {
+    // Rank 1 of 2 never shows up: the rendezvous must fail within the timeout, not hang.
+    gloo::rendezvous::HashStore store;
+    GlooOptions o;
+    o.timeout = std::chrono::milliseconds(1500);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto c = make_gloo_communicator(store, 0, 2, o);
+    const auto took = std::chrono::steady_clock::now() - t0;
+    ASSERT_FALSE(c.ok());
+    EXPECT_NE(c.error().find("rendezvous on 127.0.0.1 failed"), std::string::npos) << c.error();
+    EXPECT_LT(took, std::chrono::seconds(20));
+}
+
+TEST(Bf16, RoundsToNearestEven) {
+    EXPECT_EQ(float_to_bf16(1.0f), 0x3f80);
+    EXPECT_EQ(bf16_to_float(0x3f80), 1.0f);
+    // 1 + 2^-8 lies exactly between bf16 1.0 (0x3f80) and 1.0078125 (0x3f81): ties to even.
+    EXPECT_EQ(float_to_bf16(1.00390625f), 0x3f80);
+    // 1 + 3 * 2^-8 lies between 0x3f81 and 0x3f82: ties to even 0x3f82.
+    EXPECT_EQ(float_to_bf16(1.01171875f), 0x3f82);
+    EXPECT_EQ(float_to_bf16(-2.0f), 0xc000);
+}

@@ -1,0 +1,94 @@
+// Test helper: a coordinator on 127.0.0.1 with simulated ranks, for the omni-ctl test and for
+// trying omni-ctl by hand.
+//
+//   coord_serve DIR UNITS MIN MAX [SECONDS]
+//
+// Writes DIR/secret and DIR/coordinator (the job-directory layout omni-launch uses), starts
+// UNITS single-rank units that join and then reach a boundary every 20 ms, and serves until
+// SIGTERM/SIGINT or SECONDS (default 60) pass. Ranks that a reshape removes stop.
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client.h"
+#include "coordinator.h"
+#include "omni/parse.h"
+#include "secret.h"
+
+using namespace omni::launcher;
+
+static std::atomic<bool> g_stop{false};
+static void on_signal(int) { g_stop = true; }
+
+static void rank_loop(std::string endpoint, std::string secret, std::uint32_t unit) {
+    auto c = CoordinatorClient::connect(endpoint, secret);
+    if (!c) return;
+    std::string id = "sim-" + std::to_string(unit);
+    auto d = c.value()->join(id, unit, 0, 10000);
+    if (!d) return;
+    std::uint64_t gen = d.value().next.generation, step = 0;
+    while (!g_stop) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        auto b = c.value()->boundary(id, gen, ++step, 2000);
+        if (!b) continue;  // e.g. the coordinator is stopping
+        if (b.value().kind == DecisionKind::Stop) return;
+        if (b.value().kind == DecisionKind::Reshaped) {
+            if (!b.value().next.rank_of(unit, 0)) return;  // this unit leaves
+            gen = b.value().next.generation;
+        }
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc < 5 || argc > 6) {
+        std::fprintf(stderr, "usage: coord_serve DIR UNITS MIN MAX [SECONDS]\n");
+        return 2;
+    }
+    auto units = omni::parse_uint(argv[2], 1, 64, "UNITS");
+    auto mn = omni::parse_uint(argv[3], 1, 64, "MIN");
+    auto mx = omni::parse_uint(argv[4], 1, 64, "MAX");
+    auto secs = omni::parse_uint(argc == 6 ? argv[5] : "60", 1, 3600, "SECONDS");
+    if (!units || !mn || !mx || !secs) {
+        std::fprintf(stderr, "coord_serve: bad numbers\n");
+        return 2;
+    }
+    std::string dir = argv[1];
+    auto secret = generate_secret();
+    if (!secret) return 1;
+    CoordinatorConfig cfg;
+    cfg.bind = {"tcp://127.0.0.1:0"};
+    cfg.secret = secret.value();
+    cfg.protocol.unit_size = 1;
+    cfg.protocol.initial_units = static_cast<std::uint32_t>(units.value());
+    cfg.protocol.min_units = static_cast<std::uint32_t>(mn.value());
+    cfg.protocol.max_units = static_cast<std::uint32_t>(mx.value());
+    cfg.protocol.boundary_timeout_ms = 5000;
+    auto coord = Coordinator::start(cfg);
+    if (!coord) {
+        std::fprintf(stderr, "coord_serve: %s\n", coord.error().c_str());
+        return 1;
+    }
+    const std::string endpoint = coord.value()->endpoints().front();
+    if (auto st = publish_job_files(dir, secret.value(), endpoint); !st) {
+        std::fprintf(stderr, "coord_serve: %s\n", st.error().c_str());
+        return 1;
+    }
+    std::signal(SIGTERM, on_signal);
+    std::signal(SIGINT, on_signal);
+    std::vector<std::thread> ranks;
+    for (std::uint32_t u = 0; u < units.value(); ++u)
+        ranks.emplace_back(rank_loop, endpoint, secret.value(), u);
+    std::printf("%s\n", endpoint.c_str());
+    std::fflush(stdout);
+    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(secs.value());
+    while (!g_stop && std::chrono::steady_clock::now() < end)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    g_stop = true;
+    coord.value()->stop();
+    for (auto &t : ranks) t.join();
+    return 0;
+}

@@ -1,0 +1,263 @@
+// The coordinator service over ZeroMQ on 127.0.0.1: the secret is enforced (and refusals are
+// logged), inputs are bounded, the protocol runs end to end with deferred replies, and the
+// generation-prefixed key/value store answers set/get/wait with timeouts.
+#include <gtest/gtest.h>
+
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include <zmq.hpp>
+
+#include "client.h"
+#include "coordinator.h"
+#include "log.h"
+#include "secret.h"
+
+using namespace omni::launcher;
+using omni::Result;
+
+namespace {
+
+const std::string kSecret = std::string(32, 'a') + std::string(32, '5');
+const std::string kOther = std::string(64, 'b');
+
+std::unique_ptr<Coordinator> start(std::uint32_t units, std::uint32_t min, std::uint32_t max) {
+    CoordinatorConfig cfg;
+    cfg.bind = {"tcp://127.0.0.1:0"};
+    cfg.secret = kSecret;
+    cfg.protocol.unit_size = 1;
+    cfg.protocol.initial_units = units;
+    cfg.protocol.min_units = min;
+    cfg.protocol.max_units = max;
+    cfg.protocol.boundary_timeout_ms = 3000;
+    auto c = Coordinator::start(cfg);
+    EXPECT_TRUE(c) << c.error();
+    return c ? std::move(c).value() : nullptr;
+}
+
+std::unique_ptr<CoordinatorClient> client(const Coordinator &c, const std::string &secret = kSecret) {
+    auto cl = CoordinatorClient::connect(c.endpoints().front(), secret);
+    EXPECT_TRUE(cl) << cl.error();
+    return cl ? std::move(cl).value() : nullptr;
+}
+
+Result<Reply> status(CoordinatorClient &cl) {
+    Request r;
+    r.op = Op::Status;
+    return cl.call(r, 3000);
+}
+
+// Captures log lines for the duration of a test.
+struct LogCapture {
+    std::mutex m;
+    std::vector<std::string> lines;
+    LogCapture() {
+        set_log_sink([this](LogLevel, const std::string &line) {
+            std::lock_guard<std::mutex> g(m);
+            lines.push_back(line);
+        });
+    }
+    ~LogCapture() { set_log_sink(nullptr); }
+    bool contains(const std::string &s) {
+        std::lock_guard<std::mutex> g(m);
+        for (const auto &l : lines)
+            if (l.find(s) != std::string::npos) return true;
+        return false;
+    }
+};
+
+// A raw DEALER for requests the client class would never send.
+struct Raw {
+    zmq::context_t ctx{1};
+    zmq::socket_t sock{ctx, zmq::socket_type::dealer};
+    explicit Raw(const std::string &ep) {
+        sock.set(zmq::sockopt::linger, 0);
+        sock.connect(ep);
+    }
+    // Sends frames and returns the first reply frame, or "" after timeout_ms.
+    std::string roundtrip(const std::vector<std::string> &frames, int timeout_ms = 3000) {
+        for (std::size_t i = 0; i < frames.size(); ++i)
+            sock.send(zmq::buffer(frames[i]),
+                      i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+        zmq::pollitem_t item{static_cast<void *>(sock), 0, ZMQ_POLLIN, 0};
+        zmq::poll(&item, 1, std::chrono::milliseconds(timeout_ms));
+        if (!(item.revents & ZMQ_POLLIN)) return "";
+        zmq::message_t m;
+        (void)sock.recv(m);
+        std::string out(m.data<char>(), m.size());
+        while (m.more()) (void)sock.recv(m);
+        return out;
+    }
+};
+
+}  // namespace
+
+TEST(Coordinator, RefusesBadConfiguration) {
+    CoordinatorConfig cfg;
+    cfg.secret = kSecret;
+    cfg.bind = {"tcp://0.0.0.0:0"};
+    EXPECT_FALSE(Coordinator::start(cfg));  // wildcard
+    cfg.bind = {"tcp://127.0.0.1:0"};
+    cfg.secret = "short";
+    EXPECT_FALSE(Coordinator::start(cfg));
+    cfg.secret = kSecret;
+    cfg.bind = {};
+    EXPECT_FALSE(Coordinator::start(cfg));
+    cfg.bind = {"tcp://192.0.2.1:0"};  // TEST-NET address: not ours, bind fails
+    auto r = Coordinator::start(cfg);
+    ASSERT_FALSE(r);
+    EXPECT_NE(r.error().find("192.0.2.1"), std::string::npos) << r.error();
+}
+
+TEST(Coordinator, BindsOnlyTheGivenAddress) {
+    auto c = start(1, 1, 1);
+    ASSERT_TRUE(c);
+    const std::string ep = c->endpoints().front();
+    EXPECT_EQ(ep.rfind("tcp://127.0.0.1:", 0), 0u) << ep;
+    EXPECT_NE(ep, "tcp://127.0.0.1:0");
+}
+
+TEST(Coordinator, RefusesRequestsWithoutTheSecret) {
+    LogCapture log;
+    auto c = start(1, 1, 1);
+    ASSERT_TRUE(c);
+    auto good = client(*c);
+    ASSERT_TRUE(status(*good)) << "the right secret works";
+
+    auto wrong = client(*c, kOther);
+    auto r = status(*wrong);
+    ASSERT_FALSE(r);
+    EXPECT_NE(r.error().find("refused"), std::string::npos) << r.error();
+    Request reshape;
+    reshape.op = Op::Reshape;
+    reshape.units = 1;
+    EXPECT_FALSE(wrong->call(reshape, 3000));
+
+    Raw raw(c->endpoints().front());
+    std::string reply = raw.roundtrip({R"({"v":1,"op":"status","rid":9})"});  // no secret
+    EXPECT_NE(reply.find("refused"), std::string::npos) << reply;
+    EXPECT_EQ(c->counters().refused.load(), 3u);
+    EXPECT_TRUE(log.contains("refused status from tcp://127.0.0.1") ||
+                log.contains("refused status from 127.0.0.1"));
+    EXPECT_TRUE(log.contains("no job secret"));
+    EXPECT_TRUE(log.contains("wrong job secret"));
+}
+
+TEST(Coordinator, BoundsAndValidatesInput) {
+    LogCapture log;
+    auto c = start(1, 1, 1);
+    ASSERT_TRUE(c);
+    Raw raw(c->endpoints().front());
+    EXPECT_NE(raw.roundtrip({"{not json"}).find("\"ok\":false"), std::string::npos);
+    EXPECT_NE(raw.roundtrip({"a", "b", "c"}).find("one or two frames"), std::string::npos);
+    EXPECT_EQ(c->counters().malformed.load(), 2u);
+    EXPECT_TRUE(log.contains("malformed request"));
+    // An oversized frame makes libzmq drop the connection: no reply, service unharmed.
+    Raw big(c->endpoints().front());
+    EXPECT_EQ(big.roundtrip({std::string(2 << 20, 'x')}, 500), "");
+    auto good = client(*c);
+    EXPECT_TRUE(status(*good));
+}
+
+TEST(Coordinator, GenerationsEndToEnd) {
+    auto c = start(2, 1, 3);
+    ASSERT_TRUE(c);
+    // Two ranks join concurrently; each join blocks until generation 1 forms.
+    auto joiner = [&](std::string id, std::uint32_t unit) {
+        auto cl = client(*c);
+        return cl->join(id, unit, 0, 5000);
+    };
+    auto f0 = std::async(std::launch::async, joiner, "r0", 0);
+    auto f1 = std::async(std::launch::async, joiner, "r1", 1);
+    auto d0 = f0.get(), d1 = f1.get();
+    ASSERT_TRUE(d0) << d0.error();
+    ASSERT_TRUE(d1) << d1.error();
+    EXPECT_EQ(d0.value().next.generation, 1u);
+    EXPECT_EQ(d0.value().next.rank_of(0, 0), 0u);
+    EXPECT_EQ(d1.value().next.rank_of(1, 0), 1u);
+
+    // omni-ctl's request: grow to 3 units; the joiner (unit 2) waits for the boundary.
+    auto ctl = client(*c);
+    Request grow;
+    grow.op = Op::Reshape;
+    grow.units = 3;
+    auto g = ctl->call(grow, 3000);
+    ASSERT_TRUE(g) << g.error();
+    EXPECT_EQ(g.value().body["target_units"], 3);
+    Request bad = grow;
+    bad.units = 4;  // above MAX
+    EXPECT_FALSE(ctl->call(bad, 3000));
+
+    auto fj = std::async(std::launch::async, joiner, "r2", 2);
+    // Wait until the coordinator has the joiner before the ranks reach the boundary.
+    for (int i = 0; i < 100; ++i) {
+        auto s = status(*ctl);
+        if (s && !s.value().body["status"]["pending_joiners"].empty()) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    auto b0 = std::async(std::launch::async, [&] { return client(*c)->boundary("r0", 1, 1, 5000); });
+    auto b1 = std::async(std::launch::async, [&] { return client(*c)->boundary("r1", 1, 1, 5000); });
+    auto e0 = b0.get(), e1 = b1.get(), ej = fj.get();
+    ASSERT_TRUE(e0 && e1 && ej);
+    // The same answer for every rank, joiner included.
+    EXPECT_EQ(decision_to_json(e0.value()), decision_to_json(e1.value()));
+    EXPECT_EQ(decision_to_json(e0.value()), decision_to_json(ej.value()));
+    EXPECT_EQ(e0.value().kind, DecisionKind::Reshaped);
+    EXPECT_EQ(e0.value().next.world, 3u);
+    EXPECT_EQ(e0.value().next.generation, 2u);
+    EXPECT_EQ(ej.value().next.rank_of(2, 0), 2u);
+    EXPECT_EQ(ej.value().joining_units, std::vector<std::uint32_t>{2});
+    auto s = status(*ctl);
+    ASSERT_TRUE(s);
+    EXPECT_EQ(s.value().body["status"]["generation"], 2);
+    EXPECT_EQ(s.value().body["status"]["units"], 3);
+    EXPECT_EQ(s.value().body["status"]["phase"], "running");
+}
+
+TEST(Coordinator, KeyValueStore) {
+    auto c = start(1, 1, 1);
+    ASSERT_TRUE(c);
+    auto a = client(*c), b = client(*c);
+    ASSERT_TRUE(a->kv_set(1, "rank_0", std::string("\0addr", 5), 3000));
+    auto v = b->kv_get(1, "rank_0", 0);
+    ASSERT_TRUE(v) << v.error();
+    EXPECT_EQ(v.value(), std::string("\0addr", 5));
+    // Generations are separate namespaces.
+    auto miss = b->kv_get(0, "rank_0", 0);
+    ASSERT_FALSE(miss);
+    EXPECT_NE(miss.error().find("not found"), std::string::npos) << miss.error();
+    // Before formation generations 0..1 are open; 5 is out of range.
+    EXPECT_FALSE(a->kv_set(5, "k", "v", 3000));
+    // A wait times out, coordinator side.
+    auto t0 = std::chrono::steady_clock::now();
+    auto w = b->kv_wait(1, {"rank_0", "rank_1"}, 200);
+    auto waited = std::chrono::steady_clock::now() - t0;
+    ASSERT_FALSE(w);
+    EXPECT_NE(w.error().find("timeout"), std::string::npos) << w.error();
+    // The coordinator's clock has millisecond resolution: allow it to fire up to 1 ms early.
+    EXPECT_GE(waited, std::chrono::milliseconds(199));
+    EXPECT_LT(waited, std::chrono::milliseconds(3000));
+    // A blocked get is answered by another client's set.
+    auto pending = std::async(std::launch::async, [&] { return b->kv_get(1, "rank_1", 5000); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ASSERT_TRUE(a->kv_set(1, "rank_1", "late", 3000));
+    auto got = pending.get();
+    ASSERT_TRUE(got) << got.error();
+    EXPECT_EQ(got.value(), "late");
+    EXPECT_TRUE(b->kv_wait(1, {"rank_0", "rank_1"}, 0));
+}
+
+TEST(Coordinator, ClientTimeoutKeepsTheConnectionUsable) {
+    auto c = start(2, 1, 2);
+    ASSERT_TRUE(c);
+    auto cl = client(*c);
+    // A join that cannot complete (one of two units) times out on the client side...
+    auto d = cl->join("lonely", 0, 0, 200);
+    ASSERT_FALSE(d);
+    EXPECT_NE(d.error().find("no reply"), std::string::npos) << d.error();
+    // ... and the next request on the same connection gets its own reply.
+    auto s = status(*cl);
+    ASSERT_TRUE(s) << s.error();
+    EXPECT_EQ(s.value().body["status"]["phase"], "forming");
+}

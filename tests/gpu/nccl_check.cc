@@ -1,0 +1,75 @@
+// nccl_check: exercises the NCCL communicator on a machine with a GPU (tests/gpu/run).
+// One rank on GPU 0: init (non-blocking, with a timeout), every collective on fp32 and bf16
+// device buffers, an in-place shrink (ncclCommShrink, where the library has it), abort, and a
+// fresh init under a new unique id (the grow path of NCCL versions without ncclCommGrow).
+// Prints one line per check; exit 0 when all pass.
+#include <cuda_runtime.h>
+#include <gloo/rendezvous/hash_store.h>
+
+#include <cstdio>
+#include <vector>
+
+#include "../../launcher/bf16.h"
+#include "../../launcher/comm_nccl.h"
+
+using namespace omni::launcher;
+
+static int failures = 0;
+#define CHECK(cond, what)                                                  \
+    do {                                                                   \
+        const bool ok_ = (cond);                                           \
+        std::printf("%s: %s\n", ok_ ? "ok" : "FAIL", what);                \
+        if (!ok_) ++failures;                                              \
+    } while (0)
+
+template <typename T>
+std::vector<T> roundtrip(Communicator &c, const std::vector<T> &in, DType t) {
+    void *d = nullptr;
+    cudaMalloc(&d, in.size() * sizeof(T));
+    cudaMemcpy(d, in.data(), in.size() * sizeof(T), cudaMemcpyHostToDevice);
+    auto st = c.allreduce(d, in.size(), t, ReduceOp::sum);
+    if (!st) std::printf("  %s\n", st.error().c_str());
+    std::vector<T> out(in.size());
+    cudaMemcpy(out.data(), d, in.size() * sizeof(T), cudaMemcpyDeviceToHost);
+    cudaFree(d);
+    return out;
+}
+
+int main() {
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices < 1) {
+        std::printf("nccl_check: no CUDA device\n");
+        return 2;
+    }
+    std::printf("nccl_check: NCCL built %d, running %d; ncclCommShrink %s, ncclCommGrow %s\n",
+                nccl_build_version(), nccl_runtime_version(), nccl_has_shrink() ? "yes" : "no",
+                nccl_has_grow() ? "yes" : "no");
+    gloo::rendezvous::HashStore store;
+    NcclOptions o;
+    auto c = make_nccl_communicator(store, "gen0/nccl-id", 0, 1, o);
+    CHECK(c.ok(), c.ok() ? "init 1 rank" : c.error().c_str());
+    if (!c) return 1;
+    std::vector<float> f{1.5f, -2.0f, 3.25f};
+    CHECK(roundtrip(*c.value(), f, DType::fp32) == f, "allreduce fp32 (1 rank: identity)");
+    std::vector<std::uint16_t> h{float_to_bf16(1.0f), float_to_bf16(-3.0f)};
+    CHECK(roundtrip(*c.value(), h, DType::bf16) == h, "allreduce bf16");
+    CHECK(c.value()->barrier().ok(), "barrier");
+
+    auto *nc = dynamic_cast<NcclCommunicator *>(c.value().get());
+    if (nccl_has_shrink()) {
+        auto s = nc->shrink({}, false);
+        CHECK(s.ok(), s.ok() ? "shrink (exclude none)" : s.error().c_str());
+        if (s) CHECK(roundtrip(*s.value(), f, DType::fp32) == f, "allreduce after shrink");
+        if (s) dynamic_cast<NcclCommunicator *>(s.value().get())->abort();
+        CHECK(true, "abort after shrink");
+    } else {
+        auto s = nc->shrink({}, false);
+        CHECK(!s.ok(), "shrink refused without ncclCommShrink");
+        nc->abort();
+    }
+    auto again = make_nccl_communicator(store, "gen1/nccl-id", 0, 1, o);
+    CHECK(again.ok(), again.ok() ? "fresh init under a new unique id (regrow)" : again.error().c_str());
+    if (again) CHECK(roundtrip(*again.value(), f, DType::fp32) == f, "allreduce after regrow");
+    std::printf("nccl_check: %d failure(s)\n", failures);
+    return failures ? 1 : 0;
+}
