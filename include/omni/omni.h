@@ -1,7 +1,8 @@
 /* libomni: the elastic data-parallel runtime linked into trainers (slurm-omni, issue 6).
  *
- * This header holds the parts of the C API that exist today: error reporting and the sample
- * ledger. The ledger answers "which global sample indices does DP rank r process in
+ * Two parts: the rank runtime (omni_init .. omni_finalize: who this rank is, the
+ * data-parallel communicator, the boundary protocol, the state hand-off of a reshape, the
+ * runtime's own ledger) and the stand-alone sample ledger (omni_ledger_*). The ledger answers "which global sample indices does DP rank r process in
  * micro-step m of the current step" for an epoch order fixed by a seed, keeps the global
  * batch B fixed while the DP size d changes (gradient accumulation GA = B / (b * d), an error
  * when not integral) and guarantees that every sample of every epoch is consumed exactly once
@@ -32,12 +33,158 @@ typedef enum omni_status {
     OMNI_ENOMEM = -2,   /* out of memory */
     OMNI_ERANGE = -3,   /* an output buffer is too small; the size needed is reported */
     OMNI_EFORMAT = -4,  /* serialised state is malformed or from an incompatible version */
-    OMNI_EINTERNAL = -5 /* a bug: please report with omni_last_error() */
+    OMNI_EINTERNAL = -5, /* a bug: please report with omni_last_error() */
+    OMNI_ESTATE = -6,   /* called in the wrong state (not initialised, before omni_start, ...) */
+    OMNI_ECOMM = -7     /* the coordinator or a peer failed: refused, timed out, lost */
 } omni_status;
 
 /* The message of the last failed call on this thread ("" when none). Valid until the next
  * libomni call on this thread. */
 const char *omni_last_error(void);
+
+/* ---- The rank runtime ------------------------------------------------------------------
+ * One runtime per process, used from one thread. Life of a rank:
+ *   omni_init(); omni_register_params(p, P); omni_state_add(P, &m); omni_state_add(P, &v);
+ *   omni_data_configure(D, seed, 0, 0); omni_start(&step, &rewind);
+ *   loop: GA = omni_data_grad_accum(); for each micro-step: omni_data_micro_batch(...),
+ *         forward/backward; omni_allreduce(grad, ...); update the shard (omni_state_shard);
+ *         omni_allgather(...) the parameters; omni_boundary(++step, &d);
+ *         d.kind: CONTINUE go on | RESHAPED go on (rank, world, shards, GA are new) |
+ *                 REWIND reload the last checkpoint, then go on | STOP or LEFT: omni_finalize, exit 0.
+ *
+ * Environment (set by omni-launch; see launcher/runtime_env.h for every rule):
+ *   OMNI_COORD_ADDR, OMNI_COORD_SECRET (or OMNI_JOB_DIR)   the coordinator and the job secret.
+ *     None of them and at most one process: standalone, world 1, no resizes.
+ *   OMNI_UNIT_ID, OMNI_UNIT_SLOT   this rank's unit and slot; when absent,
+ *     unit = OMNI_UNIT_BASE (default 0) + R / OMNI_UNIT_SIZE, slot = R % OMNI_UNIT_SIZE with
+ *     R the PMIx rank of the srun step (else SLURM_PROCID).
+ *   OMNI_UNIT_SIZE, OMNI_GLOBAL_BATCH, OMNI_MICRO_BATCH, OMNI_MP (must be 1 here).
+ *   Optional: OMNI_MEMBER_ID, OMNI_GLOO_HOST, OMNI_COMM_BACKEND=gloo|nccl, OMNI_CUDA_DEVICE,
+ *     OMNI_JOIN_TIMEOUT_MS, OMNI_BOUNDARY_TIMEOUT_MS, OMNI_COMM_TIMEOUT_MS.
+ */
+
+typedef enum omni_dtype { OMNI_FP32 = 0, OMNI_BF16 = 1 } omni_dtype;
+typedef enum omni_reduce_op { OMNI_SUM = 0, OMNI_AVG = 1 } omni_reduce_op;
+
+typedef enum omni_decision_kind {
+    OMNI_CONTINUE = 0, /* same generation */
+    OMNI_RESHAPED = 1, /* planned change applied: new rank/world, shards re-partitioned */
+    OMNI_REWIND = 2,   /* ranks were lost: new communicator; reload the last checkpoint */
+    OMNI_STOP = 3,     /* the job ends (every rank gets it) */
+    OMNI_LEFT = 4      /* this rank's unit was removed: exit cleanly */
+} omni_decision_kind;
+
+typedef struct omni_decision {
+    int kind;                  /* an omni_decision_kind */
+    uint64_t generation;       /* after the decision */
+    uint32_t world;            /* after the decision (LEFT: the old world) */
+    uint32_t rank;             /* this rank after the decision (LEFT: the old rank) */
+    uint32_t previous_world;
+    uint32_t units_joined;     /* whole units admitted / removed at this boundary */
+    uint32_t units_left;
+    uint32_t grad_accum;       /* GA of the runtime's ledger afterwards (0: none configured) */
+} omni_decision;
+
+/* Initialises the runtime from the environment: PMIx under `srun --mpi=pmix`, the OMNI_*
+ * variables, then joins the coordinator and waits to be admitted (a joiner waits for the next
+ * boundary of the running job, up to OMNI_JOIN_TIMEOUT_MS) and builds the communicator.
+ * Errors: OMNI_EINVAL (a variable is wrong; the message names it), OMNI_ECOMM (no
+ * coordinator, refused secret, timeout), OMNI_ESTATE (already initialised). */
+int omni_init(void);
+
+/* Leaves the runtime: frees the communicator, the coordinator connection, the optimizer
+ * shards held for omni_state_*, and finalises PMIx. Idempotent. Call after STOP or LEFT;
+ * calling it mid-generation makes the others' next boundary see this rank as lost. */
+int omni_finalize(void);
+
+/* Who this rank is now (each changes only in omni_boundary). NULL outputs are skipped. */
+int omni_rank(uint32_t *rank);
+int omni_world_size(uint32_t *world);
+int omni_unit(uint32_t *unit, uint32_t *slot);
+int omni_generation(uint64_t *generation);
+/* 1 when running standalone (no coordinator), else 0. */
+int omni_standalone(int *standalone);
+/* "gloo", "nccl" or "solo" (standalone); a static string, NULL when not initialised. */
+const char *omni_backend(void);
+
+/* The replicated parameters: `count` fp32 values in the caller's memory, which must stay
+ * valid until the next omni_register_params or omni_finalize. A joining rank receives them in
+ * omni_start(); survivors send theirs at a RESHAPED boundary. Register before omni_start. */
+int omni_register_params(float *params, size_t count);
+
+/* Adds an optimizer-state vector of logical length `length` (e.g. Adam's m or v for P
+ * parameters) held ZeRO-1 style: this rank keeps elements [begin, begin+len) with
+ * contiguous ranges whose sizes differ by at most one, lower ranks taking the larger ones
+ * (see omni_state_shard). The runtime owns the shard's memory, zero-filled here. At a
+ * RESHAPED boundary it re-partitions every vector among the new ranks over the communicator
+ * (no disk). *index receives the vector's number (0, 1, ...). At most 64 vectors; before
+ * omni_start only. */
+int omni_state_add(size_t length, size_t *index);
+
+/* This rank's shard of vector `index`: *data (valid until the next RESHAPED/REWIND boundary
+ * or omni_finalize; re-read it after each), its first logical element *begin and its
+ * element count *count. Any output may be NULL. */
+int omni_state_shard(size_t index, float **data, size_t *begin, size_t *count);
+
+/* The runtime's ledger, DP rank omni_rank() of omni_world_size(). global_batch and
+ * micro_batch 0 take OMNI_GLOBAL_BATCH / OMNI_MICRO_BATCH (1 when unset). The ledger is
+ * committed in omni_boundary and resized at every reshape (GA = B / (b * world)); a joiner
+ * receives the survivors'. Before omni_start (later, omni_data_load restores a checkpoint's).
+ * Errors: OMNI_EINVAL (B not divisible by b*world, bad sizes), OMNI_ESTATE (after start). */
+int omni_data_configure(uint64_t dataset_size, uint64_t seed, uint64_t global_batch,
+                        uint64_t micro_batch);
+/* GA for the current world. OMNI_ESTATE when no ledger is configured. */
+int omni_data_grad_accum(uint32_t *grad_accum);
+/* This rank's b sample indices of micro-step `micro` of the current step; as
+ * omni_ledger_micro_batch (OMNI_ERANGE with *count = b when capacity is too small). */
+int omni_data_micro_batch(uint32_t micro, uint64_t *indices, size_t capacity, size_t *count);
+/* The ledger as JSON text for a checkpoint, as omni_ledger_save. */
+int omni_data_save(char *buffer, size_t capacity, size_t *length);
+/* After loading a checkpoint (REWIND): restores the saved ledger, resized to the current
+ * world. OMNI_EFORMAT names the field that is wrong; OMNI_EINVAL when B is not divisible
+ * by b * world. */
+int omni_data_load(const char *text, size_t length);
+
+/* Once per rank, after registering parameters and optimizer state and before the first
+ * step. A rank that joined a running job receives the step counter, the ledger, the
+ * parameters and its optimizer shards here (the survivors wait for it in their boundary, up
+ * to OMNI_COMM_TIMEOUT_MS, so call it promptly). *step = optimizer steps the job has done
+ * (0 on a fresh start); *rewind = 1 when this rank joined a generation that lost ranks:
+ * load the last checkpoint instead. Either output may be NULL. A joiner whose registration
+ * (parameter count, vector lengths, ledger) differs from the survivors' gets OMNI_EINVAL. */
+int omni_start(uint64_t *step, int *rewind);
+
+/* After every optimizer step, on every rank: `step` is the number of optimizer steps done
+ * (1 after the first). Commits the ledger's step, then waits for the coordinator's decision,
+ * the same for every rank of the generation, and applies it before returning:
+ * RESHAPED: the communicator of the new generation is built, optimizer shards are
+ *   re-partitioned, joiners got the parameters, the ledger is resized (GA re-derived);
+ * REWIND: the new communicator is built, shards are resized to the new ranges (zeros):
+ *   reload the last checkpoint (parameters, shards, omni_data_load) and continue from it;
+ * LEFT (this unit was removed) and STOP: call omni_finalize and exit 0.
+ * `out` may be NULL. Errors: OMNI_ECOMM (coordinator or peer failure; the job cannot go on
+ * with this rank), OMNI_EINVAL (step out of sequence with the ledger, B not divisible),
+ * OMNI_ESTATE (before omni_start, after STOP/LEFT). */
+int omni_boundary(uint64_t step, omni_decision *out);
+
+/* Collectives on the current communicator; every rank of the generation makes the same calls
+ * with the same counts. Buffers: host memory (Gloo, standalone); device memory on the
+ * communicator's CUDA stream with OMNI_COMM_BACKEND=nccl. bf16 is 16-bit storage
+ * (uint16_t), reduced in fp32 and rounded to nearest even. Errors: OMNI_EINVAL (NULL buffer,
+ * bad type/op/root), OMNI_ECOMM (a peer failed or timed out), OMNI_ESTATE (not initialised). */
+/* In place: every rank ends with the element-wise sum (or mean) over all ranks. */
+int omni_allreduce(void *buffer, size_t count, int dtype, int op);
+/* `buffer` of rank `root` copied to every rank. */
+int omni_broadcast(void *buffer, size_t count, int dtype, uint32_t root);
+/* recv[r*count .. (r+1)*count) = rank r's send; recv holds world*count elements. */
+int omni_allgather(const void *send, void *recv, size_t count, int dtype);
+/* send holds world*count elements; rank r receives the reduction of every rank's
+ * send[r*count .. (r+1)*count) into recv (count elements). */
+int omni_reduce_scatter(const void *send, void *recv, size_t count, int dtype, int op);
+/* Returns when every rank of the generation has called it. */
+int omni_barrier(void);
+
+/* ---- The stand-alone sample ledger ---------------------------------------------------- */
 
 typedef struct omni_ledger omni_ledger;
 

@@ -1,0 +1,67 @@
+// The generation-change record of omni-launch: one JSON object per line (JSONL) in the events
+// file, and the matching line on stderr.
+//
+// A line: {"time": "2026-11-29T12:00:00.123Z", "unix_ms": ..., "job": J, "generation": G,
+// "old_generation": G0, "old_world": W0, "new_world": W, "old_units": [...], "new_units": [...],
+// "reason": "initial"|"planned"|"lost"|"stop", "detail": the coordinator's reason,
+// "step": the boundary step, "pause_ms": P, "resolution_ms": R}
+// pause_ms is the time the deciding boundary was seen in progress by omni-launch (it polls the
+// coordinator every R ms, so a boundary decided between two polls shows 0); for "initial" it
+// is the time from the launch of the first step to the formation of generation 1.
+#ifndef OMNI_LAUNCHER_LAUNCH_EVENTS_H
+#define OMNI_LAUNCHER_LAUNCH_EVENTS_H
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "omni/result.h"
+
+namespace omni::launcher {
+
+struct GenerationEvent {
+    std::int64_t unix_ms = 0;
+    std::uint32_t job = 0;
+    std::uint64_t old_generation = 0, generation = 0;
+    std::uint32_t old_world = 0, new_world = 0;
+    std::vector<std::uint32_t> old_units, new_units;
+    std::string reason;  // initial | planned | lost | stop
+    std::string detail;  // "formed", "planned", "lost", "below-min", "signal SIGTERM", ...
+    std::uint64_t step = 0;
+    std::int64_t pause_ms = 0;
+    std::int64_t resolution_ms = 0;
+};
+
+// The event's JSON object (keys as documented above).
+nlohmann::json event_to_json(const GenerationEvent &e);
+// The stderr line: "generation 1 -> 2: world 4 -> 2 (planned, step 7, pause 12 ms)".
+std::string event_summary(const GenerationEvent &e);
+// "planned" | "lost" | "initial" | "stop" from a coordinator decision (kind, reason).
+std::string event_reason(const std::string &kind, const std::string &detail, std::uint64_t from_generation);
+
+// Appends lines to the events file (created mode 0600, or appended to). One write(2) per line
+// with O_APPEND, so a reader never sees half a line.
+class EventLog {
+public:
+    static Result<EventLog> open(const std::string &path);
+    EventLog(EventLog &&o) noexcept : fd_(o.fd_), path_(std::move(o.path_)) { o.fd_ = -1; }
+    EventLog &operator=(EventLog &&) = delete;
+    EventLog(const EventLog &) = delete;
+    ~EventLog();
+    Status append(const nlohmann::json &line);
+    const std::string &path() const { return path_; }
+
+private:
+    EventLog(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+    int fd_ = -1;
+    std::string path_;
+};
+
+// UTC "YYYY-MM-DDTHH:MM:SS.mmmZ".
+std::string iso_time(std::int64_t unix_ms);
+
+}  // namespace omni::launcher
+
+#endif

@@ -1,0 +1,96 @@
+// omni-launch's pure planning: what the allocation offers, how units map onto the tasks of an
+// srun step, and the srun command line of a step. No processes, no sockets, no environment
+// access (callers pass a getenv-like function), so every rule here is unit-tested.
+#ifndef OMNI_LAUNCHER_LAUNCH_PLAN_H
+#define OMNI_LAUNCHER_LAUNCH_PLAN_H
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "omni/result.h"
+
+namespace omni::launcher {
+
+using GetEnv = const char *(*)(const char *);
+
+// Environment set for every rank (the contract with the rank runtime, see omni-launch(1)).
+inline constexpr const char *kEnvUnitId = "OMNI_UNIT_ID";      // the rank's elastic unit id
+inline constexpr const char *kEnvUnitSlot = "OMNI_UNIT_SLOT";  // 0..unit_size-1 in the unit
+inline constexpr const char *kEnvUnitSize = "OMNI_UNIT_SIZE";
+inline constexpr const char *kEnvMemberId = "OMNI_MEMBER_ID";  // suggested coordinator id
+// Internal, between omni-launch and its per-task shim: the step's unit ids in task order.
+inline constexpr const char *kEnvLaunchUnits = "OMNI_LAUNCH_UNITS";
+
+// The batch step's view of its allocation.
+struct Allocation {
+    std::uint32_t job_id = 0;          // 0 when not inside a job
+    std::string batch_node;            // SLURMD_NODENAME: where omni-launch (the coordinator) runs
+    std::uint32_t nodes = 0;           // SLURM_JOB_NUM_NODES (SLURM_NNODES)
+    std::uint32_t capacity_ranks = 0;  // how many ranks the allocation is meant to hold
+};
+
+// Reads SLURM_JOB_ID, SLURMD_NODENAME, SLURM_JOB_NUM_NODES and the task counts. The capacity
+// is SLURM_NTASKS when the job asked for tasks (-n, --ntasks-per-node), else
+// nodes x SLURM_NTASKS_PER_NODE, else one rank per node. Missing variables leave zeros;
+// malformed ones are errors naming the variable.
+Result<Allocation> allocation_from_env(GetEnv get);
+
+// The suggested coordinator member id of a rank: "u<UNIT>.s<SLOT>" (unique within a job because
+// unit ids are never reused).
+std::string member_id(std::uint32_t unit, std::uint32_t slot);
+
+// Task `procid` of a step launched for `units` (in task order, unit_size tasks each):
+// its unit id and slot. Errors when procid is out of range.
+Result<std::pair<std::uint32_t, std::uint32_t>> task_unit(const std::vector<std::uint32_t> &units,
+                                                          std::uint32_t unit_size,
+                                                          std::uint32_t procid);
+// "0,1,2" and back; parsing is strict (decimal ids, no empty items, at most kMaxUnits items).
+std::string format_unit_list(const std::vector<std::uint32_t> &units);
+Result<std::vector<std::uint32_t>> parse_unit_list(const std::string &text);
+
+// Splits --srun-args the way a shell would split a simple word list: blanks separate words,
+// single quotes keep everything literally, double quotes keep blanks (backslash escapes " and
+// \ inside them and any character outside). No expansion of any kind. Refuses the options
+// omni-launch sets itself (-n/--ntasks, -N/--nodes, --mpi, -J/--job-name, -k/--no-kill,
+// --export), naming the offending word.
+Result<std::vector<std::string>> split_srun_args(const std::string &text);
+
+struct StepSpec {
+    std::string srun = "srun";           // the srun program
+    std::vector<std::string> extra;      // split_srun_args(--srun-args)
+    std::string self;                    // absolute path of omni-launch (the per-task shim)
+    std::vector<std::string> program;    // PROGRAM ARGS
+    std::uint32_t tasks = 0;             // the unit size
+    std::uint32_t nodes = 0;             // unit_nodes(); 0: let srun decide
+    std::string name;                    // step name (-J): "omni-u<UNIT>"
+};
+
+// One srun step per unit: a unit that leaves ends its step, so Slurm really frees its CPUs
+// and GPUs for a later grow (a step's resources are released only when all its tasks end),
+// and a step that fails names exactly the unit that is lost. Ranks of one unit share a step
+// and so a PMIx namespace; across units the coordinator is the channel.
+//
+// The nodes a unit needs: its ranks at the allocation's ranks per node (capacity / nodes, at
+// least 1), rounded up, at most the allocation's nodes. 0 when the node count is unknown.
+std::uint32_t unit_nodes(std::uint32_t unit_size, const Allocation &a);
+
+// The argv of one unit's step:
+//   srun --mpi=pmix --no-kill --kill-on-bad-exit=0 --export=ALL -J NAME -n T [-N NODES]
+//        EXTRA... SELF --exec-task -- PROGRAM ARGS
+// --no-kill: a lost node must not take the step down before the coordinator has turned the
+// loss into an unplanned shrink. --kill-on-bad-exit=0: the launcher, not srun, decides what
+// a failed rank means.
+std::vector<std::string> srun_argv(const StepSpec &spec);
+
+// Variables of the batch step that srun would read as options of every step and that
+// conflict with the step shape omni-launch sets (-n, -N): removed from the steps' environment.
+const std::vector<std::string> &step_env_removed();
+
+// A command line for display (--dry-run, logs): words quoted for a POSIX shell where needed.
+std::string shell_join(const std::vector<std::string> &argv);
+
+}  // namespace omni::launcher
+
+#endif

@@ -1,0 +1,402 @@
+// libomni's rank-side runtime; see runtime.h for the contract and runtime_handoff.h for the
+// hand-off sequence.
+#include "runtime.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <exception>
+
+#include "client.h"
+#include "comm_nccl.h"
+#include "gloo_store.h"
+#include "log.h"
+#include "runtime_solo.h"
+
+namespace omni::launcher {
+
+const char *to_string(Outcome o) {
+    switch (o) {
+    case Outcome::Continue: return "continue";
+    case Outcome::Reshaped: return "reshaped";
+    case Outcome::Rewind: return "rewind";
+    case Outcome::Stop: return "stop";
+    case Outcome::Left: return "left";
+    }
+    return "?";
+}
+
+namespace {
+
+std::string u(std::uint64_t v) { return std::to_string(v); }
+
+void log_info(const std::string &msg) { log_line(LogLevel::Info, "libomni", msg); }
+
+bool contains(const std::vector<std::uint32_t> &v, std::uint32_t x) {
+    return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+// The new rank of the lowest-ranked member that was already in the old generation: the
+// source of everything joiners receive.
+std::optional<int> first_survivor(const Decision &d) {
+    for (const Member &m : d.next.members)
+        if (!contains(d.joining_units, m.unit)) return static_cast<int>(m.rank);
+    return std::nullopt;
+}
+
+}  // namespace
+
+Runtime::Runtime(const RuntimeOptions &o) : opts_(o) {}
+
+Runtime::~Runtime() {
+    // The communicators go before the store and the client they rendezvoused through.
+    nccl_.reset();
+    control_.reset();
+    store_.reset();
+    client_.reset();
+    pmix_.reset();
+}
+
+Result<std::unique_ptr<Runtime>> Runtime::from_environment() {
+    auto pmix = PmixSession::open();
+    if (!pmix) return Error{pmix.error()};
+    auto opts = runtime_options_from_env([](const char *n) { return std::getenv(n); },
+                                         pmix.value()->identity());
+    if (!opts) return Error{opts.error()};
+    auto rt = create(opts.value());
+    if (!rt) return Error{rt.error()};
+    rt.value()->keep_pmix(std::move(pmix).value());
+    return rt;
+}
+
+void Runtime::keep_pmix(std::unique_ptr<PmixSession> session) { pmix_ = std::move(session); }
+
+Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions &options) {
+    std::unique_ptr<Runtime> rt(new Runtime(options));
+    if (options.standalone) {
+        rt->control_ = make_solo_communicator();
+        rt->generation_ = 1;
+        return rt;
+    }
+    auto cl = CoordinatorClient::connect(options.endpoint, options.secret);
+    if (!cl) return Error{cl.error()};
+    rt->client_ = std::move(cl).value();
+    auto d = rt->client_->join(options.member_id, options.unit, options.slot,
+                               options.join_timeout_ms);
+    if (!d) return make_error("joining the coordinator at " + options.endpoint + " as unit " +
+                              u(options.unit) + " slot " + u(options.slot) + ": " + d.error());
+    const Decision &dec = d.value();
+    if (dec.kind == DecisionKind::Stop)
+        return make_error("the job stopped before this rank was admitted (" + dec.reason + ")");
+    auto me = dec.next.rank_of(options.unit, options.slot);
+    if (dec.kind != DecisionKind::Reshaped || !me)
+        return make_error("the coordinator's admission has no rank for unit " + u(options.unit) +
+                          " slot " + u(options.slot));
+    rt->admission_ = dec;
+    // A joiner (admitted at a boundary, not at the formation) starts at that boundary's step.
+    if (dec.generation > 0) rt->step_ = dec.step;
+    if (auto st = rt->adopt(dec, *me); !st) return Error{st.error()};
+    log_info("rank " + u(rt->rank_) + " of " + u(rt->world_) + " in generation " +
+             u(rt->generation_) + " (unit " + u(options.unit) + " slot " + u(options.slot) +
+             (dec.generation > 0 ? ", joined a running job)" : ")"));
+    return rt;
+}
+
+Error Runtime::usage_error(std::string message) {
+    fault_ = Fault::usage;
+    return Error{std::move(message)};
+}
+
+Status Runtime::adopt(const Decision &d, std::uint32_t new_rank) {
+    nccl_.reset();
+    control_.reset();
+    store_.reset();
+    generation_ = d.next.generation;
+    world_ = d.next.world;
+    rank_ = new_rank;
+    return build_communicator();
+}
+
+Status Runtime::build_communicator() {
+    try {
+        store_ = std::make_unique<CoordinatorStore>(
+            *client_, generation_, std::chrono::milliseconds(opts_.comm_timeout_ms));
+        GlooOptions go;
+        go.hostname = opts_.gloo_host;
+        go.timeout = std::chrono::milliseconds(opts_.comm_timeout_ms);
+        auto c = make_gloo_communicator(*store_, static_cast<int>(rank_),
+                                        static_cast<int>(world_), go);
+        if (!c) return make_error("generation " + u(generation_) + ": " + c.error());
+        control_ = std::move(c).value();
+#ifdef HAVE_NCCL
+        if (opts_.backend == CommBackend::nccl) {
+            // A fresh NCCL communicator per generation, its unique id under this generation's
+            // keys; the Gloo one stays for the host-memory hand-off.
+            NcclOptions no;
+            no.device = opts_.cuda_device;
+            no.timeout = std::chrono::milliseconds(opts_.comm_timeout_ms);
+            auto n = make_nccl_communicator(*store_, "nccl-unique-id", static_cast<int>(rank_),
+                                            static_cast<int>(world_), no);
+            if (!n) return make_error("generation " + u(generation_) + ": " + n.error());
+            nccl_ = std::move(n).value();
+        }
+#endif
+        return Status::success();
+    } catch (const std::exception &e) {
+        return make_error("generation " + u(generation_) + ": building the communicator: " +
+                          e.what());
+    }
+}
+
+Communicator &Runtime::comm() { return nccl_ ? *nccl_ : *control_; }
+
+Status Runtime::register_params(float *data, std::size_t count) {
+    if (!data && count) return make_error("register_params: NULL buffer of " + u(count) + " floats");
+    params_ = data;
+    param_count_ = count;
+    return Status::success();
+}
+
+Result<std::size_t> Runtime::register_shard(std::vector<float> *storage, std::size_t length) {
+    if (!storage) return make_error("register_shard: storage is NULL");
+    if (shards_.size() >= kMaxShardVectors)
+        return make_error("register_shard: at most " + u(kMaxShardVectors) + " vectors");
+    if (started_) return make_error("register_shard: register before start()");
+    for (const Shard &s : shards_)
+        if (s.storage == storage) return make_error("register_shard: vector registered twice");
+    const ShardRange r = shard_range(length);
+    if (storage->size() != r.size()) storage->assign(r.size(), 0.0f);
+    shards_.push_back({storage, length});
+    return shards_.size() - 1;
+}
+
+Status Runtime::configure_ledger(LedgerConfig cfg) {
+    // Before start() the job's position is step 0 for a forming job, and a joiner's ledger
+    // is replaced by the survivors' in start(); later, restore_ledger() is the way.
+    if (started_) return make_error("configure_ledger: configure before start()");
+    if (!cfg.global_batch) cfg.global_batch = opts_.job.global_batch.value_or(1);
+    if (!cfg.micro_batch) cfg.micro_batch = opts_.job.micro_batch.value_or(1);
+    auto l = Ledger::create(cfg, world_);
+    if (!l) return Error{l.error()};
+    ledger_ = std::move(l).value();
+    return Status::success();
+}
+
+Status Runtime::restore_ledger(std::string_view json) {
+    auto l = Ledger::load(json);
+    if (!l) return Error{l.error()};
+    if (auto st = l.value().resize(world_); !st) return st;
+    ledger_ = std::move(l).value();
+    return Status::success();
+}
+
+Status Runtime::check_state_for(std::uint32_t world) const {
+    if (!ledger_) return Status::success();
+    auto ga = derive_grad_accum(ledger_->config().global_batch, ledger_->config().micro_batch,
+                                world);
+    if (!ga) return Error{ga.error()};
+    return Status::success();
+}
+
+Result<StartResult> Runtime::start() {
+    fault_ = Fault::peer;  // unless a usage error below says otherwise
+    if (started_) return usage_error("start: already started");
+    StartResult r;
+    r.joined = admission_ && admission_->generation > 0;
+    r.rewind = r.joined && admission_->rewind;
+    if (r.joined && !r.rewind) {
+        if (auto st = receive_as_joiner(); !st) return Error{st.error()};
+    }
+    started_ = true;
+    r.step = step_;
+    return r;
+}
+
+Status Runtime::receive_as_joiner() {
+    const Decision &d = *admission_;
+    auto root = first_survivor(d);
+    if (!root) return make_error("start: no survivor to receive the state from");
+    Communicator &c = *control_;
+    std::string text;
+    if (auto st = broadcast_bytes(c, text, *root, kMaxHandoffHeaderBytes); !st) return st;
+    auto h = decode_header(text);
+    if (!h) return Error{h.error()};
+    const HandoffHeader &hd = h.value();
+    // Sizes come from our own registration; the header must agree with it.
+    if (hd.params != param_count_ || hd.shard_lengths.size() != shards_.size())
+        return usage_error("start: the survivors hold " + u(hd.params) + " parameters and " +
+                          u(hd.shard_lengths.size()) + " optimizer vectors, this rank registered " +
+                          u(param_count_) + " and " + u(shards_.size()));
+    for (std::size_t i = 0; i < shards_.size(); ++i)
+        if (hd.shard_lengths[i] != shards_[i].length)
+            return usage_error("start: optimizer vector " + u(i) + " has length " +
+                              u(hd.shard_lengths[i]) + " on the survivors, " +
+                              u(shards_[i].length) + " here");
+    if (hd.generation != generation_ || hd.step != d.step)
+        return make_error("start: hand-off for generation " + u(hd.generation) + " step " +
+                          u(hd.step) + ", expected generation " + u(generation_) + " step " +
+                          u(d.step));
+    if (param_count_) {
+        if (auto st = c.broadcast(params_, param_count_, DType::fp32, *root); !st)
+            return make_error("start: receiving parameters: " + st.error());
+    }
+    for (Shard &s : shards_) {
+        std::vector<float> full(s.length);
+        if (s.length) {
+            if (auto st = c.broadcast(full.data(), s.length, DType::fp32, *root); !st)
+                return make_error("start: receiving optimizer state: " + st.error());
+        }
+        const ShardRange r = shard_range(s.length);
+        s.storage->assign(full.begin() + static_cast<std::ptrdiff_t>(r.begin),
+                          full.begin() + static_cast<std::ptrdiff_t>(r.end));
+    }
+    if (hd.has_ledger) {
+        auto l = Ledger::load(hd.ledger);
+        if (!l) return make_error("start: the survivors' ledger: " + l.error());
+        if (ledger_) {
+            const LedgerConfig &a = ledger_->config(), &b = l.value().config();
+            if (a.dataset_size != b.dataset_size || a.global_batch != b.global_batch ||
+                a.micro_batch != b.micro_batch || a.seed != b.seed)
+                return usage_error("start: this rank's ledger configuration differs from the "
+                                  "survivors' (dataset, batch sizes or seed)");
+        }
+        ledger_ = std::move(l).value();
+    } else if (ledger_) {
+        return usage_error("start: this rank configured a ledger, the survivors have none");
+    }
+    step_ = hd.step;
+    log_info("generation " + u(generation_) + ": received " + u(param_count_) +
+             " parameters and " + u(shards_.size()) + " optimizer vectors at step " + u(step_));
+    return Status::success();
+}
+
+Status Runtime::send_to_joiners(const Decision &d, std::vector<std::vector<float>> &full) {
+    auto root = first_survivor(d);
+    if (!root) return make_error("boundary: no survivor to send the state from");
+    Communicator &c = *control_;
+    std::string text;
+    if (static_cast<std::uint32_t>(*root) == rank_) {
+        HandoffHeader h;
+        h.step = d.step;
+        h.generation = generation_;
+        h.params = param_count_;
+        for (const Shard &s : shards_) h.shard_lengths.push_back(s.length);
+        h.has_ledger = ledger_.has_value();
+        if (ledger_) h.ledger = ledger_->serialise();
+        text = encode_header(h);
+    }
+    if (auto st = broadcast_bytes(c, text, *root, kMaxHandoffHeaderBytes); !st) return st;
+    // Every rank must make the same calls: survivors all hold the same sizes, and a joiner
+    // whose registration disagrees fails on its side after the header (documented).
+    if (param_count_) {
+        if (auto st = c.broadcast(params_, param_count_, DType::fp32, *root); !st)
+            return make_error("boundary: sending parameters to joiners: " + st.error());
+    }
+    for (std::size_t i = 0; i < shards_.size(); ++i) {
+        if (shards_[i].length) {
+            if (auto st = c.broadcast(full[i].data(), shards_[i].length, DType::fp32, *root); !st)
+                return make_error("boundary: sending optimizer state to joiners: " + st.error());
+        }
+    }
+    return Status::success();
+}
+
+Result<BoundaryResult> Runtime::boundary(std::uint64_t step) {
+    fault_ = Fault::peer;  // unless a usage error below says otherwise
+    if (!started_) return usage_error("boundary: call start() first");
+    if (finished_) return usage_error("boundary: this rank has stopped or left the job");
+    if (ledger_) {
+        if (ledger_->step() + 1 == step) {
+            if (auto st = ledger_->commit_step(); !st) return usage_error(st.error());
+        } else if (ledger_->step() != step) {
+            return usage_error("boundary: step " + u(step) + ", but the ledger has committed " +
+                              u(ledger_->step()) + " steps (expected step " +
+                              u(ledger_->step() + 1) + ")");
+        }
+    }
+    BoundaryResult res;
+    res.previous_world = world_;
+    auto finish = [&](Outcome o) {
+        res.outcome = o;
+        res.generation = generation_;
+        res.world = world_;
+        res.rank = rank_;
+        res.grad_accum = ledger_ ? ledger_->grad_accum() : 0;
+        return res;
+    };
+    if (opts_.standalone) {
+        step_ = step;
+        return finish(Outcome::Continue);
+    }
+
+    auto got = client_->boundary(opts_.member_id, generation_, step, opts_.boundary_timeout_ms);
+    if (!got) return make_error("boundary after step " + u(step) + ": " + got.error());
+    const Decision &d = got.value();
+    step_ = step;
+    res.reason = d.reason;
+    res.leaving_units = d.leaving_units;
+    res.joining_units = d.joining_units;
+    res.lost = d.lost;
+    if (d.kind == DecisionKind::Continue) return finish(Outcome::Continue);
+    if (d.kind == DecisionKind::Stop) {
+        finished_ = true;
+        return finish(Outcome::Stop);
+    }
+
+    const auto new_rank = d.next.rank_of(opts_.unit, opts_.slot);
+    const std::uint64_t old_generation = generation_;
+    if (!d.rewind) {
+        // Planned: refuse a world the global batch does not divide before anything moves
+        // (every rank computes the same answer, so all of them stop here together).
+        if (auto st = check_state_for(d.next.world); !st)
+            return usage_error("boundary: generation " + u(d.next.generation) + " of " +
+                              u(d.next.world) + " ranks: " + st.error());
+    }
+    std::vector<std::vector<float>> full;
+    if (!d.rewind) {
+        // Phase 1 on the old communicator: everyone, leavers too, ends with full vectors.
+        for (const Shard &s : shards_) {
+            auto f = gather_full(*control_, *s.storage, s.length);
+            if (!f) return make_error("boundary: generation " + u(old_generation) + ": " + f.error());
+            full.push_back(std::move(f).value());
+        }
+    }
+    if (!new_rank) {
+        nccl_.reset();
+        control_.reset();
+        store_.reset();
+        finished_ = true;
+        log_info("unit " + u(opts_.unit) + " leaves at step " + u(step) + " (" + d.reason + ")");
+        return finish(Outcome::Left);
+    }
+#ifdef HAVE_NCCL
+    // After a loss NCCL operations may hang on the dead peer: abort instead of a clean free.
+    if (d.rewind && nccl_)
+        if (auto *n = dynamic_cast<NcclCommunicator *>(nccl_.get())) n->abort();
+#endif
+    if (auto st = adopt(d, *new_rank); !st) return make_error("boundary: " + st.error());
+    for (std::size_t i = 0; i < shards_.size(); ++i) {
+        const ShardRange r = shard_range(shards_[i].length);
+        if (d.rewind) {
+            shards_[i].storage->assign(r.size(), 0.0f);  // the checkpoint refills it
+        } else {
+            shards_[i].storage->assign(full[i].begin() + static_cast<std::ptrdiff_t>(r.begin),
+                                       full[i].begin() + static_cast<std::ptrdiff_t>(r.end));
+        }
+    }
+    if (ledger_) {
+        // After a rewind the trainer restores the checkpoint's ledger; until then the old one
+        // is resized where it can be so that GA is known.
+        auto st = ledger_->resize(world_);
+        if (!st && !d.rewind) return usage_error("boundary: " + st.error());
+    }
+    if (!d.rewind && !d.joining_units.empty()) {
+        if (auto st = send_to_joiners(d, full); !st) return Error{st.error()};
+    }
+    log_info("generation " + u(old_generation) + " -> " + u(generation_) + " at step " +
+             u(step) + ": " + u(res.previous_world) + " -> " + u(world_) + " ranks (" +
+             d.reason + (d.rewind ? ", rewind" : "") + "); this rank is now " + u(rank_));
+    return finish(d.rewind ? Outcome::Rewind : Outcome::Reshaped);
+}
+
+}  // namespace omni::launcher

@@ -1,0 +1,69 @@
+// The state hand-off of a planned reshape, as collective building blocks over a Communicator
+// (host buffers), so that the runtime's sequence of calls is short and each piece is tested
+// on its own.
+//
+// ZeRO-1 partition: a logical fp32 vector of length L is split among `world` ranks in
+// contiguous ranges whose sizes differ by at most one, lower ranks taking the larger ones
+// (the same function as omni::train::shard_range, which the reference trainer uses).
+//
+// A planned reshape runs in two phases:
+//  1. on the OLD communicator (every member of the old generation, leavers included, all
+//     alive because the reshape is planned): gather_full() turns each rank's shard into the
+//     full logical vector on every rank. Leavers are then done and may exit.
+//  2. on the NEW communicator, only when units join: the lowest-ranked survivor broadcasts a
+//     header (step, ledger, sizes), the parameters and the full optimizer vectors;
+//     every rank keeps the range that zero1_range() gives it in the new generation.
+// Nothing touches the disk. Every size a joiner allocates comes from its own registration,
+// never from the network: the header only has to agree with it.
+#ifndef OMNI_LAUNCHER_RUNTIME_HANDOFF_H
+#define OMNI_LAUNCHER_RUNTIME_HANDOFF_H
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm.h"
+#include "omni/result.h"
+
+namespace omni::launcher {
+
+struct ShardRange {
+    std::size_t begin = 0, end = 0;
+    std::size_t size() const { return end - begin; }
+    bool operator==(const ShardRange &o) const { return begin == o.begin && end == o.end; }
+};
+
+// The range of rank `rank` (< world) of a vector of `length` elements.
+ShardRange zero1_range(std::size_t length, std::uint32_t rank, std::uint32_t world);
+
+// Phase 1: every rank passes its shard (zero1_range(length, rank, size) of the logical
+// vector); every rank gets the whole vector. One allgather, shards padded to the largest.
+Result<std::vector<float>> gather_full(Communicator &comm, const std::vector<float> &shard,
+                                       std::size_t length);
+
+// Broadcasts a byte string of at most `max_bytes` from `root`: its length, then the bytes.
+// Non-roots pass an empty string and receive the root's; a length above max_bytes is refused
+// before anything is allocated (after the length broadcast, so no rank is left waiting).
+Status broadcast_bytes(Communicator &comm, std::string &bytes, int root, std::size_t max_bytes);
+
+// What the survivors tell joiners, checked by the joiner against its own registration.
+struct HandoffHeader {
+    std::uint64_t step = 0;            // the boundary's step: the joiner's first step is step+1
+    std::uint64_t generation = 0;      // the new generation
+    std::uint64_t params = 0;          // length of the replicated parameter vector
+    std::vector<std::uint64_t> shard_lengths;  // logical length of each optimizer vector
+    bool has_ledger = false;
+    std::string ledger;                // Ledger::serialise() after the resize
+};
+std::string encode_header(const HandoffHeader &h);
+Result<HandoffHeader> decode_header(const std::string &text);
+constexpr std::size_t kMaxHandoffHeaderBytes = 1 << 20;
+constexpr std::size_t kMaxShardVectors = 64;
+
+// A fingerprint of a float vector's bits (FNV-1a 64), for logs and tests comparing replicas.
+std::uint64_t fingerprint(const float *data, std::size_t count);
+
+}  // namespace omni::launcher
+
+#endif

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# omni-launch when things go wrong, on a 3-node cluster (test/toy_rank as the ranks):
+#  1. a rank that crashes (exit 3 at step 5): its unit is reported lost, the others go on as
+#     an unplanned shrink 3 -> 2, and omni-launch and the job end with the rank's status 3;
+#  2. SIGTERM to omni-launch: the coordinator stops the job at the next boundary, every rank
+#     exits 0 on STOP, and omni-launch exits 0 with a "stop" event naming the signal.
+. "$(dirname "$0")/lib.sh"
+launch=$top_build/launcher/omni-launch
+ctl=$top_build/launcher/omni-ctl
+toy=$top_build/launcher/test/toy_rank
+for p in "$launch" "$ctl" "$toy"; do
+  [ -x "$p" ] || fail "$p is not built (make -C launcher omni-launch omni-ctl test/toy_rank)"
+done
+cluster_acquire 3 0
+cd "$work"
+
+# 1. A crashing rank.
+cat >lost.sh <<EOS2
+#!/bin/bash
+"$launch" --units 3 --events "$work/lost.jsonl" --boundary-timeout 20 -- "$toy" 20 100 5
+rc=\$?
+echo "launch-exit \$rc"
+exit \$rc
+EOS2
+out=$(timeout 180 sbatch --wait -N3 -t 5 -o "$work/lost.out" --parsable lost.sh) && fail "the job with a crashing rank succeeded"
+jobid=${out%%;*}
+grep -E 'launch-exit|generation [0-9]+ ->|lost' "$work/lost.out" || true
+expect_eq "omni-launch exit after a crash" "$(sed -n 's/^launch-exit //p' "$work/lost.out")" 3
+expect_eq "job $jobid state" "$(job_state "$jobid")" FAILED
+python3 - "$work/lost.jsonl" <<'PY' || fail "events: $(cat "$work/lost.jsonl")"
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1])]
+got = [(e["reason"], e["old_world"], e["new_world"]) for e in ev]
+assert got == [("initial", 0, 3), ("lost", 3, 2), ("stop", 2, 0)], got
+assert ev[1]["new_units"] == [1, 2] and ev[1]["step"] == 5, ev[1]
+assert ev[2]["detail"] == "ranks-failed", ev[2]
+print("ok: events", got)
+PY
+grep -q "rank(s) of step omni-u0 reported lost" "$work/lost.out" || fail "the lost rank was not reported"
+
+# 2. SIGTERM.
+cat >term.sh <<EOS2
+#!/bin/bash
+"$launch" --units 2 --events "$work/term.jsonl" -- "$toy" 100000 100 &
+pid=\$!
+for _ in \$(seq 300); do
+  "$ctl" status 2>/dev/null | grep -q '^phase: *running' && break
+  sleep 0.1
+done
+kill -TERM \$pid
+wait \$pid
+rc=\$?
+echo "launch-exit \$rc"
+exit \$rc
+EOS2
+out=$(timeout 180 sbatch --wait -N2 -t 5 -o "$work/term.out" --parsable term.sh) ||
+  { cat "$work/term.out" >&2; fail "the job stopped by SIGTERM failed"; }
+jobid=${out%%;*}
+grep -E 'launch-exit|generation [0-9]+ ->' "$work/term.out" || true
+expect_eq "omni-launch exit after SIGTERM" "$(sed -n 's/^launch-exit //p' "$work/term.out")" 0
+python3 - "$work/term.jsonl" <<'PY' || fail "events: $(cat "$work/term.jsonl")"
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1])]
+got = [(e["reason"], e["old_world"], e["new_world"], e["detail"]) for e in ev]
+assert got == [("initial", 0, 2, "formed"), ("stop", 2, 0, "signal SIGTERM")], got
+print("ok: events", got)
+PY
+note "ok: a crashed rank is an unplanned shrink and the job's status; SIGTERM stops at a boundary"

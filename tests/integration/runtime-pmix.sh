@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# libomni's rank runtime under `srun --mpi=pmix`: 4 ranks on 2 nodes learn rank, world and
+# unit from PMIx (no OMNI_UNIT_ID set: unit = PMIx rank), find the coordinator through
+# OMNI_JOB_DIR, form generation 1, and go through a planned 4 -> 2 reshape: units 2 and 3
+# LEFT, units 0 and 1 RESHAPED with their optimizer shard re-partitioned and GA 12/(1*2) = 6,
+# then STOP. Every rank checks its allreduce and its shard itself (test/runtime_probe).
+. "$(dirname "$0")/lib.sh"
+cluster_acquire 2 0
+probe=$top_build/launcher/test/runtime_probe
+serve=$top_build/launcher/test/runtime_coord_serve
+for p in "$probe" "$serve"; do
+  [ -x "$p" ] || fail "$p is not built (make -C launcher check)"
+done
+
+cd "$work"
+"$serve" "$work/job" 4 2 60 >"$work/coord.out" 2>"$work/coord.err" &
+serve_pid=$!
+for _ in $(seq 100); do [ -s "$work/coord.out" ] && break; sleep 0.05; done
+[ -s "$work/coord.out" ] || fail "the coordinator did not start: $(cat "$work/coord.err")"
+
+OMNI_JOB_DIR=$work/job OMNI_JOIN_TIMEOUT_MS=30000 \
+  srun --mpi=pmix -N2 -n4 "$probe" >"$work/probe.out" 2>"$work/probe.err" ||
+  { cat "$work/probe.out" "$work/probe.err" >&2; kill "$serve_pid" 2>/dev/null; fail "srun --mpi=pmix -N2 -n4 runtime_probe failed"; }
+wait "$serve_pid" || { cat "$work/coord.err" >&2; fail "the coordinator did not see the job stop"; }
+cat "$work/probe.out"
+
+expect_eq "ranks that initialised PMIx" \
+  "$(sed -n 's/.* libomni\[[0-9]*\] info: PMIx: rank \([0-9]*\) of 4 in namespace .*/\1/p' "$work/probe.err" | sort | tr '\n' ' ')" "0 1 2 3 "
+expect_eq "units seen (from PMIx ranks)" \
+  "$(sed -n 's/^probe: unit \([0-9]*\) slot 0 rank \([0-9]*\) of 4 backend gloo$/\1=\2/p' "$work/probe.out" | sort | tr '\n' ' ')" \
+  "0=0 1=1 2=2 3=3 "
+expect_eq "units that left" \
+  "$(sed -n 's/^probe: unit \([0-9]*\) step 1 left world 4 .*/\1/p' "$work/probe.out" | sort | tr '\n' ' ')" "2 3 "
+expect_eq "reshaped survivors (unit=rank, GA 6, shard re-partitioned)" \
+  "$(sed -n 's/^probe: unit \([0-9]*\) step 1 reshaped world 2 rank \([0-9]*\) ga 6 shard ok$/\1=\2/p' "$work/probe.out" | sort | tr '\n' ' ')" \
+  "0=0 1=1 "
+expect_eq "survivors stopped" \
+  "$(grep -c '^probe: unit [01] step [0-9]* stop world 2 ' "$work/probe.out")" 2
+expect_eq "failures reported by ranks" "$(grep -c FAIL "$work/probe.out" || true)" 0
+expect_eq "coordinator generations" "$(sed -n 2,4p "$work/coord.out" | tr '\n' ';')" \
+  "generation 1 world 4;generation 2 world 2;stopped at generation 2;"
+note "ok: 4 PMIx ranks on 2 nodes, planned reshape 4 -> 2 with shard hand-off, then STOP"
