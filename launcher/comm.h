@@ -24,7 +24,9 @@ class Store;
 
 namespace omni::launcher {
 
-enum class DType { fp32, bf16 };
+// i64 is for exact sums (fixed-point gradients, counters): allreduce and reduce_scatter take
+// ReduceOp::sum only with it.
+enum class DType { fp32, bf16, i64 };
 enum class ReduceOp { sum, avg };
 
 std::size_t dtype_size(DType t);

@@ -17,7 +17,14 @@
 
 namespace omni::launcher {
 
-std::size_t dtype_size(DType t) { return t == DType::fp32 ? 4 : 2; }
+std::size_t dtype_size(DType t) {
+    switch (t) {
+        case DType::fp32: return 4;
+        case DType::bf16: return 2;
+        case DType::i64: return 8;
+    }
+    return 0;
+}
 
 namespace {
 
@@ -33,6 +40,15 @@ void sum_bf16(void *out, const void *a, const void *b, std::size_t n) {
     const auto *x = static_cast<const std::uint16_t *>(a);
     const auto *y = static_cast<const std::uint16_t *>(b);
     for (std::size_t i = 0; i < n; ++i) o[i] = float_to_bf16(bf16_to_float(x[i]) + bf16_to_float(y[i]));
+}
+
+void sum_i64(void *out, const void *a, const void *b, std::size_t n) {
+    auto *o = static_cast<std::int64_t *>(out);
+    const auto *x = static_cast<const std::int64_t *>(a);
+    const auto *y = static_cast<const std::int64_t *>(b);
+    // Wrapping addition: exact while the true sum fits, and associative either way.
+    for (std::size_t i = 0; i < n; ++i)
+        o[i] = static_cast<std::int64_t>(static_cast<std::uint64_t>(x[i]) + static_cast<std::uint64_t>(y[i]));
 }
 
 void scale(void *buf, std::size_t n, DType t, float factor) {
@@ -55,11 +71,16 @@ public:
     const char *backend() const override { return "gloo"; }
 
     Status allreduce(void *buf, std::size_t count, DType type, ReduceOp op) override {
+        if (type == DType::i64 && op != ReduceOp::sum)
+            return make_error("gloo allreduce: i64 buffers take sum only");
         return run("allreduce", [&] {
             gloo::AllreduceOptions o(ctx_);
             if (type == DType::fp32) {
                 o.setOutput(static_cast<float *>(buf), count);
                 o.setReduceFunction(sum_fp32);
+            } else if (type == DType::i64) {
+                o.setOutput(static_cast<std::int64_t *>(buf), count);
+                o.setReduceFunction(sum_i64);
             } else {
                 o.setOutput(static_cast<std::uint16_t *>(buf), count);
                 o.setReduceFunction(sum_bf16);

@@ -39,7 +39,14 @@ using Clock = std::chrono::steady_clock;
         if (e_ != cudaSuccess) return make_error(std::string(#call) + ": " + cudaGetErrorString(e_)); \
     } while (0)
 
-ncclDataType_t nccl_type(DType t) { return t == DType::fp32 ? ncclFloat32 : ncclBfloat16; }
+ncclDataType_t nccl_type(DType t) {
+    switch (t) {
+        case DType::fp32: return ncclFloat32;
+        case DType::bf16: return ncclBfloat16;
+        case DType::i64: return ncclInt64;
+    }
+    return ncclFloat32;
+}
 ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::sum ? ncclSum : ncclAvg; }
 
 using ShrinkFn = ncclResult_t (*)(ncclComm_t, int *, int, ncclComm_t *, ncclConfig_t *, int);
@@ -83,6 +90,7 @@ public:
     const char *backend() const override { return "nccl"; }
 
     Status allreduce(void *buf, std::size_t count, DType t, ReduceOp op) override {
+        if (t == DType::i64 && op != ReduceOp::sum) return make_error("ncclAllReduce: i64 buffers take sum only");
         OMNI_NCCL_TRY(ncclAllReduce(buf, buf, count, nccl_type(t), nccl_op(op), comm_, stream_));
         return complete("ncclAllReduce");
     }

@@ -63,6 +63,17 @@ TEST(GlooComm, AllreduceBf16) {
     });
 }
 
+TEST(GlooComm, AllreduceI64IsExact) {
+    on_ranks([&](Communicator &c) {
+        // Values beyond float/double precision: 2^60 + r; the sum is 3 * 2^60 + 3 exactly.
+        std::vector<std::int64_t> v{(std::int64_t(1) << 60) + c.rank(), -7 * (c.rank() + 1)};
+        ASSERT_TRUE(c.allreduce(v.data(), v.size(), DType::i64, ReduceOp::sum).ok());
+        EXPECT_EQ(v[0], 3 * (std::int64_t(1) << 60) + 3);
+        EXPECT_EQ(v[1], -42);
+        EXPECT_FALSE(c.allreduce(v.data(), v.size(), DType::i64, ReduceOp::avg).ok());
+    });
+}
+
 TEST(GlooComm, BroadcastAllgatherReduceScatterBarrier) {
     on_ranks([&](Communicator &c) {
         const int r = c.rank();

@@ -8,7 +8,9 @@
 // gradients are summed in 64-bit fixed point (exact, order-free); Adam is element-wise. See
 // train/model.h.
 //
-// This program runs standalone as a single rank (no Slurm, no PMIx): quick tries and tests.
+// Under omni-launch it is one rank of an elastic job (libomni's runtime: PMIx, the
+// coordinator, resizes at step boundaries); without a coordinator it runs standalone as a
+// single rank (no Slurm, no PMIx): quick tries and tests.
 #include <signal.h>
 #include <unistd.h>
 
@@ -22,7 +24,9 @@
 #include <iostream>
 #include <sstream>
 
+#include "../comm.h"
 #include "../ledger.h"
+#include "../runtime.h"
 #include "model.h"
 #include "optim.h"
 #include "state_io.h"
@@ -39,6 +43,7 @@ struct Options {
     std::uint64_t steps = 100, global_batch = 64, micro_batch = 8, seed = 1;
     std::uint64_t dataset_size = 131072, warmup = 20, ckpt_every = 0;
     double lr = 1e-2;
+    std::uint64_t pace_ms = 0;
     std::string ckpt, metrics;
 };
 
@@ -70,88 +75,178 @@ omni::Status trim_metrics(const std::string &path, std::uint64_t upto) {
     return omni::Status::success();
 }
 
+// Every rank's parameters are the same after an optimizer step: each rank updated its own
+// ZeRO-1 range; an allgather of the (padded) ranges rebuilds the whole vector exactly.
+omni::Status gather_params(omni::launcher::Communicator &comm, std::vector<float> &params) {
+    const int world = comm.size(), rank = comm.rank();
+    if (world == 1) return omni::Status::success();
+    const std::size_t chunk = (kParams + world - 1) / world;
+    std::vector<float> send(chunk, 0.0f), recv(chunk * world);
+    const Range mine = shard_range(kParams, rank, world);
+    std::copy(params.begin() + mine.begin, params.begin() + mine.end, send.begin());
+    if (auto st = comm.allgather(send.data(), recv.data(), chunk, omni::launcher::DType::fp32); !st) return st;
+    for (int r = 0; r < world; ++r) {
+        const Range rr = shard_range(kParams, r, world);
+        std::copy(recv.begin() + r * chunk, recv.begin() + r * chunk + rr.size(), params.begin() + rr.begin);
+    }
+    return omni::Status::success();
+}
+
+int fail(const std::string &msg) {
+    std::cerr << kProg << ": " << msg << "\n";
+    return 1;
+}
+
 int run(const Options &o) {
-    const int rank = 0, world = 1;  // standalone; the elastic runtime provides these under Slurm
+    using omni::launcher::Outcome;
+    // Under omni-launch the runtime joins the job's coordinator (world, rank, resizes); without
+    // one (no OMNI_COORD_*) it is a single standalone rank.
+    auto rtr = omni::launcher::Runtime::from_environment();
+    if (!rtr) return fail(rtr.error());
+    auto &rt = *rtr.value();
+
     TrainState s;
     s.lr.base = o.lr;
     s.lr.warmup = o.warmup;
     s.lr.total = o.steps;
-    omni::launcher::LedgerConfig lc{o.dataset_size, o.global_batch, o.micro_batch, o.seed};
+    s.params = init_params(o.seed);
+    // The runtime owns the shard sizes: it resizes m and v at every reshape.
+    if (auto st = rt.register_params(s.params.data(), kParams); !st) return fail(st.error());
+    for (auto *v : {&s.adam.m, &s.adam.v})
+        if (auto r = rt.register_shard(v, kParams); !r) return fail(r.error());
+    if (auto st = rt.configure_ledger({o.dataset_size, o.global_batch, o.micro_batch, o.seed}); !st)
+        return fail(st.error());
+    auto started = rt.start();
+    if (!started) return fail(started.error());
+    s.step = started.value().step;
+    s.generation = rt.generation();
+    s.adam.range = shard_range(kParams, static_cast<int>(rt.rank()), static_cast<int>(rt.world()));
 
-    bool resumed = false;
-    if (!o.ckpt.empty()) {
-        auto r = load_latest(o.ckpt, rank, world, s);
-        if (!r) { std::cerr << kProg << ": --ckpt " << o.ckpt << ": " << r.error() << "\n"; return 1; }
-        resumed = r.value();
-    }
-    omni::launcher::Ledger ledger = [&] {
-        if (resumed) {
-            auto l = omni::launcher::Ledger::load(s.ledger_json);
-            if (l) return std::move(l).value();
-            std::cerr << kProg << ": checkpoint ledger: " << l.error() << "\n";
-            std::exit(1);
-        }
-        auto l = omni::launcher::Ledger::create(lc, world);
-        if (!l) { std::cerr << kProg << ": " << l.error() << "\n"; std::exit(2); }
-        return std::move(l).value();
-    }();
-    if (resumed) {
-        const auto &c = ledger.config();
-        if (c.dataset_size != o.dataset_size || c.global_batch != o.global_batch ||
-            c.micro_batch != o.micro_batch || c.seed != o.seed) {
-            std::cerr << kProg << ": the checkpoint in " << o.ckpt << " was made with other data "
-                      << "options (dataset " << c.dataset_size << ", global batch " << c.global_batch
-                      << ", micro batch " << c.micro_batch << ", seed " << c.seed << ")\n";
-            return 1;
-        }
-        if (auto st = ledger.resize(world); !st) { std::cerr << kProg << ": " << st.error() << "\n"; return 1; }
-        std::cerr << kProg << ": resumed at step " << s.step << " from " << o.ckpt << "\n";
-    } else {
-        s.params = init_params(o.seed);
-        s.adam = AdamShard(shard_range(kParams, rank, world));
+    // Loads the newest checkpoint into the registered buffers (a fresh start, or a rewind
+    // after lost ranks). Returns false when there is none.
+    auto load = [&]() -> omni::Result<bool> {
+        TrainState c;
+        auto r = load_latest(o.ckpt, static_cast<int>(rt.rank()), static_cast<int>(rt.world()), c);
+        if (!r || !r.value()) return r;
+        s.step = c.step;
+        s.lr = c.lr;
+        std::copy(c.params.begin(), c.params.end(), s.params.begin());
+        s.adam.range = c.adam.range;
+        s.adam.m = c.adam.m;  // same vector objects: the runtime keeps pointers to them
+        s.adam.v = c.adam.v;
+        if (auto st = rt.restore_ledger(c.ledger_json); !st) return omni::Error{st.error()};
+        return true;
+    };
+    const bool joined = started.value().joined;
+    if (!o.ckpt.empty() && (!joined || started.value().rewind)) {
+        auto r = load();
+        if (!r) return fail("--ckpt " + o.ckpt + ": " + r.error());
+        if (r.value() && rt.rank() == 0)
+            std::cerr << kProg << ": resumed at step " << s.step << " from " << o.ckpt << "\n";
     }
 
+    // Rank 0 writes the metrics; a resumed run rewrites the steps after its checkpoint.
     std::ofstream metrics;
-    if (!o.metrics.empty()) {
-        if (resumed) {
-            if (auto st = trim_metrics(o.metrics, s.step); !st) { std::cerr << kProg << ": " << st.error() << "\n"; return 1; }
-        }
-        metrics.open(o.metrics, resumed ? std::ios::app : std::ios::trunc);
-        if (!metrics) { std::cerr << kProg << ": --metrics " << o.metrics << ": cannot open for writing\n"; return 1; }
+    if (!o.metrics.empty() && rt.rank() == 0) {
+        if (s.step > 0)
+            if (auto st = trim_metrics(o.metrics, s.step); !st) return fail(st.error());
+        metrics.open(o.metrics, s.step > 0 ? std::ios::app : std::ios::trunc);
+        if (!metrics) return fail("--metrics " + o.metrics + ": cannot open for writing");
     }
     const DataSpec data{o.seed, o.dataset_size};
-    auto checkpoint = [&]() -> bool {
-        s.ledger_json = ledger.serialise();
-        if (auto st = save_shard(o.ckpt, s, rank, world); !st) { std::cerr << kProg << ": checkpoint: " << st.error() << "\n"; return false; }
-        auto c = commit_state(o.ckpt, s, world);
-        if (!c) { std::cerr << kProg << ": checkpoint: " << c.error() << "\n"; return false; }
-        return true;
+    // Every rank writes its shard, then rank 0 commits once all are written.
+    auto checkpoint = [&]() -> omni::Status {
+        s.generation = rt.generation();
+        s.ledger_json = rt.ledger()->serialise();
+        const int rank = static_cast<int>(rt.rank()), world = static_cast<int>(rt.world());
+        if (auto st = save_shard(o.ckpt, s, rank, world); !st) return st;
+        if (auto st = rt.comm().barrier(); !st) return st;
+        if (rank == 0)
+            if (auto c = commit_state(o.ckpt, s, world); !c) return omni::Error{c.error()};
+        return rt.comm().barrier();
     };
 
     while (s.step < o.steps) {
+        const auto *ledger = rt.ledger();
         Accum acc;
-        for (std::uint32_t m = 0; m < ledger.grad_accum(); ++m) {
-            auto idx = ledger.micro_batch(static_cast<std::uint32_t>(rank), m);
-            if (!idx) { std::cerr << kProg << ": " << idx.error() << "\n"; return 1; }
-            accumulate(s.params, data, idx.value().data(), idx.value().size(), acc);
+        // Which samples the step consumed, summed over ranks (count, sum and sum of squares of
+        // the indices, wrapping): the metrics let a test check that every sample of an epoch
+        // was used exactly once whatever the resizes.
+        std::int64_t seen[3] = {0, 0, 0};
+        for (std::uint32_t m = 0; m < ledger->grad_accum(); ++m) {
+            auto idx = ledger->micro_batch(rt.rank(), m);
+            if (!idx) return fail(idx.error());
+            const std::vector<std::uint64_t> &ix = idx.value();
+            accumulate(s.params, data, ix.data(), ix.size(), acc);
+            for (std::uint64_t i : ix) {
+                seen[0] += 1;
+                seen[1] = static_cast<std::int64_t>(static_cast<std::uint64_t>(seen[1]) + i);
+                seen[2] = static_cast<std::int64_t>(static_cast<std::uint64_t>(seen[2]) + i * i);
+            }
         }
+        if (o.pace_ms) usleep(static_cast<useconds_t>(o.pace_ms * 1000));
+        // Exact: integer sums do not depend on how the batch was split among ranks.
+        for (auto [buf, n] : {std::pair{acc.v.data(), acc.v.size()}, std::pair{seen, std::size_t(3)}})
+            if (auto st = rt.comm().allreduce(buf, n, omni::launcher::DType::i64,
+                                              omni::launcher::ReduceOp::sum); !st)
+                return fail(st.error());
         const auto grad = mean_gradient(acc, o.global_batch);
         const double loss = mean_loss(acc, o.global_batch);
         const double lr = s.lr.at(s.step);
         s.adam.update(s.params.data(), grad, lr, s.step + 1);
-        if (auto st = ledger.commit_step(); !st) { std::cerr << kProg << ": " << st.error() << "\n"; return 1; }
+        if (auto st = gather_params(rt.comm(), s.params); !st) return fail(st.error());
         ++s.step;
         if (metrics.is_open()) {
-            char line[256];
+            char line[384];
             std::snprintf(line, sizeof line,
-                          "{\"step\": %" PRIu64 ", \"loss\": %.17g, \"lr\": %.17g, \"world\": %d, "
-                          "\"generation\": %" PRIu64 ", \"samples\": %" PRIu64 ", \"clamped\": %" PRIu64 "}\n",
-                          s.step, loss, lr, world, s.generation, s.step * o.global_batch, acc.clamped);
+                          "{\"step\": %" PRIu64 ", \"loss\": %.17g, \"lr\": %.17g, \"world\": %u, "
+                          "\"generation\": %" PRIu64 ", \"samples\": %" PRIu64 ", \"clamped\": %" PRIu64
+                          ", \"step_samples\": [%" PRId64 ", %" PRIu64 ", %" PRIu64 "]}\n",
+                          s.step, loss, lr, rt.world(), rt.generation(), s.step * o.global_batch,
+                          acc.clamped, seen[0], static_cast<std::uint64_t>(seen[1]),
+                          static_cast<std::uint64_t>(seen[2]));
             metrics << line << std::flush;
         }
+        auto b = rt.boundary(s.step);
+        if (!b) return fail(b.error());
+        switch (b.value().outcome) {
+            case Outcome::Continue:
+                break;
+            case Outcome::Reshaped:
+                s.adam.range = shard_range(kParams, static_cast<int>(rt.rank()), static_cast<int>(rt.world()));
+                if (rt.rank() == 0)
+                    std::cerr << kProg << ": step " << s.step << ": world " << b.value().previous_world
+                              << " -> " << rt.world() << " (" << b.value().reason << ")\n";
+                break;
+            case Outcome::Rewind: {
+                if (o.ckpt.empty()) return fail("ranks were lost and there is no --ckpt to rewind to");
+                auto r = load();
+                if (!r) return fail("rewind: " + r.error());
+                if (!r.value()) return fail("ranks were lost before the first checkpoint in " + o.ckpt);
+                if (rt.rank() == 0)
+                    std::cerr << kProg << ": ranks lost; rewound to step " << s.step << " with world "
+                              << rt.world() << "\n";
+                if (metrics.is_open()) {
+                    metrics.close();
+                    if (auto st = trim_metrics(o.metrics, s.step); !st) return fail(st.error());
+                    metrics.open(o.metrics, std::ios::app);
+                }
+                continue;  // no periodic checkpoint for a step just reloaded
+            }
+            case Outcome::Stop:
+                if (!o.ckpt.empty())
+                    if (auto st = checkpoint(); !st) return fail("checkpoint: " + st.error());
+                return 0;
+            case Outcome::Left:
+                return 0;
+        }
         const bool periodic = o.ckpt_every && s.step % o.ckpt_every == 0;
-        if (!o.ckpt.empty() && (periodic || g_term) && !checkpoint()) return 1;
-        if (g_term) {
+        // SIGTERM: a standalone rank stops here; under omni-launch the launcher turns it into a
+        // STOP decision that every rank receives at the same step.
+        const bool term = g_term && rt.standalone();
+        if (!o.ckpt.empty() && (periodic || term))
+            if (auto st = checkpoint(); !st) return fail("checkpoint: " + st.error());
+        if (term) {
             std::cerr << kProg << ": SIGTERM: stopped at step " << s.step
                       << (o.ckpt.empty() ? " (no --ckpt: state not saved)\n" : ", checkpoint written\n");
             return 128 + SIGTERM;
@@ -181,7 +276,8 @@ int main(int argc, char **argv) {
         ("warmup", po::value<std::uint64_t>(&o.warmup)->default_value(o.warmup), "steps of linear warmup")
         ("ckpt", po::value<std::string>(&o.ckpt), "checkpoint root (resume from its newest checkpoint)")
         ("ckpt-every", po::value<std::uint64_t>(&o.ckpt_every)->default_value(0), "checkpoint every N steps (0: only on SIGTERM)")
-        ("metrics", po::value<std::string>(&o.metrics), "JSONL metrics file, one line per step");
+        ("metrics", po::value<std::string>(&o.metrics), "JSONL metrics file, one line per step")
+        ("pace-ms", po::value<std::uint64_t>(&o.pace_ms)->default_value(0), "sleep this long in every step, as if computing (demos, tests)");
     po::variables_map vm;
     try {
         po::store(po::command_line_parser(argc, argv).options(desc).run(), vm);
