@@ -145,14 +145,30 @@ int run(const Options &o) {
             std::cerr << kProg << ": resumed at step " << s.step << " from " << o.ckpt << "\n";
     }
 
-    // Rank 0 writes the metrics; a resumed run rewrites the steps after its checkpoint.
+    // Rank 0 writes the metrics (whichever rank is 0 now: rank 0 may have been lost); a resumed
+    // or rewound run rewrites the steps after its checkpoint.
     std::ofstream metrics;
-    if (!o.metrics.empty() && rt.rank() == 0) {
+    auto reopen_metrics = [&]() -> omni::Status {
+        if (metrics.is_open()) metrics.close();
+        if (o.metrics.empty() || rt.rank() != 0) return omni::Status::success();
         if (s.step > 0)
-            if (auto st = trim_metrics(o.metrics, s.step); !st) return fail(st.error());
+            if (auto st = trim_metrics(o.metrics, s.step); !st) return st;
         metrics.open(o.metrics, s.step > 0 ? std::ios::app : std::ios::trunc);
-        if (!metrics) return fail("--metrics " + o.metrics + ": cannot open for writing");
-    }
+        if (!metrics) return omni::make_error("--metrics " + o.metrics + ": cannot open for writing");
+        return omni::Status::success();
+    };
+    if (auto st = reopen_metrics(); !st) return fail(st.error());
+    // After ranks were lost: every survivor reloads the newest checkpoint.
+    auto rewind = [&]() -> omni::Status {
+        if (o.ckpt.empty()) return omni::make_error("ranks were lost and there is no --ckpt to rewind to");
+        auto r = load();
+        if (!r) return omni::make_error("rewind: " + r.error());
+        if (!r.value()) return omni::make_error("ranks were lost before the first checkpoint in " + o.ckpt);
+        if (rt.rank() == 0)
+            std::cerr << kProg << ": ranks lost; rewound to step " << s.step << " with world "
+                      << rt.world() << "\n";
+        return reopen_metrics();
+    };
     const DataSpec data{o.seed, o.dataset_size};
     // Every rank writes its shard, then rank 0 commits once all are written.
     auto checkpoint = [&]() -> omni::Status {
@@ -186,15 +202,31 @@ int run(const Options &o) {
         }
         if (o.pace_ms) usleep(static_cast<useconds_t>(o.pace_ms * 1000));
         // Exact: integer sums do not depend on how the batch was split among ranks.
+        omni::Status cs;
         for (auto [buf, n] : {std::pair{acc.v.data(), acc.v.size()}, std::pair{seen, std::size_t(3)}})
-            if (auto st = rt.comm().allreduce(buf, n, omni::launcher::DType::i64,
-                                              omni::launcher::ReduceOp::sum); !st)
-                return fail(st.error());
+            if (cs) cs = rt.comm().allreduce(buf, n, omni::launcher::DType::i64, omni::launcher::ReduceOp::sum);
         const auto grad = mean_gradient(acc, o.global_batch);
         const double loss = mean_loss(acc, o.global_batch);
         const double lr = s.lr.at(s.step);
-        s.adam.update(s.params.data(), grad, lr, s.step + 1);
-        if (auto st = gather_params(rt.comm(), s.params); !st) return fail(st.error());
+        if (cs) {
+            s.adam.update(s.params.data(), grad, lr, s.step + 1);
+            cs = gather_params(rt.comm(), s.params);
+        }
+        if (!cs) {
+            if (rt.standalone()) return fail(cs.error());
+            // A peer died inside the step. The survivors meet at the next boundary, where the
+            // coordinator (told by omni-launch, or by the boundary timeout) answers REWIND.
+            std::cerr << kProg << ": rank " << rt.rank() << ": step " << s.step + 1 << ": "
+                      << cs.error() << "; asking the coordinator\n";
+            auto b = rt.boundary(s.step + 1);
+            if (!b) return fail(b.error());
+            if (b.value().outcome == Outcome::Stop || b.value().outcome == Outcome::Left) return 0;
+            if (b.value().outcome != Outcome::Rewind)
+                return fail(std::string("after a failed collective the coordinator answered ") +
+                            omni::launcher::to_string(b.value().outcome));
+            if (auto st = rewind(); !st) return fail(st.error());
+            continue;
+        }
         ++s.step;
         if (metrics.is_open()) {
             char line[384];
@@ -214,25 +246,14 @@ int run(const Options &o) {
                 break;
             case Outcome::Reshaped:
                 s.adam.range = shard_range(kParams, static_cast<int>(rt.rank()), static_cast<int>(rt.world()));
+                if (auto st = reopen_metrics(); !st) return fail(st.error());
                 if (rt.rank() == 0)
                     std::cerr << kProg << ": step " << s.step << ": world " << b.value().previous_world
                               << " -> " << rt.world() << " (" << b.value().reason << ")\n";
                 break;
-            case Outcome::Rewind: {
-                if (o.ckpt.empty()) return fail("ranks were lost and there is no --ckpt to rewind to");
-                auto r = load();
-                if (!r) return fail("rewind: " + r.error());
-                if (!r.value()) return fail("ranks were lost before the first checkpoint in " + o.ckpt);
-                if (rt.rank() == 0)
-                    std::cerr << kProg << ": ranks lost; rewound to step " << s.step << " with world "
-                              << rt.world() << "\n";
-                if (metrics.is_open()) {
-                    metrics.close();
-                    if (auto st = trim_metrics(o.metrics, s.step); !st) return fail(st.error());
-                    metrics.open(o.metrics, std::ios::app);
-                }
+            case Outcome::Rewind:
+                if (auto st = rewind(); !st) return fail(st.error());
                 continue;  // no periodic checkpoint for a step just reloaded
-            }
             case Outcome::Stop:
                 if (!o.ckpt.empty())
                     if (auto st = checkpoint(); !st) return fail("checkpoint: " + st.error());

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The product's promise, end to end on the local cluster: omni-train-demo under omni-launch,
-# a static run of 4 units against an elastic run 4 -> 2 -> 3 -> 4 (omni-ctl reshapes at
-# step boundaries, the last one a grow with a joining srun step). The per-step loss, LR and
-# samples must be bitwise the same; every sample of every epoch is used exactly once.
+# a static run of 4 units against
+#  - an elastic run 4 -> 2 -> 3 -> 4 (omni-ctl reshapes at step boundaries, the last one a
+#    grow with a joining srun step): per-step loss, LR and samples bitwise the same, every
+#    sample of every epoch used exactly once;
+#  - a run whose unit 3 is killed with SIGKILL at step ~25: the survivors detect it, rewind
+#    to the last checkpoint (step 20) with 3 units and finish with the static run's losses.
 . "$(dirname "$0")/lib.sh"
 launch=$top_build/launcher/omni-launch
 ctl=$top_build/launcher/omni-ctl
@@ -40,7 +43,32 @@ rc=\$?
 echo "launch-exit \$rc"
 exit \$rc
 EOS
-chmod +x static.sh elastic.sh
+cat >lost.sh <<EOS
+#!/bin/bash
+# Written by train-elastic.sh: kill -9 the rank of unit 3 at step 25.
+set -u
+export OMNI_COMM_TIMEOUT_MS=5000   # survivors not next to the dead rank give up this fast
+"$launch" --units 4 --events "$work/lost-events.jsonl" --boundary-timeout 20 \
+  -- "$demo" $train --pace-ms 60 --ckpt "$work/lost-ckpt" --ckpt-every 10 --metrics "$work/lost.jsonl" &
+pid=\$!
+for _ in \$(seq 600); do
+  s=\$(tail -n 1 "$work/lost.jsonl" 2>/dev/null | sed -n 's/^{"step": \([0-9]*\),.*/\1/p')
+  [ -n "\$s" ] && [ "\$s" -ge 25 ] && break
+  sleep 0.05
+done
+victim=
+for f in \$(grep -lszxF OMNI_UNIT_ID=3 /proc/[0-9]*/environ 2>/dev/null); do
+  p=\${f#/proc/}; p=\${p%/environ}
+  tr '\\0' ' ' </proc/\$p/cmdline 2>/dev/null | grep -q 'omni-train-demo --steps' && victim=\$p
+done
+[ -n "\$victim" ] || { echo "no rank of unit 3 found"; exit 20; }
+echo "killing unit 3 rank pid \$victim at step \$s"
+kill -9 "\$victim"
+wait \$pid
+echo "launch-exit \$?"
+exit 0
+EOS
+chmod +x static.sh elastic.sh lost.sh
 out=$(timeout 240 sbatch --wait -N4 -t 5 -o "$work/static.out" --parsable static.sh) ||
   { cat "$work/static.out" >&2; fail "the static job failed"; }
 out=$(timeout 300 sbatch --wait -N4 -t 5 -o "$work/elastic.out" --parsable elastic.sh) ||
@@ -76,4 +104,23 @@ assert elastic[-1]["loss"] < 0.5 * static[0]["loss"], "the model did not learn"
 print("ok: 60 steps bitwise equal; worlds", seq, "; every epoch used each sample once")
 PY
   fail "static and elastic runs differ (above)"
-note "ok: elastic 4 -> 2 -> 3 -> 4 matches the static run bitwise"
+
+out=$(timeout 300 sbatch --wait -N4 -t 5 -o "$work/lost.out" --parsable lost.sh) ||
+  { cat "$work/lost.out" >&2; fail "the job with a lost rank failed"; }
+grep -E 'killing|rewound|lost|launch-exit' "$work/lost.out" || true
+/usr/bin/python3 - "$work/static.jsonl" "$work/lost.jsonl" "$work/lost-events.jsonl" <<'PY' ||
+import json, sys
+static = [json.loads(l) for l in open(sys.argv[1])]
+lost = [json.loads(l) for l in open(sys.argv[2])]
+events = [json.loads(l) for l in open(sys.argv[3])]
+assert [m["step"] for m in lost] == list(range(1, 61)), [m["step"] for m in lost]
+key = lambda m: (m["step"], m["loss"], m["lr"], m["samples"], tuple(m["step_samples"]))
+for a, b in zip(static, lost):
+    assert key(a) == key(b), ("step %d differs" % a["step"], a, b)
+assert lost[0]["world"] == 4 and lost[-1]["world"] == 3, (lost[0], lost[-1])
+reasons = [e["reason"] for e in events]
+assert "lost" in reasons, reasons
+print("ok: a SIGKILLed rank: rewound and finished with 3 units, losses equal the static run's")
+PY
+  fail "the run with a lost rank differs (above)"
+note "ok: elastic 4 -> 2 -> 3 -> 4 and a SIGKILLed rank both match the static run bitwise"
