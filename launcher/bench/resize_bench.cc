@@ -143,6 +143,14 @@ void setup(Runtime &rt, State &s) {
     if (auto st = rt.configure_ledger({1u << 20, 0, 0, 1}); !st) die(st.error());
 }
 
+// A rank of unit `u` with the benchmark's state registered (not yet started).
+std::unique_ptr<Runtime> make_rank(const std::string &ep, std::uint32_t u, State &s) {
+    auto rt = Runtime::create(options(ep, u));
+    if (!rt) die(rt.error());
+    setup(*rt.value(), s);
+    return std::move(rt).value();
+}
+
 void collective(Runtime &rt) {
     float x[4] = {1, 2, 3, 4};
     if (auto st = rt.comm().allreduce(x, 4, DType::fp32, ReduceOp::sum); !st) die(st.error());
@@ -184,21 +192,17 @@ double planned(std::uint32_t from, std::uint32_t to, Times *steady) {
     std::vector<std::thread> threads;
     for (std::uint32_t u = 0; u < from; ++u)
         threads.emplace_back([&, u] {
-            auto rt = Runtime::create(options(ep, u));
-            if (!rt) die(rt.error());
             State s;
-            setup(*rt.value(), s);
-            if (auto st = rt.value()->start(); !st) die(st.error());
-            rank_loop(*rt.value(), gate, t, 1, k, true);
+            auto rt = make_rank(ep, u, s);
+            if (auto st = rt->start(); !st) die(st.error());
+            rank_loop(*rt, gate, t, 1, k, true);
         });
     auto joiner = [&](std::uint32_t u) {  // admitted at boundary k
-        auto rt = Runtime::create(options(ep, u));
-        if (!rt) die(rt.error());
         State s;
-        setup(*rt.value(), s);
-        auto st = rt.value()->start();
+        auto rt = make_rank(ep, u, s);
+        auto st = rt->start();
         if (!st) die(st.error());
-        rank_loop(*rt.value(), gate, t, st.value().step + 1, k, false);
+        rank_loop(*rt, gate, t, st.value().step + 1, k, false);
     };
     for (std::uint64_t step = 1; step <= last; ++step) {
         gate.wait_arrived(step, static_cast<int>(step <= k ? from : to));
@@ -230,12 +234,10 @@ double restart(std::uint32_t from, std::uint32_t to, const std::string &root) {
         std::vector<Clock::time_point> done(from);
         for (std::uint32_t u = 0; u < from; ++u)
             threads.emplace_back([&, u] {
-                auto rt = Runtime::create(options(ep, u));
-                if (!rt) die(rt.error());
                 State s;
-                setup(*rt.value(), s);
-                if (auto st = rt.value()->start(); !st) die(st.error());
-                Runtime &r = *rt.value();
+                auto rt = make_rank(ep, u, s);
+                if (auto st = rt->start(); !st) die(st.error());
+                Runtime &r = *rt;
                 for (std::uint64_t step = 1;; ++step) {
                     collective(r);
                     gate.arrive(step);
@@ -283,11 +285,9 @@ double restart(std::uint32_t from, std::uint32_t to, const std::string &root) {
     std::vector<std::thread> threads;
     for (std::uint32_t u = 0; u < to; ++u)
         threads.emplace_back([&, u] {
-            auto rt = Runtime::create(options(ep, u));
-            if (!rt) die(rt.error());
             State s;
-            setup(*rt.value(), s);
-            Runtime &r = *rt.value();
+            auto rt = make_rank(ep, u, s);
+            Runtime &r = *rt;
             auto rd = ck::Reader::open_latest(root);
             if (!rd) die(rd.error());
             if (auto st = rd.value()->read_all("params", s.params.data(), P * 4); !st) die(st.error());
