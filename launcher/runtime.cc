@@ -2,6 +2,8 @@
 // hand-off sequence.
 #include "runtime.h"
 
+#include <signal.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -71,6 +73,19 @@ Result<std::unique_ptr<Runtime>> Runtime::from_environment() {
 
 void Runtime::keep_pmix(std::unique_ptr<PmixSession> session) { pmix_ = std::move(session); }
 
+// Gloo writes to its TCP peers with plain send(): when a peer dies, the next write raises
+// SIGPIPE, whose default action kills this rank too, and a single lost rank would take its
+// neighbours down instead of letting them recover. Ignore it (the write then fails with
+// EPIPE and Gloo reports the error), unless the program installed its own handler.
+static void ignore_sigpipe() {
+    struct sigaction old {};
+    if (sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) {
+        struct sigaction ign {};
+        ign.sa_handler = SIG_IGN;
+        sigaction(SIGPIPE, &ign, nullptr);
+    }
+}
+
 Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions &options) {
     std::unique_ptr<Runtime> rt(new Runtime(options));
     if (options.standalone) {
@@ -78,6 +93,7 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions &options) 
         rt->generation_ = 1;
         return rt;
     }
+    ignore_sigpipe();
     auto cl = CoordinatorClient::connect(options.endpoint, options.secret);
     if (!cl) return Error{cl.error()};
     rt->client_ = std::move(cl).value();

@@ -48,6 +48,8 @@ struct Options {
 };
 
 constexpr const char *kProg = "omni-train-demo";
+// Exit status when ranks were lost and fewer units than the elastic minimum are left.
+constexpr int kExitBelowMin = 3;
 
 int usage_error(const std::string &msg) {
     std::cerr << kProg << ": " << msg << "\nTry '" << kProg << " --help'.\n";
@@ -182,6 +184,23 @@ int run(const Options &o) {
         return rt.comm().barrier();
     };
 
+    // The job stops because ranks were lost and too few are left: the lost ranks' optimizer
+    // shards are gone, so the newest periodic checkpoint is the state to restart from.
+    auto stopped_after_loss = [&](const std::string &reason) {
+        if (rt.rank() == 0) {
+            std::string newest = "none";
+            if (!o.ckpt.empty()) {
+                TrainState c;
+                auto r = load_latest(o.ckpt, 0, 1, c);
+                if (r && r.value()) newest = "step " + std::to_string(c.step) + " in " + o.ckpt;
+            }
+            std::cerr << kProg << ": stopped at step " << s.step << " (" << reason
+                      << "): fewer units than the elastic minimum are left; newest checkpoint: "
+                      << newest << "\n";
+        }
+        return kExitBelowMin;
+    };
+
     while (s.step < o.steps) {
         const auto *ledger = rt.ledger();
         Accum acc;
@@ -220,7 +239,8 @@ int run(const Options &o) {
                       << cs.error() << "; asking the coordinator\n";
             auto b = rt.boundary(s.step + 1);
             if (!b) return fail(b.error());
-            if (b.value().outcome == Outcome::Stop || b.value().outcome == Outcome::Left) return 0;
+            if (b.value().outcome == Outcome::Stop) return stopped_after_loss(b.value().reason);
+            if (b.value().outcome == Outcome::Left) return 0;
             if (b.value().outcome != Outcome::Rewind)
                 return fail(std::string("after a failed collective the coordinator answered ") +
                             omni::launcher::to_string(b.value().outcome));
@@ -255,6 +275,7 @@ int run(const Options &o) {
                 if (auto st = rewind(); !st) return fail(st.error());
                 continue;  // no periodic checkpoint for a step just reloaded
             case Outcome::Stop:
+                if (b.value().reason == "below-min") return stopped_after_loss(b.value().reason);
                 if (!o.ckpt.empty())
                     if (auto st = checkpoint(); !st) return fail("checkpoint: " + st.error());
                 return 0;

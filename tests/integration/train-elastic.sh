@@ -5,7 +5,9 @@
 #    grow with a joining srun step): per-step loss, LR and samples bitwise the same, every
 #    sample of every epoch used exactly once;
 #  - a run whose unit 3 is killed with SIGKILL at step ~25: the survivors detect it, rewind
-#    to the last checkpoint (step 20) with 3 units and finish with the static run's losses.
+#    to the last checkpoint (step 20) with 3 units and finish with the static run's losses;
+#  - a run with --min-units 3 that loses two units: after the second loss the job stops
+#    (below-min), the trainer says which checkpoint to restart from and exits 3.
 . "$(dirname "$0")/lib.sh"
 launch=$top_build/launcher/omni-launch
 ctl=$top_build/launcher/omni-ctl
@@ -68,7 +70,32 @@ wait \$pid
 echo "launch-exit \$?"
 exit 0
 EOS
-chmod +x static.sh elastic.sh lost.sh
+cat >belowmin.sh <<EOS
+#!/bin/bash
+# Written by train-elastic.sh: lose unit 3 at step 15, then unit 2 at step 25, with MIN = 3.
+set -u
+export OMNI_COMM_TIMEOUT_MS=5000
+"$launch" --units 4 --min-units 3 --events "$work/belowmin-events.jsonl" --boundary-timeout 20 \
+  -- "$demo" $train --pace-ms 60 --ckpt "$work/belowmin-ckpt" --ckpt-every 10 --metrics "$work/belowmin.jsonl" &
+pid=\$!
+kill_unit() {  # kill_unit UNIT STEP: SIGKILL the rank of UNIT once the metrics reach STEP
+  for _ in \$(seq 600); do
+    s=\$(tail -n 1 "$work/belowmin.jsonl" 2>/dev/null | sed -n 's/^{"step": \([0-9]*\),.*/\1/p')
+    [ -n "\$s" ] && [ "\$s" -ge "\$2" ] && break
+    sleep 0.05
+  done
+  for f in \$(grep -lszxF OMNI_UNIT_ID=\$1 /proc/[0-9]*/environ 2>/dev/null); do
+    p=\${f#/proc/}; p=\${p%/environ}
+    tr '\\0' ' ' </proc/\$p/cmdline 2>/dev/null | grep -q 'omni-train-demo --steps' && kill -9 \$p && echo "killed unit \$1"
+  done
+}
+kill_unit 3 15
+kill_unit 2 25
+wait \$pid
+echo "launch-exit \$?"
+exit 0
+EOS
+chmod +x static.sh elastic.sh lost.sh belowmin.sh
 out=$(timeout 240 sbatch --wait -N4 -t 5 -o "$work/static.out" --parsable static.sh) ||
   { cat "$work/static.out" >&2; fail "the static job failed"; }
 out=$(timeout 300 sbatch --wait -N4 -t 5 -o "$work/elastic.out" --parsable elastic.sh) ||
@@ -123,4 +150,21 @@ assert "lost" in reasons, reasons
 print("ok: a SIGKILLed rank: rewound and finished with 3 units, losses equal the static run's")
 PY
   fail "the run with a lost rank differs (above)"
-note "ok: elastic 4 -> 2 -> 3 -> 4 and a SIGKILLed rank both match the static run bitwise"
+out=$(timeout 300 sbatch --wait -N4 -t 5 -o "$work/belowmin.out" --parsable belowmin.sh) ||
+  { cat "$work/belowmin.out" >&2; fail "the below-min job failed to run"; }
+grep -E 'killed|rewound|stopped at|launch-exit' "$work/belowmin.out" || true
+[ "$(grep -c '^killed unit' "$work/belowmin.out")" = 2 ] || fail "did not kill two units"
+grep -q 'omni-train-demo: stopped at step [0-9]* (below-min): fewer units than the elastic minimum are left; newest checkpoint: step [0-9]* in ' \
+  "$work/belowmin.out" || fail "the trainer did not report the below-min stop"
+exitcode=$(sed -n 's/^launch-exit //p' "$work/belowmin.out")
+[ -n "$exitcode" ] && [ "$exitcode" != 0 ] || fail "omni-launch exited '$exitcode' after stopping below the minimum"
+/usr/bin/python3 - "$work/belowmin-events.jsonl" <<'PY' || fail "below-min events: $(cat "$work/belowmin-events.jsonl")"
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1])]
+got = [(e["reason"], e["old_world"], e["new_world"]) for e in ev]
+assert got[0] == ("initial", 0, 4) and got[1] == ("lost", 4, 3), got
+assert got[-1][0] == "stop" and got[-1][2] == 0, got
+print("ok: below-min events", got)
+PY
+"$top_build/ckpt/omni-ckpt" verify "$work/belowmin-ckpt/latest" >/dev/null || fail "the newest checkpoint does not verify"
+note "ok: elastic 4 -> 2 -> 3 -> 4 and a SIGKILLed rank match the static run bitwise; below the minimum the job stops with status $exitcode"
