@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <fstream>
@@ -44,6 +45,7 @@ struct Options {
     std::uint64_t dataset_size = 131072, warmup = 20, ckpt_every = 0;
     double lr = 1e-2;
     std::uint64_t pace_ms = 0;
+    bool timestamps = false;
     std::string ckpt, metrics;
 };
 
@@ -257,7 +259,15 @@ int run(const Options &o) {
                           s.step, loss, lr, rt.world(), rt.generation(), s.step * o.global_batch,
                           acc.clamped, seen[0], static_cast<std::uint64_t>(seen[1]),
                           static_cast<std::uint64_t>(seen[2]));
-            metrics << line << std::flush;
+            if (o.timestamps) {  // wall clock, for benchmarks; off by default so runs compare bytewise
+                const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::chrono::system_clock::now().time_since_epoch()).count();
+                std::string l(line);
+                l.insert(l.size() - 2, ", \"time_ms\": " + std::to_string(now));
+                metrics << l << std::flush;
+            } else {
+                metrics << line << std::flush;
+            }
         }
         auto b = rt.boundary(s.step);
         if (!b) return fail(b.error());
@@ -319,7 +329,8 @@ int main(int argc, char **argv) {
         ("ckpt", po::value<std::string>(&o.ckpt), "checkpoint root (resume from its newest checkpoint)")
         ("ckpt-every", po::value<std::uint64_t>(&o.ckpt_every)->default_value(0), "checkpoint every N steps (0: only on SIGTERM)")
         ("metrics", po::value<std::string>(&o.metrics), "JSONL metrics file, one line per step")
-        ("pace-ms", po::value<std::uint64_t>(&o.pace_ms)->default_value(0), "sleep this long in every step, as if computing (demos, tests)");
+        ("pace-ms", po::value<std::uint64_t>(&o.pace_ms)->default_value(0), "sleep this long in every step, as if computing (demos, tests)")
+        ("timestamps", po::bool_switch(&o.timestamps), "add the wall-clock time_ms to every metrics line (benchmarks)");
     po::variables_map vm;
     try {
         po::store(po::command_line_parser(argc, argv).options(desc).run(), vm);
