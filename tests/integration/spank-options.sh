@@ -113,7 +113,6 @@ rc=0; srun -N1 --omni-ckpt=/nonexistent/omni-ckpt true 2>"$work/err" || rc=$?
 
 # A plugstack.conf with an unknown key: the plugin refuses to load and names the key.
 sed "s|^PlugStackConfig=.*|PlugStackConfig=$work/bad-plugstack.conf|" "$SLURM_CONF" >"$work/slurm.conf"
-cp "$(dirname "$SLURM_CONF")/gres.conf" "$work/" 2>/dev/null || true
 echo "required $(awk '/^required/ {print $2}' "$CLUSTER_DIR/etc/plugstack.conf") max_units=8 bnid=no" >"$work/bad-plugstack.conf"
 rc=0; SLURM_CONF=$work/slurm.conf sbatch --wrap true >/dev/null 2>"$work/err" || rc=$?
 [ $rc != 0 ] || fail "sbatch ran with an unknown plugstack key"
