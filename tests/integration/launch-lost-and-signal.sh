@@ -8,9 +8,7 @@
 launch=$top_build/launcher/omni-launch
 ctl=$top_build/launcher/omni-ctl
 toy=$top_build/launcher/test/toy_rank
-for p in "$launch" "$ctl" "$toy"; do
-  [ -x "$p" ] || fail "$p is not built (make -C launcher omni-launch omni-ctl test/toy_rank)"
-done
+need_built "$launch" "$ctl" "$toy"
 cluster_acquire 3 0
 cd "$work"
 

@@ -62,3 +62,11 @@ proc_alive() {
   st=$(sed -n 's/^[0-9]* (.*) \([A-Z]\) .*/\1/p' "/proc/$1/stat" 2>/dev/null) || return 1
   [ -n "$st" ] && [ "$st" != Z ] && [ "$st" != X ]
 }
+
+# need_built PATH...: every program the test runs exists in the build tree.
+need_built() {
+  local p
+  for p in "$@"; do
+    [ -x "$p" ] || fail "$p is not built (make in $top_build, then make check)"
+  done
+}

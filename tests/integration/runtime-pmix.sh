@@ -8,9 +8,7 @@
 cluster_acquire 2 0
 probe=$top_build/launcher/test/runtime_probe
 serve=$top_build/launcher/test/runtime_coord_serve
-for p in "$probe" "$serve"; do
-  [ -x "$p" ] || fail "$p is not built (make -C launcher check)"
-done
+need_built "$probe" "$serve"
 
 cd "$work"
 "$serve" "$work/job" 4 2 60 >"$work/coord.out" 2>"$work/coord.err" &
@@ -36,6 +34,7 @@ expect_eq "reshaped survivors (unit=rank, GA 6, shard re-partitioned)" \
   "0=0 1=1 "
 expect_eq "survivors stopped" \
   "$(grep -c '^probe: unit [01] step [0-9]* stop world 2 ' "$work/probe.out")" 2
+# grep -c prints 0 and exits 1 when nothing matches; the count is what is checked.
 expect_eq "failures reported by ranks" "$(grep -c FAIL "$work/probe.out" || true)" 0
 expect_eq "coordinator generations" "$(sed -n 2,4p "$work/coord.out" | tr '\n' ';')" \
   "generation 1 world 4;generation 2 world 2;stopped at generation 2;"

@@ -12,7 +12,7 @@
 launch=$top_build/launcher/omni-launch
 ctl=$top_build/launcher/omni-ctl
 demo=$top_build/launcher/omni-train-demo
-for p in "$launch" "$ctl" "$demo"; do [ -x "$p" ] || fail "$p is not built"; done
+need_built "$launch" "$ctl" "$demo"
 cluster_acquire 4 0
 cd "$work"
 # 20 steps per epoch (960 / 48), 3 epochs; B = 48 with b = 4 divides b*d for d = 2, 3, 4.
