@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "config.h"  // HAVE_NCCL
 #include "omni/result.h"
@@ -28,6 +29,18 @@ namespace omni::launcher {
 // ReduceOp::sum only with it.
 enum class DType { fp32, bf16, i64 };
 enum class ReduceOp { sum, avg };
+
+// One point-to-point transfer of exchange(): `bytes` bytes to or from rank `peer`.
+struct PeerSend {
+    int peer = 0;
+    const void *data = nullptr;
+    std::size_t bytes = 0;
+};
+struct PeerRecv {
+    int peer = 0;
+    void *data = nullptr;
+    std::size_t bytes = 0;
+};
 
 std::size_t dtype_size(DType t);
 
@@ -50,6 +63,15 @@ public:
                                   ReduceOp op) = 0;
     // Blocks until every rank has arrived.
     virtual Status barrier() = 0;
+    // Point-to-point: posts every send and every receive at once, then waits for all of them
+    // (so a rank may send to and receive from the same peer without deadlock). Collective in
+    // call order only: every rank makes the same number of exchange() calls, with empty lists
+    // where it has nothing to move; nothing synchronises ranks that move nothing. Each
+    // (sender, receiver) pair appears at most once per direction per call, both sides agree on
+    // its size, and a rank never names itself (it copies locally). Buffers stay untouched by
+    // the caller until the call returns.
+    virtual Status exchange(const std::vector<PeerSend> &sends,
+                            const std::vector<PeerRecv> &recvs) = 0;
 };
 
 struct GlooOptions {

@@ -7,9 +7,22 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/tcp/loop.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <gloo/types.h>
 
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <thread>
 #include <exception>
+#include <memory>
+#include <stdexcept>
 #include <vector>
 
 #include "bf16.h"
@@ -61,10 +74,84 @@ void scale(void *buf, std::size_t n, DType t, float factor) {
     }
 }
 
+// Gloo's TCP device runs an epoll loop that sleeps up to 10 ms when idle, and every socket
+// it stops watching (a connecting pair dropping its listener, every pair of a context being
+// closed, the loop itself being joined) waits for that loop's next turn. A communicator of n
+// ranks pays this for about n pairs one after another on build and on teardown: tens of
+// milliseconds of a resize pause spent asleep. The waker is an eventfd watched by the loop;
+// while a communicator is built or torn down it is poked every 100 us, so the loop turns at
+// once. It must outlive the device's loop (the loop may call it until joined).
+class LoopWaker final : public gloo::transport::tcp::Handler {
+public:
+    LoopWaker() : fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+        if (fd_ < 0) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
+    }
+    ~LoopWaker() override {
+        stop();
+        ::close(fd_);
+    }
+    LoopWaker(const LoopWaker &) = delete;
+    LoopWaker &operator=(const LoopWaker &) = delete;
+
+    void attach(gloo::transport::tcp::Device &dev) { dev.registerDescriptor(fd_, EPOLLIN, this); }
+    void handleEvents(int) override {
+        std::uint64_t v;
+        while (::read(fd_, &v, sizeof v) > 0) {
+        }
+    }
+    void start() {
+        if (poker_.joinable()) return;
+        {
+            std::lock_guard<std::mutex> l(m_);
+            poking_ = true;
+        }
+        poker_ = std::thread([this] {
+            std::unique_lock<std::mutex> l(m_);
+            while (poking_) {
+                const std::uint64_t one = 1;
+                (void)!::write(fd_, &one, sizeof one);
+                cv_.wait_for(l, std::chrono::microseconds(100));
+            }
+        });
+    }
+    void stop() {
+        if (!poker_.joinable()) return;
+        {
+            std::lock_guard<std::mutex> l(m_);
+            poking_ = false;
+        }
+        cv_.notify_all();
+        poker_.join();
+    }
+
+private:
+    int fd_;
+    std::mutex m_;
+    std::condition_variable cv_;
+    bool poking_ = false;
+    std::thread poker_;
+};
+
 class GlooCommunicator final : public Communicator {
 public:
-    GlooCommunicator(std::shared_ptr<gloo::Context> ctx, std::chrono::milliseconds timeout)
-        : ctx_(std::move(ctx)), timeout_(timeout) {}
+    GlooCommunicator(std::shared_ptr<gloo::Context> ctx,
+                     std::shared_ptr<gloo::transport::Device> device,
+                     std::unique_ptr<LoopWaker> waker, std::chrono::milliseconds timeout)
+        : ctx_(std::move(ctx)), device_(std::move(device)), waker_(std::move(waker)),
+          timeout_(timeout) {}
+    ~GlooCommunicator() override {
+        waker_->start();
+        ctx_.reset();  // closes every pair: one loop turn each
+        if (device_.use_count() == 1) {
+            device_.reset();  // joins the loop: one more turn
+            waker_->stop();
+        } else {
+            // Someone still holds the device, so its loop may call the waker later: keep
+            // the waker alive (a few bytes and one descriptor) rather than risk that.
+            waker_->stop();
+            (void)waker_.release();
+        }
+    }
 
     int rank() const override { return ctx_->rank; }
     int size() const override { return ctx_->size; }
@@ -147,7 +234,46 @@ public:
         });
     }
 
+    Status exchange(const std::vector<PeerSend> &sends,
+                    const std::vector<PeerRecv> &recvs) override {
+        for (const auto &s : sends)
+            if (s.peer < 0 || s.peer >= ctx_->size || s.peer == ctx_->rank)
+                return make_error("exchange: cannot send to rank " + std::to_string(s.peer) +
+                                  " from rank " + std::to_string(ctx_->rank) + " of " +
+                                  std::to_string(ctx_->size));
+        for (const auto &r : recvs)
+            if (r.peer < 0 || r.peer >= ctx_->size || r.peer == ctx_->rank)
+                return make_error("exchange: cannot receive from rank " + std::to_string(r.peer) +
+                                  " at rank " + std::to_string(ctx_->rank) + " of " +
+                                  std::to_string(ctx_->size));
+        // One slot per call (tags advance on every rank alike, see exchange()'s contract);
+        // the pair of ranks tells the transfers of one call apart.
+        const std::uint64_t slot = gloo::Slot::build(kExchangeSlotPrefix, next_tag());
+        return run("exchange", [&] {
+            std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> out, in;
+            // Receives first, so that data arriving early lands in place instead of waiting.
+            for (const auto &r : recvs) {
+                if (!r.bytes) continue;
+                in.push_back(ctx_->createUnboundBuffer(r.data, r.bytes));
+                in.back()->recv(r.peer, slot);
+            }
+            for (const auto &s : sends) {
+                if (!s.bytes) continue;
+                // Gloo's buffers are not const; a send only reads.
+                out.push_back(ctx_->createUnboundBuffer(const_cast<void *>(s.data), s.bytes));
+                out.back()->send(s.peer, slot);
+            }
+            for (auto &b : in)
+                if (!b->waitRecv(timeout_)) throw std::runtime_error("receive aborted");
+            for (auto &b : out)
+                if (!b->waitSend(timeout_)) throw std::runtime_error("send aborted");
+        });
+    }
+
 private:
+    // Slot prefix of exchange(): above Gloo's own collective prefixes (0x01..0x08).
+    static constexpr std::uint8_t kExchangeSlotPrefix = 0x40;
+
     template <typename F>
     Status run(const char *what, F &&f) {
         try {
@@ -164,6 +290,8 @@ private:
     std::uint32_t next_tag() { return tag_++; }
 
     std::shared_ptr<gloo::Context> ctx_;
+    std::shared_ptr<gloo::transport::Device> device_;
+    std::unique_ptr<LoopWaker> waker_;
     std::chrono::milliseconds timeout_;
     std::uint32_t tag_ = 1;
     std::vector<char> scratch_;
@@ -180,11 +308,31 @@ Result<std::unique_ptr<Communicator>> make_gloo_communicator(gloo::rendezvous::S
     try {
         gloo::transport::tcp::attr attr;
         attr.hostname = options.hostname;
+        auto waker = std::make_unique<LoopWaker>();
         auto device = gloo::transport::tcp::CreateDevice(attr);
-        auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
-        ctx->setTimeout(options.timeout);
-        ctx->connectFullMesh(store, device);
-        return std::unique_ptr<Communicator>(new GlooCommunicator(ctx, options.timeout));
+        auto *tcp = dynamic_cast<gloo::transport::tcp::Device *>(device.get());
+        if (tcp) waker->attach(*tcp);
+        std::shared_ptr<gloo::rendezvous::Context> ctx;
+        try {
+            if (tcp) waker->start();
+            ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
+            ctx->setTimeout(options.timeout);
+            ctx->connectFullMesh(store, device);
+            waker->stop();
+        } catch (...) {
+            // Tear down (pairs, then the device's loop) while the waker still runs.
+            ctx.reset();
+            if (device.use_count() == 1) {
+                device.reset();
+                waker->stop();
+            } else {
+                waker->stop();
+                (void)waker.release();  // see ~GlooCommunicator
+            }
+            throw;
+        }
+        return std::unique_ptr<Communicator>(
+            new GlooCommunicator(ctx, std::move(device), std::move(waker), options.timeout));
     } catch (const std::exception &e) {
         return make_error("gloo: rank " + std::to_string(rank) + " of " + std::to_string(size) +
                           ": rendezvous on " + options.hostname + " failed: " + e.what());

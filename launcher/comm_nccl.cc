@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <thread>
+#include <vector>
 
 #include "comm_nccl.h"
 #include <gloo/rendezvous/store.h>
@@ -114,6 +115,31 @@ public:
         return allreduce(scratch_, 1, DType::fp32, ReduceOp::sum);
     }
 
+    Status exchange(const std::vector<PeerSend> &sends,
+                    const std::vector<PeerRecv> &recvs) override {
+        for (const auto &s : sends)
+            if (s.peer < 0 || s.peer >= size_ || s.peer == rank_)
+                return make_error("exchange: cannot send to rank " + std::to_string(s.peer));
+        for (const auto &r : recvs)
+            if (r.peer < 0 || r.peer >= size_ || r.peer == rank_)
+                return make_error("exchange: cannot receive from rank " + std::to_string(r.peer));
+        if (sends.empty() && recvs.empty()) return Status::success();
+        // One group: NCCL schedules the sends and receives together, so pairs that send to
+        // each other cannot deadlock.
+        // The group is closed whatever fails inside it.
+        auto failed = [](ncclResult_t r) { return r != ncclSuccess && r != ncclInProgress; };
+        OMNI_NCCL_TRY(ncclGroupStart());
+        ncclResult_t r = ncclSuccess;
+        for (const auto &in : recvs)
+            if (in.bytes && !failed(r)) r = ncclRecv(in.data, in.bytes, ncclUint8, in.peer, comm_, stream_);
+        for (const auto &out : sends)
+            if (out.bytes && !failed(r)) r = ncclSend(out.data, out.bytes, ncclUint8, out.peer, comm_, stream_);
+        const ncclResult_t end = ncclGroupEnd();
+        if (failed(r)) return make_error(std::string("ncclSend/ncclRecv: ") + ncclGetErrorString(r));
+        if (failed(end)) return make_error(std::string("ncclGroupEnd: ") + ncclGetErrorString(end));
+        return complete("ncclSend/ncclRecv");
+    }
+
     Result<std::unique_ptr<Communicator>> shrink(const std::vector<int> &exclude, bool abort_ops) override {
         ShrinkFn fn = shrink_fn();
         if (!fn)
@@ -158,9 +184,14 @@ private:
             ncclCommGetAsyncError(comm_, &async);
             if (async != ncclSuccess && async != ncclInProgress)
                 return make_error(std::string(what) + ": " + ncclGetErrorString(async));
-            const cudaError_t q = cudaStreamQuery(stream_);
-            if (q == cudaSuccess) return Status::success();
-            if (q != cudaErrorNotReady) return make_error(std::string(what) + ": " + cudaGetErrorString(q));
+            // On a non-blocking communicator a call may still be ncclInProgress, its kernels
+            // not yet on the stream: an idle stream means done only once that has cleared.
+            if (async == ncclSuccess) {
+                const cudaError_t q = cudaStreamQuery(stream_);
+                if (q == cudaSuccess) return Status::success();
+                if (q != cudaErrorNotReady)
+                    return make_error(std::string(what) + ": " + cudaGetErrorString(q));
+            }
             if (Clock::now() > deadline)
                 return make_error(std::string(what) + ": not finished within " +
                                   std::to_string(opts_.timeout.count()) + " ms (a peer may be gone)");

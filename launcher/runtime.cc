@@ -46,6 +46,19 @@ std::optional<int> first_survivor(const Decision &d) {
     return std::nullopt;
 }
 
+// The survivors of a planned reshape: for each new rank, its index among the members that
+// were already in the old generation (new-rank order), or -1 for a joiner; and their count.
+struct Survivors {
+    std::vector<int> index;
+    std::uint32_t count = 0;
+};
+Survivors survivors_of(const Decision &d) {
+    Survivors s;
+    for (const Member &m : d.next.members)
+        s.index.push_back(contains(d.joining_units, m.unit) ? -1 : static_cast<int>(s.count++));
+    return s;
+}
+
 }  // namespace
 
 Runtime::Runtime(const RuntimeOptions &o) : opts_(o) {}
@@ -129,6 +142,7 @@ Status Runtime::adopt(const Decision &d, std::uint32_t new_rank) {
     store_.reset();
     generation_ = d.next.generation;
     world_ = d.next.world;
+    layout_ = d.next;
     rank_ = new_rank;
     return build_communicator();
 }
@@ -228,13 +242,7 @@ Result<StartResult> Runtime::start() {
     return r;
 }
 
-Status Runtime::receive_as_joiner() {
-    const Decision &d = *admission_;
-    auto root = first_survivor(d);
-    if (!root) return make_error("start: no survivor to receive the state from");
-    Communicator &c = *control_;
-    std::string text;
-    if (auto st = broadcast_bytes(c, text, *root, kMaxHandoffHeaderBytes); !st) return st;
+Status Runtime::check_header(const Decision &d, const std::string &text) {
     auto h = decode_header(text);
     if (!h) return Error{h.error()};
     const HandoffHeader &hd = h.value();
@@ -252,20 +260,6 @@ Status Runtime::receive_as_joiner() {
         return make_error("start: hand-off for generation " + u(hd.generation) + " step " +
                           u(hd.step) + ", expected generation " + u(generation_) + " step " +
                           u(d.step));
-    if (param_count_) {
-        if (auto st = c.broadcast(params_, param_count_, DType::fp32, *root); !st)
-            return make_error("start: receiving parameters: " + st.error());
-    }
-    for (Shard &s : shards_) {
-        std::vector<float> full(s.length);
-        if (s.length) {
-            if (auto st = c.broadcast(full.data(), s.length, DType::fp32, *root); !st)
-                return make_error("start: receiving optimizer state: " + st.error());
-        }
-        const ShardRange r = shard_range(s.length);
-        s.storage->assign(full.begin() + static_cast<std::ptrdiff_t>(r.begin),
-                          full.begin() + static_cast<std::ptrdiff_t>(r.end));
-    }
     if (hd.has_ledger) {
         auto l = Ledger::load(hd.ledger);
         if (!l) return make_error("start: the survivors' ledger: " + l.error());
@@ -281,15 +275,47 @@ Status Runtime::receive_as_joiner() {
         return usage_error("start: this rank configured a ledger, the survivors have none");
     }
     step_ = hd.step;
+    return Status::success();
+}
+
+Status Runtime::receive_as_joiner() {
+    const Decision &d = *admission_;
+    std::vector<std::vector<float>> none(shards_.size());
+    if (auto st = hand_over(d, none); !st) return st;
     log_info("generation " + u(generation_) + ": received " + u(param_count_) +
              " parameters and " + u(shards_.size()) + " optimizer vectors at step " + u(step_));
     return Status::success();
 }
 
-Status Runtime::send_to_joiners(const Decision &d, std::vector<std::vector<float>> &full) {
+Result<std::vector<std::vector<float>>> Runtime::gather_on_survivors(const Decision &d) {
+    const Survivors sv = survivors_of(d);
+    std::vector<std::vector<float>> held;
+    for (const Shard &s : shards_) {
+        Repartition plan;
+        for (const Member &m : layout_.members) {
+            plan.have.push_back(zero1_range(s.length, m.rank, world_));
+            auto nr = d.next.rank_of(m.unit, m.slot);
+            plan.want.push_back(nr && sv.index[*nr] >= 0
+                                    ? zero1_range(s.length, static_cast<std::uint32_t>(sv.index[*nr]), sv.count)
+                                    : ShardRange{});
+        }
+        if (plan.have.size() != world_)
+            return make_error("the old generation's layout has " + u(plan.have.size()) +
+                              " members for a world of " + u(world_));
+        std::vector<float> piece(plan.want[rank_].size());
+        if (auto st = repartition(*control_, plan, s.storage->data(), piece.data()); !st)
+            return Error{st.error()};
+        held.push_back(std::move(piece));
+    }
+    return held;
+}
+
+Status Runtime::hand_over(const Decision &d, std::vector<std::vector<float>> &held) {
     auto root = first_survivor(d);
-    if (!root) return make_error("boundary: no survivor to send the state from");
+    if (!root) return make_error("hand-off: no survivor to receive the state from");
     Communicator &c = *control_;
+    const Survivors sv = survivors_of(d);
+    const bool joiner = sv.index[rank_] < 0;
     std::string text;
     if (static_cast<std::uint32_t>(*root) == rank_) {
         HandoffHeader h;
@@ -302,17 +328,40 @@ Status Runtime::send_to_joiners(const Decision &d, std::vector<std::vector<float
         text = encode_header(h);
     }
     if (auto st = broadcast_bytes(c, text, *root, kMaxHandoffHeaderBytes); !st) return st;
-    // Every rank must make the same calls: survivors all hold the same sizes, and a joiner
-    // whose registration disagrees fails on its side after the header (documented).
-    if (param_count_) {
-        if (auto st = c.broadcast(params_, param_count_, DType::fp32, *root); !st)
-            return make_error("boundary: sending parameters to joiners: " + st.error());
+    // A joiner whose registration disagrees stops here; the survivors then fail on the
+    // transfers below within comm_timeout_ms (libomni(3)).
+    if (joiner)
+        if (auto st = check_header(d, text); !st) return st;
+    // Parameters: survivor i offers its 1/s of them; each joiner wants all.
+    Repartition pp;
+    for (std::uint32_t r = 0; r < world_; ++r) {
+        pp.have.push_back(sv.index[r] >= 0 ? zero1_range(param_count_, static_cast<std::uint32_t>(sv.index[r]), sv.count)
+                                           : ShardRange{});
+        pp.want.push_back(sv.index[r] < 0 ? ShardRange{0, param_count_} : ShardRange{});
+    }
+    {
+        // A survivor's own range of the (replicated) parameters is already in place.
+        const ShardRange &h = pp.have[rank_];
+        if (auto st = repartition(c, pp, params_ ? params_ + h.begin : nullptr,
+                                  joiner ? params_ : nullptr);
+            !st)
+            return make_error("parameters for joiners: " + st.error());
     }
     for (std::size_t i = 0; i < shards_.size(); ++i) {
-        if (shards_[i].length) {
-            if (auto st = c.broadcast(full[i].data(), shards_[i].length, DType::fp32, *root); !st)
-                return make_error("boundary: sending optimizer state to joiners: " + st.error());
+        Repartition sp;
+        for (std::uint32_t r = 0; r < world_; ++r) {
+            sp.have.push_back(sv.index[r] >= 0 ? zero1_range(shards_[i].length, static_cast<std::uint32_t>(sv.index[r]), sv.count)
+                                               : ShardRange{});
+            sp.want.push_back(zero1_range(shards_[i].length, r, world_));
         }
+        if (held[i].size() != sp.have[rank_].size())
+            return make_error("hand-off: this rank holds " + u(held[i].size()) +
+                              " elements of optimizer vector " + u(i) + ", expected " +
+                              u(sp.have[rank_].size()));
+        std::vector<float> mine(sp.want[rank_].size());
+        if (auto st = repartition(c, sp, held[i].data(), mine.data()); !st)
+            return make_error("optimizer vector " + u(i) + ": " + st.error());
+        *shards_[i].storage = std::move(mine);
     }
     return Status::success();
 }
@@ -368,14 +417,12 @@ Result<BoundaryResult> Runtime::boundary(std::uint64_t step) {
             return usage_error("boundary: generation " + u(d.next.generation) + " of " +
                               u(d.next.world) + " ranks: " + st.error());
     }
-    std::vector<std::vector<float>> full;
+    std::vector<std::vector<float>> held;
     if (!d.rewind) {
-        // Phase 1 on the old communicator: everyone, leavers too, ends with full vectors.
-        for (const Shard &s : shards_) {
-            auto f = gather_full(*control_, *s.storage, s.length);
-            if (!f) return make_error("boundary: generation " + u(old_generation) + ": " + f.error());
-            full.push_back(std::move(f).value());
-        }
+        // Phase 1 on the old communicator: leavers hand their shards to the survivors.
+        auto h = gather_on_survivors(d);
+        if (!h) return make_error("boundary: generation " + u(old_generation) + ": " + h.error());
+        held = std::move(h).value();
     }
     if (!new_rank) {
         nccl_.reset();
@@ -391,14 +438,12 @@ Result<BoundaryResult> Runtime::boundary(std::uint64_t step) {
         if (auto *n = dynamic_cast<NcclCommunicator *>(nccl_.get())) n->abort();
 #endif
     if (auto st = adopt(d, *new_rank); !st) return make_error("boundary: " + st.error());
+    const bool joiners = !d.rewind && !d.joining_units.empty();
     for (std::size_t i = 0; i < shards_.size(); ++i) {
-        const ShardRange r = shard_range(shards_[i].length);
-        if (d.rewind) {
-            shards_[i].storage->assign(r.size(), 0.0f);  // the checkpoint refills it
-        } else {
-            shards_[i].storage->assign(full[i].begin() + static_cast<std::ptrdiff_t>(r.begin),
-                                       full[i].begin() + static_cast<std::ptrdiff_t>(r.end));
-        }
+        if (d.rewind)
+            shards_[i].storage->assign(shard_range(shards_[i].length).size(), 0.0f);  // the checkpoint refills it
+        else if (!joiners)
+            *shards_[i].storage = std::move(held[i]);  // the survivors are the new world
     }
     if (ledger_) {
         // After a rewind the trainer restores the checkpoint's ledger; until then the old one
@@ -406,8 +451,8 @@ Result<BoundaryResult> Runtime::boundary(std::uint64_t step) {
         auto st = ledger_->resize(world_);
         if (!st && !d.rewind) return usage_error("boundary: " + st.error());
     }
-    if (!d.rewind && !d.joining_units.empty()) {
-        if (auto st = send_to_joiners(d, full); !st) return Error{st.error()};
+    if (joiners) {
+        if (auto st = hand_over(d, held); !st) return make_error("boundary: " + st.error());
     }
     log_info("generation " + u(old_generation) + " -> " + u(generation_) + " at step " +
              u(step) + ": " + u(res.previous_world) + " -> " + u(world_) + " ranks (" +

@@ -142,7 +142,13 @@ private:
     Status adopt(const Decision &d, std::uint32_t new_rank);  // layout + communicator
     Status build_communicator();
     Status check_state_for(std::uint32_t world) const;
-    Status send_to_joiners(const Decision &d, std::vector<std::vector<float>> &full);
+    // Phase 1 of a planned reshape (runtime_handoff.h), on the old communicator: returns
+    // this rank's survivor-layout piece of each optimizer vector (empty for a leaver).
+    Result<std::vector<std::vector<float>>> gather_on_survivors(const Decision &d);
+    // Phase 2, on the new communicator, survivors and joiners alike: header, parameters to
+    // the joiners, optimizer vectors from `held` (survivor layout) into the new layout.
+    Status hand_over(const Decision &d, std::vector<std::vector<float>> &held);
+    Status check_header(const Decision &d, const std::string &text);
     Status receive_as_joiner();
 
     RuntimeOptions opts_;
@@ -154,6 +160,7 @@ private:
     std::uint32_t rank_ = 0, world_ = 1;
     std::uint64_t generation_ = 0, step_ = 0;
     std::optional<Decision> admission_;  // the decision that admitted this rank
+    Layout layout_;                      // this rank's generation (members by rank)
     float *params_ = nullptr;
     std::size_t param_count_ = 0;
     std::vector<Shard> shards_;

@@ -1,6 +1,7 @@
 // State hand-off building blocks; see runtime_handoff.h.
 #include "runtime_handoff.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include <nlohmann/json.hpp>
@@ -15,31 +16,78 @@ ShardRange zero1_range(std::size_t length, std::uint32_t rank, std::uint32_t wor
     return r;
 }
 
-Result<std::vector<float>> gather_full(Communicator &comm, const std::vector<float> &shard,
-                                       std::size_t length) {
-    const auto world = static_cast<std::uint32_t>(comm.size());
-    const auto rank = static_cast<std::uint32_t>(comm.rank());
-    const ShardRange mine = zero1_range(length, rank, world);
-    if (shard.size() != mine.size())
-        return make_error("hand-off: rank " + std::to_string(rank) + " holds " +
-                          std::to_string(shard.size()) + " elements of a vector of " +
-                          std::to_string(length) + ", its range has " +
-                          std::to_string(mine.size()));
-    // Allgather needs equal counts: pad every shard to the largest one (rank 0's).
-    const std::size_t pad = zero1_range(length, 0, world).size();
-    std::vector<float> send(pad, 0.0f), recv(pad * world);
-    std::copy(shard.begin(), shard.end(), send.begin());
-    if (pad > 0) {
-        if (auto st = comm.allgather(send.data(), recv.data(), pad, DType::fp32); !st)
-            return make_error("hand-off: gathering optimizer shards: " + st.error());
+namespace {
+
+ShardRange intersect(const ShardRange &a, const ShardRange &b) {
+    ShardRange r;
+    r.begin = std::max(a.begin, b.begin);
+    r.end = std::min(a.end, b.end);
+    if (r.end < r.begin) r.end = r.begin;
+    return r;
+}
+
+std::string show(const ShardRange &r) {
+    return "[" + std::to_string(r.begin) + ", " + std::to_string(r.end) + ")";
+}
+
+}  // namespace
+
+Result<PeerPlan> plan_repartition(const Repartition &plan, std::uint32_t me) {
+    const std::size_t n = plan.have.size();
+    if (plan.want.size() != n || me >= n)
+        return make_error("hand-off plan: " + std::to_string(plan.have.size()) + " held and " +
+                          std::to_string(plan.want.size()) + " wanted ranges for rank " +
+                          std::to_string(me));
+    for (std::size_t r = 0; r < n; ++r) {
+        if (plan.have[r].end < plan.have[r].begin || plan.want[r].end < plan.want[r].begin)
+            return make_error("hand-off plan: rank " + std::to_string(r) + " has a reversed range");
+        for (std::size_t q = r + 1; q < n; ++q)
+            if (intersect(plan.have[r], plan.have[q]).size())
+                return make_error("hand-off plan: ranks " + std::to_string(r) + " and " +
+                                  std::to_string(q) + " both hold elements " +
+                                  show(intersect(plan.have[r], plan.have[q])));
     }
-    std::vector<float> full(length);
-    for (std::uint32_t r = 0; r < world; ++r) {
-        const ShardRange rr = zero1_range(length, r, world);
-        std::copy_n(recv.begin() + static_cast<std::ptrdiff_t>(r * pad), rr.size(),
-                    full.begin() + static_cast<std::ptrdiff_t>(rr.begin));
+    // Disjoint holders: a wanted range is covered when its overlaps add up to its size.
+    for (std::size_t r = 0; r < n; ++r) {
+        std::size_t covered = 0;
+        for (const ShardRange &h : plan.have) covered += intersect(h, plan.want[r]).size();
+        if (covered != plan.want[r].size())
+            return make_error("hand-off plan: rank " + std::to_string(r) + " needs " +
+                              show(plan.want[r]) + ", but only " + std::to_string(covered) +
+                              " of those elements are held by any rank");
     }
-    return full;
+    PeerPlan out;
+    for (std::size_t r = 0; r < n; ++r) {
+        if (r == me) continue;
+        if (auto s = intersect(plan.have[me], plan.want[r]); s.size())
+            out.sends.push_back({static_cast<int>(r), s});
+        if (auto v = intersect(plan.have[r], plan.want[me]); v.size())
+            out.recvs.push_back({static_cast<int>(r), v});
+    }
+    out.local = intersect(plan.have[me], plan.want[me]);
+    return out;
+}
+
+Status repartition(Communicator &comm, const Repartition &plan, const float *src, float *dst) {
+    const auto me = static_cast<std::uint32_t>(comm.rank());
+    if (plan.have.size() != static_cast<std::size_t>(comm.size()))
+        return make_error("hand-off plan: " + std::to_string(plan.have.size()) +
+                          " ranges for a communicator of " + std::to_string(comm.size()));
+    auto p = plan_repartition(plan, me);
+    if (!p) return Error{p.error()};
+    const ShardRange &have = plan.have[me], &want = plan.want[me];
+    std::vector<PeerSend> sends;
+    std::vector<PeerRecv> recvs;
+    for (const auto &m : p.value().sends)
+        sends.push_back({m.peer, src + (m.range.begin - have.begin), m.range.size() * sizeof(float)});
+    for (const auto &m : p.value().recvs)
+        recvs.push_back({m.peer, dst + (m.range.begin - want.begin), m.range.size() * sizeof(float)});
+    const ShardRange &local = p.value().local;
+    if (local.size())
+        std::memcpy(dst + (local.begin - want.begin), src + (local.begin - have.begin),
+                    local.size() * sizeof(float));
+    if (auto st = comm.exchange(sends, recvs); !st) return make_error("hand-off: " + st.error());
+    return Status::success();
 }
 
 Status broadcast_bytes(Communicator &comm, std::string &bytes, int root, std::size_t max_bytes) {

@@ -6,13 +6,16 @@
 // contiguous ranges whose sizes differ by at most one, lower ranks taking the larger ones
 // (the same function as omni::train::shard_range, which the reference trainer uses).
 //
-// A planned reshape runs in two phases:
+// A planned reshape moves every element at most once, straight from the rank that holds it
+// to the rank that needs it (point-to-point, no full copies), in two phases:
 //  1. on the OLD communicator (every member of the old generation, leavers included, all
-//     alive because the reshape is planned): gather_full() turns each rank's shard into the
-//     full logical vector on every rank. Leavers are then done and may exit.
+//     alive because the reshape is planned): the optimizer vectors are re-partitioned from
+//     the old ZeRO-1 layout onto the SURVIVORS (old members that stay), survivor i of s taking
+//     zero1_range(length, i, s), survivors counted in new-rank order. Leavers are then done
+//     and may exit. Without joiners the survivors are the new world and this is the end.
 //  2. on the NEW communicator, only when units join: the lowest-ranked survivor broadcasts a
-//     header (step, ledger, sizes), the parameters and the full optimizer vectors;
-//     every rank keeps the range that zero1_range() gives it in the new generation.
+//     header (step, ledger, sizes); the parameters reach each joiner in s pieces, one from
+//     each survivor; the optimizer vectors go from the survivor layout to the new layout.
 // Nothing touches the disk. Every size a joiner allocates comes from its own registration,
 // never from the network: the header only has to agree with it.
 #ifndef OMNI_LAUNCHER_RUNTIME_HANDOFF_H
@@ -37,10 +40,31 @@ struct ShardRange {
 // The range of rank `rank` (< world) of a vector of `length` elements.
 ShardRange zero1_range(std::size_t length, std::uint32_t rank, std::uint32_t world);
 
-// Phase 1: every rank passes its shard (zero1_range(length, rank, size) of the logical
-// vector); every rank gets the whole vector. One allgather, shards padded to the largest.
-Result<std::vector<float>> gather_full(Communicator &comm, const std::vector<float> &shard,
-                                       std::size_t length);
+// A re-partition of one logical fp32 vector among the ranks of a communicator: rank r holds
+// have[r] and must end with want[r] (empty ranges where it holds or needs nothing). The
+// held ranges are pairwise disjoint, and together they cover every wanted element.
+struct Repartition {
+    std::vector<ShardRange> have, want;
+};
+
+// What one rank does in a re-partition, in logical coordinates.
+struct PeerPlan {
+    struct Move {
+        int peer;
+        ShardRange range;
+    };
+    std::vector<Move> sends, recvs;
+    ShardRange local;  // held and wanted by this rank: copied in memory
+};
+
+// Checks the whole plan (every rank computes the same answer, so all of them accept or all
+// refuse it before anything moves) and returns rank `me`'s part of it.
+Result<PeerPlan> plan_repartition(const Repartition &plan, std::uint32_t me);
+
+// Runs `plan` on `comm` (one exchange() call on every rank): `src` holds the
+// have[rank] elements of this rank, `dst` receives its want[rank] elements. `src` and `dst`
+// must not overlap.
+Status repartition(Communicator &comm, const Repartition &plan, const float *src, float *dst);
 
 // Broadcasts a byte string of at most `max_bytes` from `root`: its length, then the bytes.
 // Non-roots pass an empty string and receive the root's; a length above max_bytes is refused

@@ -33,6 +33,13 @@ public:
         return Status::success();
     }
     Status barrier() override { return Status::success(); }
+    // One rank has no peer: only empty exchanges are valid.
+    Status exchange(const std::vector<PeerSend> &sends,
+                    const std::vector<PeerRecv> &recvs) override {
+        if (!sends.empty() || !recvs.empty())
+            return make_error("exchange: a single rank has no peer to send to or receive from");
+        return Status::success();
+    }
 };
 
 }  // namespace

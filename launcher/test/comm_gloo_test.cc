@@ -99,6 +99,41 @@ TEST(GlooComm, BroadcastAllgatherReduceScatterBarrier) {
     });
 }
 
+TEST(GlooComm, ExchangeMovesEachPairsBytesBothWays) {
+    on_ranks([&](Communicator &c) {
+        const int r = c.rank();
+        // Rank r sends (r+1) * 100000 + 7 floats of value 1000 r + q to every other rank q,
+        // and receives from every peer p its (p+1) * 100000 + 7 floats of value 1000 p + r.
+        auto count = [](int from) { return static_cast<std::size_t>(from + 1) * 100000 + 7; };
+        std::vector<std::vector<float>> out(kRanks), in(kRanks);
+        std::vector<PeerSend> sends;
+        std::vector<PeerRecv> recvs;
+        for (int q = 0; q < kRanks; ++q) {
+            if (q == r) continue;
+            out[q].assign(count(r), static_cast<float>(1000 * r + q));
+            in[q].assign(count(q), -1.0f);
+            sends.push_back({q, out[q].data(), out[q].size() * sizeof(float)});
+            recvs.push_back({q, in[q].data(), in[q].size() * sizeof(float)});
+        }
+        ASSERT_TRUE(c.exchange(sends, recvs).ok());
+        for (int p = 0; p < kRanks; ++p) {
+            if (p == r) continue;
+            ASSERT_EQ(in[p].size(), count(p));
+            for (float x : in[p]) ASSERT_EQ(x, static_cast<float>(1000 * p + r)) << p;
+        }
+        // Nothing to move is a valid call on every rank, and ranks stay in step after it.
+        ASSERT_TRUE(c.exchange({}, {}).ok());
+        float one = 1.0f;
+        ASSERT_TRUE(c.allreduce(&one, 1, DType::fp32, ReduceOp::sum).ok());
+        EXPECT_EQ(one, static_cast<float>(kRanks));
+        // Naming oneself or a rank that does not exist is refused before anything moves.
+        float x = 0;
+        EXPECT_FALSE(c.exchange({{r, &x, sizeof x}}, {}).ok());
+        EXPECT_FALSE(c.exchange({}, {{kRanks, &x, sizeof x}}).ok());
+        EXPECT_FALSE(c.exchange({}, {{-1, &x, sizeof x}}).ok());
+    });
+}
+
 TEST(GlooComm, BadArguments) {
     gloo::rendezvous::HashStore store;
     auto c = make_gloo_communicator(store, 3, 3, GlooOptions());
