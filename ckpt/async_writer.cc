@@ -4,8 +4,13 @@
 // The snapshot arena is a list of large blocks reused from one checkpoint to the next: after
 // the first checkpoint the copy touches no fresh pages, so the stall is bounded by memory
 // bandwidth rather than by page faults.
+#include <cstdlib>
 #include <cstring>
 #include <thread>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "omni/ckpt_cpp.h"
 #include "format.h"
@@ -17,10 +22,68 @@ namespace ckpt {
 namespace {
 constexpr std::size_t kBlockBytes = std::size_t(256) << 20;
 
+struct FreeDeleter {
+    void operator()(char *p) const { std::free(p); }
+};
+
 struct Block {
-    std::unique_ptr<char[]> data;
+    std::unique_ptr<char, FreeDeleter> data;
     std::size_t size = 0;
 };
+
+// Arena blocks are page aligned, so streaming stores (below) run on aligned lines from the
+// first byte. Not advised into transparent huge pages: measured here, the first snapshot
+// into fresh huge pages took anywhere from 0.25x to 3x the time of 4 KiB pages, depending on
+// how much compaction the kernel had to do. Returns null when out of memory.
+char *alloc_block(std::size_t size) {
+    void *p = nullptr;
+    if (::posix_memalign(&p, 4096, size) != 0) return nullptr;
+    return static_cast<char *>(p);
+}
+
+// Below this a slice is copied with memcpy: the snapshot of small tensors is cheap anyway.
+constexpr std::size_t kStreamCopyBytes = std::size_t(256) << 10;
+
+#if defined(__x86_64__)
+// The snapshot copy with non-temporal (streaming) stores: the destination is not read into
+// the cache first (no read-for-ownership) and does not evict the trainer's working set, so a
+// copy of a large slice moves 2 bytes over the memory bus per byte copied instead of 3. The
+// background persist reads the arena later, long after it would have left the cache anyway.
+// glibc's memcpy switches to such stores only above a threshold derived from the shared
+// cache size, which on large-L3 servers is above the size of most slices. On the 2-core test
+// VM this made a single-threaded snapshot of 191 MiB about 20% faster (53 -> 41 ms).
+__attribute__((target("avx2"))) void stream_copy_avx2(char *dst, const char *src, std::size_t n) {
+    // Streaming stores need 32-byte aligned destinations: the head goes through memcpy.
+    const std::size_t head = (32 - (reinterpret_cast<std::uintptr_t>(dst) & 31)) & 31;
+    std::memcpy(dst, src, head);
+    dst += head;
+    src += head;
+    n -= head;
+    std::size_t i = 0;
+    for (; i + 128 <= n; i += 128) {
+        const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(src + i));
+        const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(src + i + 32));
+        const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(src + i + 64));
+        const __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(src + i + 96));
+        _mm256_stream_si256(reinterpret_cast<__m256i *>(dst + i), a);
+        _mm256_stream_si256(reinterpret_cast<__m256i *>(dst + i + 32), b);
+        _mm256_stream_si256(reinterpret_cast<__m256i *>(dst + i + 64), c);
+        _mm256_stream_si256(reinterpret_cast<__m256i *>(dst + i + 96), d);
+    }
+    std::memcpy(dst + i, src + i, n - i);
+    // Streaming stores are weakly ordered: fence before another thread (the persist) may
+    // read the arena. Thread creation in submit() synchronises too; this makes it explicit.
+    _mm_sfence();
+}
+#endif
+
+void snapshot_copy(char *dst, const char *src, std::size_t n) {
+#if defined(__x86_64__)
+    static const bool avx2 = __builtin_cpu_supports("avx2");
+    if (avx2 && n >= kStreamCopyBytes) return stream_copy_avx2(dst, src, n);
+#endif
+    std::memcpy(dst, src, n);
+}
 
 struct Pending {
     std::string name;
@@ -53,7 +116,8 @@ struct AsyncShardWriter::Impl {
         if (block == blocks.size()) {
             Block b;
             b.size = std::max(n, kBlockBytes);
-            b.data.reset(new char[b.size]);
+            b.data.reset(alloc_block(b.size));
+            if (!b.data) return nullptr;
             blocks.push_back(std::move(b));
             used = 0;
         }
@@ -116,7 +180,10 @@ Status AsyncShardWriter::add_tensor(const std::string &name, DType dtype, const 
     if (!data) return make_error("tensor " + name + ": data is null");
     const std::size_t bytes = element_count(count) * dtype_size(dtype);
     char *copy = a.alloc(bytes);
-    std::memcpy(copy, data, bytes);
+    if (!copy)
+        return make_error("tensor " + name + ": out of memory for a snapshot of " +
+                          std::to_string(bytes) + " bytes");
+    snapshot_copy(copy, static_cast<const char *>(data), bytes);
     a.pending.push_back({name, dtype, shape, offset, count, copy, change});
     return Status::success();
 }

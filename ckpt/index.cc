@@ -1,7 +1,11 @@
 // index.h5 reading/writing and the commit step; see index.h and omni-ckpt(5).
 #include "index.h"
 
+#include <sys/stat.h>
+
 #include <ctime>
+#include <deque>
+#include <mutex>
 #include <map>
 #include <set>
 
@@ -34,6 +38,51 @@ Result<Manifest> read_index(const std::string &ckpt_dir) {
     if (!text) return make_error(path + ": " + text.error());
     auto m = parse_manifest(text.value());
     if (!m) return make_error(path + ": " + m.error());
+    return m;
+}
+
+namespace {
+struct IndexIdentity {
+    std::string path;
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    std::int64_t mtime_s, mtime_ns, ctime_s, ctime_ns;
+    bool operator==(const IndexIdentity &o) const {
+        return path == o.path && dev == o.dev && ino == o.ino && size == o.size &&
+               mtime_s == o.mtime_s && mtime_ns == o.mtime_ns && ctime_s == o.ctime_s &&
+               ctime_ns == o.ctime_ns;
+    }
+};
+constexpr std::size_t kIndexCacheEntries = 8;
+}  // namespace
+
+Result<Manifest> read_index_cached(const std::string &ckpt_dir) {
+    static std::mutex mu;
+    static std::deque<std::pair<IndexIdentity, Manifest>> cache;   // newest first
+    const std::string path = fsio::join(ckpt_dir, kIndexFile);
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) return read_index(ckpt_dir);   // it reports the error
+    const IndexIdentity id{path, st.st_dev, st.st_ino, st.st_size,
+                           static_cast<std::int64_t>(st.st_mtim.tv_sec), static_cast<std::int64_t>(st.st_mtim.tv_nsec),
+                           static_cast<std::int64_t>(st.st_ctim.tv_sec), static_cast<std::int64_t>(st.st_ctim.tv_nsec)};
+    {
+        std::lock_guard<std::mutex> lock(mu);
+        for (const auto &e : cache)
+            if (e.first == id) return e.second;
+    }
+    auto m = read_index(ckpt_dir);
+    if (!m) return m;
+    // Only an index that still has the identity we read it under is remembered.
+    struct stat after;
+    if (::stat(path.c_str(), &after) == 0 && after.st_ino == st.st_ino &&
+        after.st_size == st.st_size && after.st_mtim.tv_sec == st.st_mtim.tv_sec &&
+        after.st_mtim.tv_nsec == st.st_mtim.tv_nsec && after.st_ctim.tv_sec == st.st_ctim.tv_sec &&
+        after.st_ctim.tv_nsec == st.st_ctim.tv_nsec) {
+        std::lock_guard<std::mutex> lock(mu);
+        cache.emplace_front(id, m.value());
+        if (cache.size() > kIndexCacheEntries) cache.pop_back();
+    }
     return m;
 }
 
@@ -198,6 +247,7 @@ Result<std::string> commit_partial(const CommitRequest &req) {
     std::map<std::string, std::size_t> by_name;
     std::vector<RankState> states;
     std::set<std::uint32_t> state_ranks;
+    std::set<std::string> sources_seen;
     for (std::uint32_t r = 0; r < req.writers; ++r) {
         const std::string path = fsio::join(req.partial_dir, shard_file_name(r));
         if (!fsio::exists(path))
@@ -212,8 +262,13 @@ Result<std::string> commit_partial(const CommitRequest &req) {
                               "'; expected rank " + std::to_string(r) + ", step " +
                               std::to_string(req.meta.step) + ", attempt '" + req.attempt + "'");
         for (const auto &t : s.tensors) {
-            if (auto st = check_source_exists(req.partial_dir, t.sources[0].file, t.name); !st)
-                return make_error("commit: " + st.error());
+            // Each distinct file is looked at once (an incremental shard names the same
+            // base file for most of its slices).
+            if (!sources_seen.count(t.sources[0].file)) {
+                if (auto st = check_source_exists(req.partial_dir, t.sources[0].file, t.name); !st)
+                    return make_error("commit: " + st.error());
+                sources_seen.insert(t.sources[0].file);
+            }
             auto it = by_name.find(t.name);
             if (it == by_name.end()) {
                 by_name.emplace(t.name, m.tensors.size());

@@ -18,6 +18,15 @@ namespace ckpt {
 // manifest). Does not look at the source files.
 Result<Manifest> read_index(const std::string &ckpt_dir);
 
+// read_index() through a small process-wide cache of parsed manifests, keyed by the identity
+// of index.h5 (device, inode, size, modification and change times). A committed index is
+// never modified in place (it is written under a temporary directory name, then renamed),
+// so a hit is exactly what a fresh read would return; a replaced or rewritten index has a new
+// identity and is read again. Used where one process opens the same checkpoint many times:
+// every ShardWriter of an incremental checkpoint reads the same base, and every Reader of a
+// single-controller trainer (one process, many shards) the same index.
+Result<Manifest> read_index_cached(const std::string &ckpt_dir);
+
 // Reads a shard file's own manifest.
 Result<ShardManifest> read_shard_manifest(const std::string &shard_path);
 

@@ -4,7 +4,14 @@
 // The reader goes to the shard files directly rather than through the index's virtual
 // datasets: a virtual dataset silently returns fill values for a missing source, and reading
 // the sources ourselves lets every slice be checked against its checksum.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <optional>
 #include <list>
 #include <map>
 #include <set>
@@ -25,33 +32,135 @@ namespace ckpt {
 
 namespace {
 
+// A file descriptor closed with its owner.
+class Fd {
+public:
+    Fd() = default;
+    explicit Fd(int fd) : fd_(fd) {}
+    Fd(const Fd &) = delete;
+    Fd &operator=(const Fd &) = delete;
+    Fd(Fd &&o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+    Fd &operator=(Fd &&o) noexcept {
+        if (this != &o) {
+            if (fd_ >= 0) ::close(fd_);
+            fd_ = o.fd_;
+            o.fd_ = -1;
+        }
+        return *this;
+    }
+    ~Fd() {
+        if (fd_ >= 0) ::close(fd_);
+    }
+    int get() const { return fd_; }
+
+private:
+    int fd_ = -1;
+};
+
+// An open shard file: the HDF5 handle for its metadata and, for its raw data, a descriptor
+// of our own (see read_raw below) with the file's size, to bound every read by it.
+struct OpenFile {
+    h5::Handle h5;
+    Fd fd;                    // -1: raw reads disabled for this file, HDF5 reads everything
+    std::uint64_t size = 0;
+};
+
 // Open shard files, most recently used first; bounded so a reshard over thousands of shards
 // does not run out of descriptors.
 class FileCache {
 public:
     explicit FileCache(std::size_t cap) : cap_(cap) {}
-    Result<hid_t> get(const std::string &path) {
+    Result<OpenFile *> get(const std::string &path) {
         auto it = map_.find(path);
         if (it != map_.end()) {
             lru_.splice(lru_.begin(), lru_, it->second);
-            return it->second->second.get();
+            return &it->second->second;
         }
         auto f = h5::open_file(path);
         if (!f) return make_error(f.error());
-        lru_.emplace_front(path, std::move(f.value()));
+        OpenFile of;
+        of.h5 = std::move(f.value());
+        // Dataset addresses are relative to the end of a user block; our files have none,
+        // and a file that has one is simply read through HDF5.
+        h5::Handle fcpl = h5::plist(H5Fget_create_plist(of.h5.get()));
+        hsize_t userblock = 1;
+        if (fcpl && H5Pget_userblock(fcpl.get(), &userblock) >= 0 && userblock == 0) {
+            Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+            struct stat st;
+            if (fd.get() >= 0 && ::fstat(fd.get(), &st) == 0) {
+                of.size = static_cast<std::uint64_t>(st.st_size);
+                // Slices are read mostly in file order: a larger readahead window.
+                (void)::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
+                of.fd = std::move(fd);
+            }
+        }
+        H5Eclear2(H5E_DEFAULT);
+        lru_.emplace_front(path, std::move(of));
         map_[path] = lru_.begin();
         if (lru_.size() > cap_) {
             map_.erase(lru_.back().first);
             lru_.pop_back();
         }
-        return lru_.front().second.get();
+        return &lru_.front().second;
     }
 
 private:
     std::size_t cap_;
-    std::list<std::pair<std::string, h5::Handle>> lru_;
+    std::list<std::pair<std::string, OpenFile>> lru_;
     std::unordered_map<std::string, decltype(lru_)::iterator> map_;
 };
+
+// Where a source dataset's bytes lie in its file, when they can be read with plain pread:
+// contiguous layout, no filters, no external storage, allocated, exactly `bytes` long and
+// inside the file. This is the layout every writer of ours produces; anything else (a file
+// rewritten by another tool, say) returns nothing and is read through H5Dread.
+//
+// Why bypass H5Dread for the bytes: Debian's HDF5 is built thread-safe, which means one
+// global lock around every call, I/O included. With H5Dread, ranks loading concurrently in
+// one process wait for each other's disk reads; with pread they overlap, as raw reads do.
+// The memory type equals the file type (h5.h), so HDF5 would do the same single read.
+std::optional<std::uint64_t> raw_offset(hid_t d, const OpenFile &f, std::uint64_t bytes) {
+    if (f.fd.get() < 0) return std::nullopt;
+    std::optional<std::uint64_t> out;
+    h5::Handle dcpl = h5::plist(H5Dget_create_plist(d));
+    if (dcpl && H5Pget_layout(dcpl.get()) == H5D_CONTIGUOUS && H5Pget_nfilters(dcpl.get()) == 0 &&
+        H5Pget_external_count(dcpl.get()) == 0) {
+        const haddr_t off = H5Dget_offset(d);
+        if (off != HADDR_UNDEF && H5Dget_storage_size(d) == bytes && off <= f.size &&
+            bytes <= f.size - off)
+            out = static_cast<std::uint64_t>(off);
+    }
+    H5Eclear2(H5E_DEFAULT);   // a failed query only means: read through HDF5
+    return out;
+}
+
+// pread of exactly n bytes at `off`; a short file is an error (raw_offset checked the size,
+// but the file may have been truncated since).
+Status pread_full(int fd, char *dst, std::uint64_t n, std::uint64_t off, const std::string &path) {
+    while (n > 0) {
+        const ssize_t got = ::pread(fd, dst, static_cast<std::size_t>(std::min<std::uint64_t>(n, 1u << 30)),
+                                    static_cast<off_t>(off));
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) return make_error("reading " + path + ": " + std::strerror(errno));
+        if (got == 0) return make_error("reading " + path + ": unexpected end of file");
+        dst += got;
+        off += static_cast<std::uint64_t>(got);
+        n -= static_cast<std::uint64_t>(got);
+    }
+    return Status::success();
+}
+
+// pread in cache-sized blocks, each hashed right after it lands (stream.h).
+Status pread_hashed(int fd, char *dst, std::uint64_t n, std::uint64_t off, Hasher &h,
+                    const std::string &path) {
+    for (std::uint64_t done = 0; done < n;) {
+        const std::uint64_t b = std::min<std::uint64_t>(kStreamBlockBytes, n - done);
+        if (auto st = pread_full(fd, dst + done, b, off + done, path); !st) return st;
+        h.update(dst + done, b);
+        done += b;
+    }
+    return Status::success();
+}
 
 // Opens a source slice's dataset and checks it matches what the manifest says.
 Result<h5::Handle> open_source(hid_t file, const TensorInfo &t, const SourceRef &s,
@@ -136,7 +245,7 @@ const TensorInfo *Reader::find(const std::string &name) const {
 
 Result<std::unique_ptr<Reader>> Reader::open(const std::string &ckpt_dir, const ReadOptions &options) {
     h5::init();
-    auto m = read_index(ckpt_dir);
+    auto m = read_index_cached(ckpt_dir);
     if (!m) return make_error(m.error());
     auto impl = std::make_unique<Impl>();
     impl->dir = ckpt_dir;
@@ -190,44 +299,77 @@ Status Reader::read(const std::string &name, const Shape &offset, const Shape &c
         const std::string path = fsio::join(r.dir, s.file);
         auto f = r.files.get(path);
         if (!f) return make_error("tensor " + name + ": " + f.error());
-        auto d = open_source(f.value(), *t, s, path);
+        OpenFile &file = *f.value();
+        auto d = open_source(file.h5.get(), *t, s, path);
         if (!d) return make_error(d.error());
         const std::string key = path + '\n' + s.dataset;
         const bool whole = inter->count == src.count;
         const std::uint64_t src_bytes = element_count(s.count) * elem;
+        // The intersection as one run of bytes in the source and in the destination: true
+        // for whole slices at the saved layout and for row ranges when resharding along
+        // dimension 0, the common cases.
+        const bool runs = is_contiguous_in(*inter, src) && is_contiguous_in(*inter, req);
+        const std::uint64_t inter_bytes = element_count(inter->count) * elem;
+        char *inter_dst = runs ? static_cast<char *>(dst) + byte_offset_in(*inter, req, elem) : nullptr;
+        const auto raw = raw_offset(d.value().get(), file, src_bytes);
 
         if (r.options.verify_checksums && !r.verified.count(key)) {
-            // First touch of this slice: read all of it so it can be hashed. Straight into
-            // the destination when it lands there contiguously (loading at the saved layout),
-            // else through a scratch buffer.
-            char *target;
-            if (whole && is_contiguous_in(src, req)) {
-                target = static_cast<char *>(dst) + byte_offset_in(src, req, elem);
+            // First touch of this slice: all of it is read so it can be hashed.
+            std::uint64_t h;
+            if (raw && runs) {
+                // In up to three pieces, hashed in file order: the rows before the
+                // intersection and after it into scratch, the intersection straight into
+                // the destination. No copy, and only the bytes outside the request are
+                // read into memory that is thrown away.
+                const std::uint64_t pre = byte_offset_in(*inter, src, elem);
+                const std::uint64_t post = src_bytes - pre - inter_bytes;
+                r.scratch.resize(std::max(pre, post));
+                Hasher hasher;
+                Status st = pread_hashed(file.fd.get(), r.scratch.data(), pre, *raw, hasher, path);
+                if (st) st = pread_hashed(file.fd.get(), inter_dst, inter_bytes, *raw + pre, hasher, path);
+                if (st)
+                    st = pread_hashed(file.fd.get(), r.scratch.data(), post, *raw + pre + inter_bytes,
+                                      hasher, path);
+                if (!st) return make_error("tensor " + name + ": " + st.error());
+                h = hasher.digest();
             } else {
-                r.scratch.resize(src_bytes);
-                target = r.scratch.data();
+                // Straight into the destination when the whole slice lands there
+                // contiguously, else through a scratch buffer.
+                char *target;
+                if (whole && runs) {
+                    target = inter_dst;
+                } else {
+                    r.scratch.resize(src_bytes);
+                    target = r.scratch.data();
+                }
+                auto hashed = read_hashed(d.value().get(), type.get(), s.count, elem, target);
+                if (!hashed) return make_error("tensor " + name + ": reading " + path + ": " + hashed.error());
+                h = hashed.value();
+                if (target == r.scratch.data())
+                    copy_region(*inter, r.scratch.data(), src, dst, req, elem);
             }
-            auto hashed = read_hashed(d.value().get(), type.get(), s.count, elem, target);
-            if (!hashed) return make_error("tensor " + name + ": reading " + path + ": " + hashed.error());
             r.bytes_read += src_bytes;
-            const std::uint64_t h = hashed.value();
             if (h != s.xxh3)
                 return make_error("tensor " + name + ": " + path + ": " + checksum_problem(s.xxh3, h));
             r.verified.insert(key);
-            if (target == r.scratch.data())
-                copy_region(*inter, r.scratch.data(), src, dst, req, elem);
             continue;
         }
-        // Already verified (or verification off). The whole slice landing contiguously in
-        // the destination is one plain read; anything else reads just the intersection and
-        // lets HDF5 scatter it.
-        if (whole && is_contiguous_in(src, req)) {
-            char *target = static_cast<char *>(dst) + byte_offset_in(src, req, elem);
-            if (H5Dread(d.value().get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, target) < 0)
+        // Already verified (or verification off): only the intersection is read.
+        if (raw && runs) {
+            if (auto st = pread_full(file.fd.get(), inter_dst, inter_bytes,
+                                     *raw + byte_offset_in(*inter, src, elem), path);
+                !st)
+                return make_error("tensor " + name + ": " + st.error());
+            r.bytes_read += inter_bytes;
+            continue;
+        }
+        if (whole && runs) {
+            if (H5Dread(d.value().get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, inter_dst) < 0)
                 return h5::fail("tensor " + name + ": reading " + path);
             r.bytes_read += src_bytes;
             continue;
         }
+        // Anything else lets HDF5 scatter the intersection.
         const int n = static_cast<int>(count.size());
         std::vector<hsize_t> foff(n), moff(n), cnt(inter->count.begin(), inter->count.end());
         std::vector<hsize_t> mdims(count.begin(), count.end());
@@ -242,7 +384,7 @@ Status Reader::read(const std::string &name, const Shape &offset, const Shape &c
             H5Sselect_hyperslab(mspace.get(), H5S_SELECT_SET, moff.data(), nullptr, cnt.data(), nullptr) < 0 ||
             H5Dread(d.value().get(), type.get(), mspace.get(), fspace.get(), H5P_DEFAULT, dst) < 0)
             return h5::fail("tensor " + name + ": reading " + path);
-        r.bytes_read += element_count(inter->count) * elem;
+        r.bytes_read += inter_bytes;
     }
     return Status::success();
 }
@@ -289,7 +431,7 @@ Result<VerifyReport> verify(const std::string &ckpt_dir, const Progress &progres
                 done += bytes;
                 continue;
             }
-            auto d = open_source(f.value(), t, s, path);
+            auto d = open_source(f.value()->h5.get(), t, s, path);
             if (!d) {
                 rep.issues.push_back({t.name, path, d.error()});
                 done += bytes;

@@ -97,7 +97,7 @@ Result<std::unique_ptr<ShardWriter>> open_shard_writer_in(const std::string &dir
             return make_error("base checkpoint " + options.base +
                               " is not in the checkpoint root " + fsio::dirname(dir) +
                               "; an incremental checkpoint must sit next to its base");
-        auto bm = read_index(base_real);
+        auto bm = read_index_cached(base_real);
         if (!bm) return make_error("base checkpoint: " + bm.error());
         const std::string base_name = fsio::basename(base_real);
         for (const auto &t : bm.value().tensors)
