@@ -6,6 +6,8 @@
 #include <ctime>
 #include <deque>
 #include <mutex>
+#include <optional>
+#include <unordered_map>
 #include <map>
 #include <set>
 
@@ -42,45 +44,93 @@ Result<Manifest> read_index(const std::string &ckpt_dir) {
 }
 
 namespace {
-struct IndexIdentity {
-    std::string path;
-    dev_t dev;
-    ino_t ino;
-    off_t size;
-    std::int64_t mtime_s, mtime_ns, ctime_s, ctime_ns;
-    bool operator==(const IndexIdentity &o) const {
-        return path == o.path && dev == o.dev && ino == o.ino && size == o.size &&
-               mtime_s == o.mtime_s && mtime_ns == o.mtime_ns && ctime_s == o.ctime_s &&
-               ctime_ns == o.ctime_ns;
+// What identifies a file's contents without reading them: a file rewritten in place or
+// replaced by another changes at least one of these.
+struct FileIdentity {
+    dev_t dev = 0;
+    ino_t ino = 0;
+    off_t size = 0;
+    std::int64_t mtime_s = 0, mtime_ns = 0, ctime_s = 0, ctime_ns = 0;
+    bool operator==(const FileIdentity &o) const {
+        return dev == o.dev && ino == o.ino && size == o.size && mtime_s == o.mtime_s &&
+               mtime_ns == o.mtime_ns && ctime_s == o.ctime_s && ctime_ns == o.ctime_ns;
     }
 };
+
+std::optional<FileIdentity> identity_of(const std::string &path) {
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+    FileIdentity id;
+    id.dev = st.st_dev;
+    id.ino = st.st_ino;
+    id.size = st.st_size;
+    id.mtime_s = st.st_mtim.tv_sec;
+    id.mtime_ns = st.st_mtim.tv_nsec;
+    id.ctime_s = st.st_ctim.tv_sec;
+    id.ctime_ns = st.st_ctim.tv_nsec;
+    return id;
+}
+
 constexpr std::size_t kIndexCacheEntries = 8;
+// Bounds memory when shards are finished but never committed (a failed step).
+constexpr std::size_t kRememberedShards = 4096;
+
+std::mutex shard_mu;
+std::unordered_map<std::string, std::pair<FileIdentity, ShardManifest>> remembered;
+std::deque<std::string> remembered_order;   // oldest first, may name entries taken since
 }  // namespace
+
+void remember_shard_manifest(const std::string &shard_path, const ShardManifest &m) {
+    const auto id = identity_of(shard_path);
+    if (!id) return;
+    std::lock_guard<std::mutex> lock(shard_mu);
+    remembered[shard_path] = {*id, m};
+    remembered_order.push_back(shard_path);
+    while (remembered_order.size() > kRememberedShards) {
+        remembered.erase(remembered_order.front());
+        remembered_order.pop_front();
+    }
+}
+
+Result<ShardManifest> take_shard_manifest(const std::string &shard_path) {
+    std::optional<std::pair<FileIdentity, ShardManifest>> entry;
+    {
+        std::lock_guard<std::mutex> lock(shard_mu);
+        auto it = remembered.find(shard_path);
+        if (it != remembered.end()) {
+            entry = std::move(it->second);
+            remembered.erase(it);
+        }
+    }
+    if (entry) {
+        // The writer checked names, shapes and slices as they were added; a reference to a
+        // base file is the one thing it took on trust, and the parser would reject a bad one.
+        bool refs_ok = true;
+        for (const auto &t : entry->second.tensors)
+            for (const auto &s : t.sources) refs_ok = refs_ok && check_file_ref(s.file).ok();
+        const auto id = identity_of(shard_path);
+        if (refs_ok && id && *id == entry->first) return std::move(entry->second);
+    }
+    return read_shard_manifest(shard_path);
+}
 
 Result<Manifest> read_index_cached(const std::string &ckpt_dir) {
     static std::mutex mu;
-    static std::deque<std::pair<IndexIdentity, Manifest>> cache;   // newest first
+    static std::deque<std::pair<std::pair<std::string, FileIdentity>, Manifest>> cache;   // newest first
     const std::string path = fsio::join(ckpt_dir, kIndexFile);
-    struct stat st;
-    if (::stat(path.c_str(), &st) != 0) return read_index(ckpt_dir);   // it reports the error
-    const IndexIdentity id{path, st.st_dev, st.st_ino, st.st_size,
-                           static_cast<std::int64_t>(st.st_mtim.tv_sec), static_cast<std::int64_t>(st.st_mtim.tv_nsec),
-                           static_cast<std::int64_t>(st.st_ctim.tv_sec), static_cast<std::int64_t>(st.st_ctim.tv_nsec)};
+    const auto id = identity_of(path);
+    if (!id) return read_index(ckpt_dir);   // it reports the error
     {
         std::lock_guard<std::mutex> lock(mu);
         for (const auto &e : cache)
-            if (e.first == id) return e.second;
+            if (e.first.first == path && e.first.second == *id) return e.second;
     }
     auto m = read_index(ckpt_dir);
     if (!m) return m;
     // Only an index that still has the identity we read it under is remembered.
-    struct stat after;
-    if (::stat(path.c_str(), &after) == 0 && after.st_ino == st.st_ino &&
-        after.st_size == st.st_size && after.st_mtim.tv_sec == st.st_mtim.tv_sec &&
-        after.st_mtim.tv_nsec == st.st_mtim.tv_nsec && after.st_ctim.tv_sec == st.st_ctim.tv_sec &&
-        after.st_ctim.tv_nsec == st.st_ctim.tv_nsec) {
+    if (identity_of(path) == id) {
         std::lock_guard<std::mutex> lock(mu);
-        cache.emplace_front(id, m.value());
+        cache.emplace_front(std::make_pair(path, *id), m.value());
         if (cache.size() > kIndexCacheEntries) cache.pop_back();
     }
     return m;
@@ -253,7 +303,7 @@ Result<std::string> commit_partial(const CommitRequest &req) {
         if (!fsio::exists(path))
             return make_error("commit: shard " + path + " is missing; rank " + std::to_string(r) +
                               " did not finish");
-        auto sm = read_shard_manifest(path);
+        auto sm = take_shard_manifest(path);
         if (!sm) return make_error("commit: " + sm.error());
         const ShardManifest &s = sm.value();
         if (s.rank != r || s.step != req.meta.step || s.attempt != req.attempt)

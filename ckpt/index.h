@@ -30,6 +30,16 @@ Result<Manifest> read_index_cached(const std::string &ckpt_dir);
 // Reads a shard file's own manifest.
 Result<ShardManifest> read_shard_manifest(const std::string &shard_path);
 
+// A ShardWriter that has finished (closed, fsynced and renamed) its shard leaves the manifest
+// it wrote here, keyed by the shard's path and identity (device, inode, size, modification
+// and change times); commit in the same process takes it instead of opening the file and
+// parsing the manifest again. Any change to the file since gives it a new identity, and
+// commit then reads the file as it would from another process.
+void remember_shard_manifest(const std::string &shard_path, const ShardManifest &m);
+// The remembered manifest of `shard_path` if the file still has the identity it had when
+// remembered, else read_shard_manifest(). Forgets the entry either way.
+Result<ShardManifest> take_shard_manifest(const std::string &shard_path);
+
 // Reads one rank's state from a file holding /state/rank-N (index or shard) and checks it
 // against `info`.
 Result<RankState> read_rank_state(const std::string &file, const RankStateInfo &info);

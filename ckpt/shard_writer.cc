@@ -242,6 +242,8 @@ Status ShardWriter::finish() {
     if (auto s = fsio::rename_path(w.tmp_path, w.final_path); !s)
         return w.fail(make_error(s.error()));
     w.finished = true;
+    // For commit() in this process: it need not open the shard again to learn what it holds.
+    remember_shard_manifest(w.final_path, w.manifest);
     return Status::success();
 }
 
