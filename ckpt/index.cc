@@ -1,7 +1,11 @@
 // index.h5 reading/writing and the commit step; see index.h and omni-ckpt(5).
 #include "index.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <ctime>
 #include <deque>
@@ -114,23 +118,55 @@ Result<ShardManifest> take_shard_manifest(const std::string &shard_path) {
     return read_shard_manifest(shard_path);
 }
 
+namespace {
+// Identifies an index by its bytes: size and XXH3 of the whole file, read with plain reads
+// (an index is a few hundred bytes per tensor; hashing it costs microseconds, parsing it
+// about a millisecond per thousand slices). Timestamps and inode numbers would not do: a
+// checkpoint deleted and written again under the same name within one timer tick can get
+// the same inode, size and times. Nothing for a file that cannot be read or is too large to
+// be worth it.
+constexpr std::uint64_t kIndexCacheMaxBytes = std::uint64_t(64) << 20;
+
+std::optional<std::pair<std::uint64_t, std::uint64_t>> content_key(const std::string &path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return std::nullopt;
+    std::optional<std::pair<std::uint64_t, std::uint64_t>> out;
+    struct stat st;
+    if (::fstat(fd, &st) == 0 && st.st_size >= 0 &&
+        static_cast<std::uint64_t>(st.st_size) <= kIndexCacheMaxBytes) {
+        std::string buf(static_cast<std::size_t>(st.st_size), '\0');
+        std::size_t got = 0;
+        while (got < buf.size()) {
+            const ssize_t n = ::read(fd, &buf[got], buf.size() - got);
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) break;
+            got += static_cast<std::size_t>(n);
+        }
+        if (got == buf.size()) out = std::make_pair(std::uint64_t(got), xxh3(buf.data(), got));
+    }
+    ::close(fd);
+    return out;
+}
+}  // namespace
+
 Result<Manifest> read_index_cached(const std::string &ckpt_dir) {
     static std::mutex mu;
-    static std::deque<std::pair<std::pair<std::string, FileIdentity>, Manifest>> cache;   // newest first
+    using Key = std::pair<std::string, std::pair<std::uint64_t, std::uint64_t>>;
+    static std::deque<std::pair<Key, Manifest>> cache;   // newest first
     const std::string path = fsio::join(ckpt_dir, kIndexFile);
-    const auto id = identity_of(path);
-    if (!id) return read_index(ckpt_dir);   // it reports the error
+    const auto key = content_key(path);
+    if (!key) return read_index(ckpt_dir);   // it reports any error
     {
         std::lock_guard<std::mutex> lock(mu);
         for (const auto &e : cache)
-            if (e.first.first == path && e.first.second == *id) return e.second;
+            if (e.first.first == path && e.first.second == *key) return e.second;
     }
     auto m = read_index(ckpt_dir);
     if (!m) return m;
-    // Only an index that still has the identity we read it under is remembered.
-    if (identity_of(path) == id) {
+    // Only an index that still has the bytes we keyed it by is remembered.
+    if (content_key(path) == key) {
         std::lock_guard<std::mutex> lock(mu);
-        cache.emplace_front(std::make_pair(path, *id), m.value());
+        cache.emplace_front(Key(path, *key), m.value());
         if (cache.size() > kIndexCacheEntries) cache.pop_back();
     }
     return m;

@@ -18,13 +18,13 @@ namespace ckpt {
 // manifest). Does not look at the source files.
 Result<Manifest> read_index(const std::string &ckpt_dir);
 
-// read_index() through a small process-wide cache of parsed manifests, keyed by the identity
-// of index.h5 (device, inode, size, modification and change times). A committed index is
-// never modified in place (it is written under a temporary directory name, then renamed),
-// so a hit is exactly what a fresh read would return; a replaced or rewritten index has a new
-// identity and is read again. Used where one process opens the same checkpoint many times:
-// every ShardWriter of an incremental checkpoint reads the same base, and every Reader of a
-// single-controller trainer (one process, many shards) the same index.
+// read_index() through a small process-wide cache of parsed manifests, keyed by the path
+// and the bytes of index.h5 (size and XXH3 of the whole file: reading and hashing an index is
+// cheap next to parsing it). A hit is therefore exactly what a fresh read would return, even
+// for a checkpoint deleted and written again under the same name. Used where one process
+// opens the same checkpoint many times: every ShardWriter of an incremental checkpoint reads
+// the same base, and every Reader of a single-controller trainer (one process, many shards)
+// the same index.
 Result<Manifest> read_index_cached(const std::string &ckpt_dir);
 
 // Reads a shard file's own manifest.

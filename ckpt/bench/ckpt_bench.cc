@@ -10,9 +10,16 @@
 //   full save                              vs  incremental save with 1% of the slices changed
 //   sync save                              vs  async stall (snapshot into host memory)
 //
-// Each measurement is repeated --reps times and the median is reported. Page-cache pages of
-// the files are dropped (fdatasync + POSIX_FADV_DONTNEED) before every read, so reads come
-// from the device as far as the kernel allows.
+// Each measurement is repeated --reps times and the median is reported, with the range
+// (min..max) beside it. Page-cache pages of the files are dropped (fdatasync +
+// POSIX_FADV_DONTNEED) before every read, raw and ours alike, so reads come from the device
+// as far as the kernel allows; the output says so. Under a hypervisor the "device" may be the
+// host's page cache: hence the untimed first read of both sides and the alternating order.
+//
+// The ranks are threads of this one process, so what the library shares within a process
+// is shared here too, as in a single-controller trainer writing all its shards from one
+// process: the parsed index of a checkpoint (every Reader, and every ShardWriter naming it as
+// base) and the manifests that finished ShardWriters hand to commit(). The output says so.
 #include <boost/program_options.hpp>
 #include <fcntl.h>
 #include <unistd.h>
@@ -69,6 +76,13 @@ double seconds_since(Clock::time_point t0) {
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
+}
+
+std::string range(const std::vector<double> &v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "(%.3f..%.3f)", *std::min_element(v.begin(), v.end()),
+                  *std::max_element(v.begin(), v.end()));
+    return buf;
 }
 
 [[noreturn]] void die(const std::string &msg) {
@@ -374,20 +388,24 @@ int main(int argc, char **argv) {
     if (own_dir) check(fsio::remove_tree(c.dir));
 
     const double mib = static_cast<double>(bytes) / 1048576.0;
-    auto line = [&](const char *what, double s) { std::printf("  %-44s %8.3f s  %8.1f MiB/s\n", what, s, mib / s); };
-    std::printf("\nmedian times:\n");
-    line("raw write + fsync (K files)", median(t_raw_w));
-    line("our save (K shards + index + commit)", median(t_save));
-    line("raw read", median(t_raw_r));
-    line("our load (same layout, checksums)", median(t_load));
-    line("our load (same layout, no checksums)", median(t_load_nv));
-    std::printf("  %-44s %8.3f s  %8.1f MiB/s\n",
-                ("our reshard load (" + std::to_string(c.shards) + " -> " + std::to_string(c.reshard_to) + ")").c_str(),
-                median(t_reshard), mib / median(t_reshard));
-    std::printf("  %-44s %8.3f s  (%u of %u slices changed)\n", "our incremental save (detect by hash)", median(t_incr), n_changed, slices);
-    std::printf("  %-44s %8.3f s\n", "our incremental save (caller hints)", median(t_incr_hint));
-    std::printf("  %-44s %8.3f s  (persist finished after %.3f s)\n", "async stall (snapshot to host memory)",
-                median(t_stall), median(t_async_total));
+    auto line = [&](const std::string &what, const std::vector<double> &v) {
+        std::printf("  %-44s %8.3f s  %8.1f MiB/s  %s\n", what.c_str(), median(v), mib / median(v), range(v).c_str());
+    };
+    std::printf("\npage cache: dropped (fdatasync + POSIX_FADV_DONTNEED) before every timed read, raw and ours;\n"
+                "  one untimed read of both first; raw and ours alternate which goes first\n"
+                "ranks: threads of this process; shared in-process: parsed index, manifests handed to commit\n");
+    std::printf("\nmedian times (min..max over %d):\n", c.reps);
+    line("raw write + fsync (K files)", t_raw_w);
+    line("our save (K shards + index + commit)", t_save);
+    line("raw read", t_raw_r);
+    line("our load (same layout, checksums)", t_load);
+    line("our load (same layout, no checksums)", t_load_nv);
+    line("our reshard load (" + std::to_string(c.shards) + " -> " + std::to_string(c.reshard_to) + ")", t_reshard);
+    std::printf("  %-44s %8.3f s  %s  (%u of %u slices changed)\n", "our incremental save (detect by hash)",
+                median(t_incr), range(t_incr).c_str(), n_changed, slices);
+    std::printf("  %-44s %8.3f s  %s\n", "our incremental save (caller hints)", median(t_incr_hint), range(t_incr_hint).c_str());
+    std::printf("  %-44s %8.3f s  %s  (persist finished after %.3f s)\n", "async stall (snapshot to host memory)",
+                median(t_stall), range(t_stall).c_str(), median(t_async_total));
 
     std::printf("\nratios (goal in brackets):\n");
     std::printf("  save throughput / raw write            %6.2fx  [>= 0.9x]\n", median(t_raw_w) / median(t_save));
