@@ -4,9 +4,12 @@
 // The snapshot arena is a list of large blocks reused from one checkpoint to the next: after
 // the first checkpoint the copy touches no fresh pages, so the stall is bounded by memory
 // bandwidth rather than by page faults.
+#include <pthread.h>
+#include <sched.h>
+
 #include <cstdlib>
 #include <cstring>
-#include <thread>
+#include <new>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -104,7 +107,8 @@ struct AsyncShardWriter::Impl {
     std::uint32_t rank = 0;
     WriterOptions options;
     bool open = false;
-    std::thread worker;
+    pthread_t worker{};
+    bool running = false;   // worker started and not joined yet
     Status result;
     bool result_seen = true;
 
@@ -127,6 +131,45 @@ struct AsyncShardWriter::Impl {
         return p;
     }
 
+    // The persist runs on a thread of its own, started SCHED_BATCH: it gets its fair share
+    // of the CPU, but its wake-ups never preempt the training loop's threads. With a normal
+    // policy, starting K persists on a machine with fewer cores preempted the trainer in the
+    // middle of submit() and added milliseconds to the stall (0.3 to 17 ms measured on 2
+    // cores). Where SCHED_BATCH is refused, a thread with the default policy; where no thread
+    // can be started, the persist runs in the caller (correct, only not asynchronous).
+    static void *persist_main(void *arg) {
+        Impl *a = static_cast<Impl *>(arg);
+        // Nothing may unwind out of a pthread start routine (it would terminate the
+        // trainer): an allocation failure becomes the persist's error.
+        try {
+            a->result = a->persist();
+        } catch (const std::bad_alloc &) {
+            a->result = make_error("persist of rank " + std::to_string(a->rank) + ": out of memory");
+        } catch (...) {
+            a->result = make_error("persist of rank " + std::to_string(a->rank) + ": unexpected failure");
+        }
+        return nullptr;
+    }
+    bool start_worker() {
+        pthread_attr_t attr;
+        if (pthread_attr_init(&attr) != 0) return false;
+        sched_param param{};
+        param.sched_priority = 0;
+        const bool batch = pthread_attr_setinheritsched(&attr, PTHREAD_EXPLICIT_SCHED) == 0 &&
+                           pthread_attr_setschedpolicy(&attr, SCHED_BATCH) == 0 &&
+                           pthread_attr_setschedparam(&attr, &param) == 0;
+        int rc = pthread_create(&worker, batch ? &attr : nullptr, persist_main, this);
+        if (rc != 0 && batch) rc = pthread_create(&worker, nullptr, persist_main, this);
+        pthread_attr_destroy(&attr);
+        running = rc == 0;
+        return running;
+    }
+    void join() {
+        if (!running) return;
+        pthread_join(worker, nullptr);
+        running = false;
+    }
+
     Status persist() {
         auto w = ShardWriter::open(root, step, rank, options);
         if (!w) return make_error(w.error());
@@ -142,7 +185,7 @@ struct AsyncShardWriter::Impl {
 AsyncShardWriter::AsyncShardWriter() : impl_(std::make_unique<Impl>()) {}
 
 AsyncShardWriter::~AsyncShardWriter() {
-    if (impl_->worker.joinable()) impl_->worker.join();
+    impl_->join();
 }
 
 Status AsyncShardWriter::begin(const std::string &root, std::uint64_t step, std::uint32_t rank,
@@ -150,7 +193,7 @@ Status AsyncShardWriter::begin(const std::string &root, std::uint64_t step, std:
     Impl &a = *impl_;
     // The arena is reused, so the previous persist must be done before the next snapshot. A
     // failure nobody collected with wait() is reported here rather than lost.
-    if (a.worker.joinable()) a.worker.join();
+    a.join();
     if (!a.result && !a.result_seen) {
         a.result_seen = true;
         return make_error("the previous checkpoint's persist failed: " + a.result.error());
@@ -205,13 +248,13 @@ Status AsyncShardWriter::submit() {
         a.result = a.persist();
         return Status::success();
     }
-    a.worker = std::thread([&a] { a.result = a.persist(); });
+    if (!a.start_worker()) a.result = a.persist();
     return Status::success();
 }
 
 Status AsyncShardWriter::wait() {
     Impl &a = *impl_;
-    if (a.worker.joinable()) a.worker.join();
+    a.join();
     a.result_seen = true;
     return a.result;
 }

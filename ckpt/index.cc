@@ -149,27 +149,27 @@ std::optional<std::pair<std::uint64_t, std::uint64_t>> content_key(const std::st
 }
 }  // namespace
 
-Result<Manifest> read_index_cached(const std::string &ckpt_dir) {
+Result<std::shared_ptr<const Manifest>> read_index_cached(const std::string &ckpt_dir) {
     static std::mutex mu;
     using Key = std::pair<std::string, std::pair<std::uint64_t, std::uint64_t>>;
-    static std::deque<std::pair<Key, Manifest>> cache;   // newest first
+    static std::deque<std::pair<Key, std::shared_ptr<const Manifest>>> cache;   // newest first
     const std::string path = fsio::join(ckpt_dir, kIndexFile);
     const auto key = content_key(path);
-    if (!key) return read_index(ckpt_dir);   // it reports any error
-    {
+    if (key) {
         std::lock_guard<std::mutex> lock(mu);
         for (const auto &e : cache)
             if (e.first.first == path && e.first.second == *key) return e.second;
     }
-    auto m = read_index(ckpt_dir);
-    if (!m) return m;
+    auto m = read_index(ckpt_dir);   // reports any error, including an unreadable file
+    if (!m) return make_error(m.error());
+    auto shared = std::make_shared<const Manifest>(std::move(m.value()));
     // Only an index that still has the bytes we keyed it by is remembered.
-    if (content_key(path) == key) {
+    if (key && content_key(path) == key) {
         std::lock_guard<std::mutex> lock(mu);
-        cache.emplace_front(Key(path, *key), m.value());
+        cache.emplace_front(Key(path, *key), shared);
         if (cache.size() > kIndexCacheEntries) cache.pop_back();
     }
-    return m;
+    return shared;
 }
 
 Result<ShardManifest> read_shard_manifest(const std::string &shard_path) {

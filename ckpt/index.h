@@ -4,6 +4,7 @@
 #ifndef OMNI_CKPT_INDEX_H
 #define OMNI_CKPT_INDEX_H
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -25,7 +26,8 @@ Result<Manifest> read_index(const std::string &ckpt_dir);
 // opens the same checkpoint many times: every ShardWriter of an incremental checkpoint reads
 // the same base, and every Reader of a single-controller trainer (one process, many shards)
 // the same index.
-Result<Manifest> read_index_cached(const std::string &ckpt_dir);
+// Shared and immutable: a hit costs no copy of the manifest.
+Result<std::shared_ptr<const Manifest>> read_index_cached(const std::string &ckpt_dir);
 
 // Reads a shard file's own manifest.
 Result<ShardManifest> read_shard_manifest(const std::string &shard_path);

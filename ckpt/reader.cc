@@ -224,7 +224,8 @@ std::string checksum_problem(std::uint64_t want, std::uint64_t got) {
 struct Reader::Impl {
     std::string dir;
     ReadOptions options;
-    Manifest manifest;
+    std::shared_ptr<const Manifest> shared;   // the index, possibly shared with other Readers
+    const Manifest *man = nullptr;
     std::unordered_map<std::string, std::size_t> by_name;
     FileCache files{64};
     std::unordered_set<std::string> verified;   // file + dataset of slices already checked
@@ -235,12 +236,12 @@ struct Reader::Impl {
 Reader::Reader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Reader::~Reader() = default;
 const std::string &Reader::path() const { return impl_->dir; }
-const Manifest &Reader::manifest() const { return impl_->manifest; }
+const Manifest &Reader::manifest() const { return *impl_->man; }
 std::uint64_t Reader::bytes_read() const { return impl_->bytes_read; }
 
 const TensorInfo *Reader::find(const std::string &name) const {
     auto it = impl_->by_name.find(name);
-    return it == impl_->by_name.end() ? nullptr : &impl_->manifest.tensors[it->second];
+    return it == impl_->by_name.end() ? nullptr : &impl_->man->tensors[it->second];
 }
 
 Result<std::unique_ptr<Reader>> Reader::open(const std::string &ckpt_dir, const ReadOptions &options) {
@@ -250,13 +251,14 @@ Result<std::unique_ptr<Reader>> Reader::open(const std::string &ckpt_dir, const 
     auto impl = std::make_unique<Impl>();
     impl->dir = ckpt_dir;
     impl->options = options;
-    impl->manifest = std::move(m.value());
+    impl->shared = std::move(m.value());
+    impl->man = impl->shared.get();
     // Every source file must exist before anything is loaded: a virtual dataset (and a
     // careless loader) would otherwise produce zeros for the missing part. Each distinct
     // file is looked at once.
     std::set<std::string> present;
-    for (std::size_t i = 0; i < impl->manifest.tensors.size(); ++i) {
-        const TensorInfo &t = impl->manifest.tensors[i];
+    for (std::size_t i = 0; i < impl->man->tensors.size(); ++i) {
+        const TensorInfo &t = impl->man->tensors[i];
         impl->by_name.emplace(t.name, i);
         for (const auto &s : t.sources) {
             const std::string p = fsio::join(ckpt_dir, s.file);
@@ -396,7 +398,7 @@ Status Reader::read_all(const std::string &name, void *dst, std::size_t dst_byte
 }
 
 Result<RankState> Reader::rank_state(std::uint32_t rank) {
-    for (const auto &info : impl_->manifest.rank_states)
+    for (const auto &info : impl_->man->rank_states)
         if (info.rank == rank) return read_rank_state(fsio::join(impl_->dir, kIndexFile), info);
     return make_error(impl_->dir + ": no rank state for rank " + std::to_string(rank));
 }

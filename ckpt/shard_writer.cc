@@ -100,7 +100,7 @@ Result<std::unique_ptr<ShardWriter>> open_shard_writer_in(const std::string &dir
         auto bm = read_index_cached(base_real);
         if (!bm) return make_error("base checkpoint: " + bm.error());
         const std::string base_name = fsio::basename(base_real);
-        for (const auto &t : bm.value().tensors)
+        for (const auto &t : bm.value()->tensors)
             for (const auto &s : t.sources) {
                 SourceRef ref = s;
                 ref.file = rebase_file_ref(s.file, base_name);
