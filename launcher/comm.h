@@ -30,16 +30,20 @@ namespace omni::launcher {
 enum class DType { fp32, bf16, i64 };
 enum class ReduceOp { sum, avg };
 
-// One point-to-point transfer of exchange(): `bytes` bytes to or from rank `peer`.
+// One point-to-point transfer of exchange(): `bytes` bytes to or from rank `peer`. Several
+// transfers between the same two ranks in one call are told apart by `lane`: a send and the
+// receive it fills name the same lane.
 struct PeerSend {
     int peer = 0;
     const void *data = nullptr;
     std::size_t bytes = 0;
+    std::uint8_t lane = 0;
 };
 struct PeerRecv {
     int peer = 0;
     void *data = nullptr;
     std::size_t bytes = 0;
+    std::uint8_t lane = 0;
 };
 
 std::size_t dtype_size(DType t);
@@ -67,9 +71,9 @@ public:
     // (so a rank may send to and receive from the same peer without deadlock). Collective in
     // call order only: every rank makes the same number of exchange() calls, with empty lists
     // where it has nothing to move; nothing synchronises ranks that move nothing. Each
-    // (sender, receiver) pair appears at most once per direction per call, both sides agree on
-    // its size, and a rank never names itself (it copies locally). Buffers stay untouched by
-    // the caller until the call returns.
+    // (sender, receiver, lane) appears at most once per call, both sides agree on its size and
+    // post a pair's lanes in the same order, and a rank never names itself (it copies
+    // locally). Buffers stay untouched by the caller until the call returns.
     virtual Status exchange(const std::vector<PeerSend> &sends,
                             const std::vector<PeerRecv> &recvs) = 0;
 };

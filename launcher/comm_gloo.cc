@@ -79,8 +79,11 @@ void scale(void *buf, std::size_t n, DType t, float factor) {
 // closed, the loop itself being joined) waits for that loop's next turn. A communicator of n
 // ranks pays this for about n pairs one after another on build and on teardown: tens of
 // milliseconds of a resize pause spent asleep. The waker is an eventfd watched by the loop;
-// while a communicator is built or torn down it is poked every 100 us, so the loop turns at
-// once. It must outlive the device's loop (the loop may call it until joined).
+// while a communicator is built or torn down it is poked every 200 us, so the loop turns at
+// once, except while the build waits on the rendezvous store (WakingStore below): that wait
+// can be long (joiners wait for the survivors' hand-off) and needs no loop turns, and
+// pokes then would only steal CPU from the ranks being waited for. It must outlive the
+// device's loop (the loop may call it until joined).
 class LoopWaker final : public gloo::transport::tcp::Handler {
 public:
     LoopWaker() : fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
@@ -108,11 +111,23 @@ public:
         poker_ = std::thread([this] {
             std::unique_lock<std::mutex> l(m_);
             while (poking_) {
+                if (paused_) {
+                    cv_.wait(l);
+                    continue;
+                }
                 const std::uint64_t one = 1;
                 (void)!::write(fd_, &one, sizeof one);
-                cv_.wait_for(l, std::chrono::microseconds(100));
+                cv_.wait_for(l, std::chrono::microseconds(200));
             }
         });
+    }
+    // Around waits that need no loop turns.
+    void pause(bool on) {
+        {
+            std::lock_guard<std::mutex> l(m_);
+            paused_ = on;
+        }
+        cv_.notify_all();
     }
     void stop() {
         if (!poker_.joinable()) return;
@@ -128,8 +143,40 @@ private:
     int fd_;
     std::mutex m_;
     std::condition_variable cv_;
-    bool poking_ = false;
+    bool poking_ = false, paused_ = false;
     std::thread poker_;
+};
+
+// The rendezvous store as connectFullMesh sees it: the caller's, with the waker paused for
+// the duration of every call (see LoopWaker).
+class WakingStore final : public gloo::rendezvous::Store {
+public:
+    WakingStore(gloo::rendezvous::Store &inner, LoopWaker &waker) : inner_(inner), waker_(waker) {}
+    void set(const std::string &key, const std::vector<char> &data) override {
+        Paused p(waker_);
+        inner_.set(key, data);
+    }
+    std::vector<char> get(const std::string &key) override {
+        Paused p(waker_);
+        return inner_.get(key);
+    }
+    void wait(const std::vector<std::string> &keys) override {
+        Paused p(waker_);
+        inner_.wait(keys);
+    }
+    void wait(const std::vector<std::string> &keys, const std::chrono::milliseconds &timeout) override {
+        Paused p(waker_);
+        inner_.wait(keys, timeout);
+    }
+
+private:
+    struct Paused {
+        explicit Paused(LoopWaker &w) : w_(w) { w_.pause(true); }
+        ~Paused() { w_.pause(false); }
+        LoopWaker &w_;
+    };
+    gloo::rendezvous::Store &inner_;
+    LoopWaker &waker_;
 };
 
 class GlooCommunicator final : public Communicator {
@@ -246,22 +293,22 @@ public:
                 return make_error("exchange: cannot receive from rank " + std::to_string(r.peer) +
                                   " at rank " + std::to_string(ctx_->rank) + " of " +
                                   std::to_string(ctx_->size));
-        // One slot per call (tags advance on every rank alike, see exchange()'s contract);
-        // the pair of ranks tells the transfers of one call apart.
-        const std::uint64_t slot = gloo::Slot::build(kExchangeSlotPrefix, next_tag());
+        // One slot per call (tags advance on every rank alike, see exchange()'s contract),
+        // plus the lane; the pair of ranks tells the rest apart.
+        const gloo::Slot slot = gloo::Slot::build(kExchangeSlotPrefix, next_tag());
         return run("exchange", [&] {
             std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> out, in;
             // Receives first, so that data arriving early lands in place instead of waiting.
             for (const auto &r : recvs) {
                 if (!r.bytes) continue;
                 in.push_back(ctx_->createUnboundBuffer(r.data, r.bytes));
-                in.back()->recv(r.peer, slot);
+                in.back()->recv(r.peer, slot + r.lane);
             }
             for (const auto &s : sends) {
                 if (!s.bytes) continue;
                 // Gloo's buffers are not const; a send only reads.
                 out.push_back(ctx_->createUnboundBuffer(const_cast<void *>(s.data), s.bytes));
-                out.back()->send(s.peer, slot);
+                out.back()->send(s.peer, slot + s.lane);
             }
             for (auto &b : in)
                 if (!b->waitRecv(timeout_)) throw std::runtime_error("receive aborted");
@@ -317,7 +364,8 @@ Result<std::unique_ptr<Communicator>> make_gloo_communicator(gloo::rendezvous::S
             if (tcp) waker->start();
             ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
             ctx->setTimeout(options.timeout);
-            ctx->connectFullMesh(store, device);
+            WakingStore waking(store, *waker);
+            ctx->connectFullMesh(waking, device);
             waker->stop();
         } catch (...) {
             // Tear down (pairs, then the device's loop) while the waker still runs.

@@ -7,7 +7,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
+#include <future>
+#include <system_error>
 
 #include "client.h"
 #include "comm_nccl.h"
@@ -57,6 +60,16 @@ Survivors survivors_of(const Decision &d) {
     for (const Member &m : d.next.members)
         s.index.push_back(contains(d.joining_units, m.unit) ? -1 : static_cast<int>(s.count++));
     return s;
+}
+
+// After an in-place re-partition (in_place_offset): the wanted part to the front, the rest
+// dropped. The capacity stays: a rank never holds more than it did before the reshape.
+void keep_in_place(std::vector<float> &v, const Repartition &plan, std::uint32_t me) {
+    auto off = in_place_offset(plan, me);
+    if (!off) return;
+    const std::size_t n = plan.want[me].size();
+    if (*off) std::memmove(v.data(), v.data() + *off, n * sizeof(float));
+    v.resize(n);
 }
 
 }  // namespace
@@ -136,7 +149,8 @@ Error Runtime::usage_error(std::string message) {
     return Error{std::move(message)};
 }
 
-Status Runtime::adopt(const Decision &d, std::uint32_t new_rank) {
+Status Runtime::adopt(const Decision &d, std::uint32_t new_rank,
+                      std::optional<Result<Connection>> prebuilt) {
     nccl_.reset();
     control_.reset();
     store_.reset();
@@ -144,20 +158,28 @@ Status Runtime::adopt(const Decision &d, std::uint32_t new_rank) {
     world_ = d.next.world;
     layout_ = d.next;
     rank_ = new_rank;
-    return build_communicator();
+    Result<Connection> c = prebuilt ? std::move(*prebuilt) : connect(generation_, rank_, world_);
+    if (!c) return Error{c.error()};
+    store_ = std::move(c.value().store);
+    control_ = std::move(c.value().control);
+    nccl_ = std::move(c.value().nccl);
+    return Status::success();
 }
 
-Status Runtime::build_communicator() {
+// Touches no member but opts_ and client_ (read), so that a survivor can build the next
+// generation's communicator on another thread while it hands state over on the current one.
+Result<Runtime::Connection> Runtime::connect(std::uint64_t generation, std::uint32_t rank,
+                                             std::uint32_t world) const {
     try {
-        store_ = std::make_unique<CoordinatorStore>(
-            *client_, generation_, std::chrono::milliseconds(opts_.comm_timeout_ms));
+        Connection c;
+        c.store = std::make_unique<CoordinatorStore>(
+            *client_, generation, std::chrono::milliseconds(opts_.comm_timeout_ms));
         GlooOptions go;
         go.hostname = opts_.gloo_host;
         go.timeout = std::chrono::milliseconds(opts_.comm_timeout_ms);
-        auto c = make_gloo_communicator(*store_, static_cast<int>(rank_),
-                                        static_cast<int>(world_), go);
-        if (!c) return make_error("generation " + u(generation_) + ": " + c.error());
-        control_ = std::move(c).value();
+        auto g = make_gloo_communicator(*c.store, static_cast<int>(rank), static_cast<int>(world), go);
+        if (!g) return make_error("generation " + u(generation) + ": " + g.error());
+        c.control = std::move(g).value();
 #ifdef HAVE_NCCL
         if (opts_.backend == CommBackend::nccl) {
             // A fresh NCCL communicator per generation, its unique id under this generation's
@@ -165,16 +187,15 @@ Status Runtime::build_communicator() {
             NcclOptions no;
             no.device = opts_.cuda_device;
             no.timeout = std::chrono::milliseconds(opts_.comm_timeout_ms);
-            auto n = make_nccl_communicator(*store_, "nccl-unique-id", static_cast<int>(rank_),
-                                            static_cast<int>(world_), no);
-            if (!n) return make_error("generation " + u(generation_) + ": " + n.error());
-            nccl_ = std::move(n).value();
+            auto n = make_nccl_communicator(*c.store, "nccl-unique-id", static_cast<int>(rank),
+                                            static_cast<int>(world), no);
+            if (!n) return make_error("generation " + u(generation) + ": " + n.error());
+            c.nccl = std::move(n).value();
         }
 #endif
-        return Status::success();
+        return c;
     } catch (const std::exception &e) {
-        return make_error("generation " + u(generation_) + ": building the communicator: " +
-                          e.what());
+        return make_error("generation " + u(generation) + ": building the communicator: " + e.what());
     }
 }
 
@@ -195,7 +216,7 @@ Result<std::size_t> Runtime::register_shard(std::vector<float> *storage, std::si
     for (const Shard &s : shards_)
         if (s.storage == storage) return make_error("register_shard: vector registered twice");
     const ShardRange r = shard_range(length);
-    if (storage->size() != r.size()) storage->assign(r.size(), 0.0f);
+    if (storage->size() != r.size()) assign_zeroed(*storage, r.size());
     shards_.push_back({storage, length});
     return shards_.size() - 1;
 }
@@ -280,33 +301,46 @@ Status Runtime::check_header(const Decision &d, const std::string &text) {
 
 Status Runtime::receive_as_joiner() {
     const Decision &d = *admission_;
+    const auto t0 = std::chrono::steady_clock::now();
     std::vector<std::vector<float>> none(shards_.size());
     if (auto st = hand_over(d, none); !st) return st;
     log_info("generation " + u(generation_) + ": received " + u(param_count_) +
-             " parameters and " + u(shards_.size()) + " optimizer vectors at step " + u(step_));
+             " parameters and " + u(shards_.size()) + " optimizer vectors at step " + u(step_) +
+             " in " + std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                         std::chrono::steady_clock::now() - t0).count()) + " ms");
     return Status::success();
 }
 
 Result<std::vector<std::vector<float>>> Runtime::gather_on_survivors(const Decision &d) {
     const Survivors sv = survivors_of(d);
-    std::vector<std::vector<float>> held;
-    for (const Shard &s : shards_) {
-        Repartition plan;
+    if (layout_.members.size() != world_)
+        return make_error("the old generation's layout has " + u(layout_.members.size()) +
+                          " members for a world of " + u(world_));
+    std::vector<Repartition> plans(shards_.size());
+    std::vector<std::vector<float>> held(shards_.size());
+    std::vector<RepartitionJob> jobs;
+    for (std::size_t i = 0; i < shards_.size(); ++i) {
+        const std::size_t len = shards_[i].length;
         for (const Member &m : layout_.members) {
-            plan.have.push_back(zero1_range(s.length, m.rank, world_));
+            plans[i].have.push_back(zero1_range(len, m.rank, world_));
             auto nr = d.next.rank_of(m.unit, m.slot);
-            plan.want.push_back(nr && sv.index[*nr] >= 0
-                                    ? zero1_range(s.length, static_cast<std::uint32_t>(sv.index[*nr]), sv.count)
-                                    : ShardRange{});
+            plans[i].want.push_back(nr && sv.index[*nr] >= 0
+                                        ? zero1_range(len, static_cast<std::uint32_t>(sv.index[*nr]), sv.count)
+                                        : ShardRange{});
         }
-        if (plan.have.size() != world_)
-            return make_error("the old generation's layout has " + u(plan.have.size()) +
-                              " members for a world of " + u(world_));
-        std::vector<float> piece(plan.want[rank_].size());
-        if (auto st = repartition(*control_, plan, s.storage->data(), piece.data()); !st)
-            return Error{st.error()};
-        held.push_back(std::move(piece));
+        jobs.push_back({&plans[i], shards_[i].storage->data(), nullptr});
+        if (auto off = in_place_offset(plans[i], rank_)) {
+            // Without leavers every survivor keeps what it has: no copy, no new pages.
+            held[i] = std::move(*shards_[i].storage);
+            jobs.back().dst = held[i].data() + *off;
+        } else {
+            assign_zeroed(held[i], plans[i].want[rank_].size());
+            jobs.back().dst = held[i].data();
+        }
     }
+    // Every vector in one round of transfers.
+    if (auto st = repartition(*control_, jobs); !st) return Error{st.error()};
+    for (std::size_t i = 0; i < shards_.size(); ++i) keep_in_place(held[i], plans[i], rank_);
     return held;
 }
 
@@ -332,36 +366,58 @@ Status Runtime::hand_over(const Decision &d, std::vector<std::vector<float>> &he
     // transfers below within comm_timeout_ms (libomni(3)).
     if (joiner)
         if (auto st = check_header(d, text); !st) return st;
-    // Parameters: survivor i offers its 1/s of them; each joiner wants all.
-    Repartition pp;
+    // Parameters: survivor i offers its 1/s of them; each joiner wants all. Optimizer
+    // vectors: from the survivor layout to the new one. All in one round of transfers.
+    std::vector<Repartition> plans(1 + shards_.size());
     for (std::uint32_t r = 0; r < world_; ++r) {
-        pp.have.push_back(sv.index[r] >= 0 ? zero1_range(param_count_, static_cast<std::uint32_t>(sv.index[r]), sv.count)
-                                           : ShardRange{});
-        pp.want.push_back(sv.index[r] < 0 ? ShardRange{0, param_count_} : ShardRange{});
-    }
-    {
-        // A survivor's own range of the (replicated) parameters is already in place.
-        const ShardRange &h = pp.have[rank_];
-        if (auto st = repartition(c, pp, params_ ? params_ + h.begin : nullptr,
-                                  joiner ? params_ : nullptr);
-            !st)
-            return make_error("parameters for joiners: " + st.error());
-    }
-    for (std::size_t i = 0; i < shards_.size(); ++i) {
-        Repartition sp;
-        for (std::uint32_t r = 0; r < world_; ++r) {
-            sp.have.push_back(sv.index[r] >= 0 ? zero1_range(shards_[i].length, static_cast<std::uint32_t>(sv.index[r]), sv.count)
-                                               : ShardRange{});
-            sp.want.push_back(zero1_range(shards_[i].length, r, world_));
+        const bool surv = sv.index[r] >= 0;
+        const auto idx = static_cast<std::uint32_t>(surv ? sv.index[r] : 0);
+        plans[0].have.push_back(surv ? zero1_range(param_count_, idx, sv.count) : ShardRange{});
+        plans[0].want.push_back(surv ? ShardRange{} : ShardRange{0, param_count_});
+        for (std::size_t i = 0; i < shards_.size(); ++i) {
+            plans[1 + i].have.push_back(surv ? zero1_range(shards_[i].length, idx, sv.count) : ShardRange{});
+            plans[1 + i].want.push_back(zero1_range(shards_[i].length, r, world_));
         }
-        if (held[i].size() != sp.have[rank_].size())
+    }
+    std::vector<RepartitionJob> jobs;
+    // A survivor's own range of the (replicated) parameters is already in place.
+    jobs.push_back({&plans[0], params_ ? params_ + plans[0].have[rank_].begin : nullptr,
+                    joiner ? params_ : nullptr});
+    // Where each vector's new range lands: in place in what this rank holds, straight into
+    // a joiner's registered storage (sized for this generation, its pages touched before it
+    // joined), or else a new buffer.
+    enum class Dest { in_place, storage, fresh };
+    std::vector<Dest> dest(shards_.size());
+    std::vector<std::vector<float>> fresh(shards_.size());
+    for (std::size_t i = 0; i < shards_.size(); ++i) {
+        const Repartition &p = plans[1 + i];
+        if (held[i].size() != p.have[rank_].size())
             return make_error("hand-off: this rank holds " + u(held[i].size()) +
                               " elements of optimizer vector " + u(i) + ", expected " +
-                              u(sp.have[rank_].size()));
-        std::vector<float> mine(sp.want[rank_].size());
-        if (auto st = repartition(c, sp, held[i].data(), mine.data()); !st)
-            return make_error("optimizer vector " + u(i) + ": " + st.error());
-        *shards_[i].storage = std::move(mine);
+                              u(p.have[rank_].size()));
+        jobs.push_back({&p, held[i].data(), nullptr});
+        if (auto off = in_place_offset(p, rank_)) {
+            dest[i] = Dest::in_place;
+            jobs.back().dst = held[i].data() + *off;
+        } else if (joiner) {
+            dest[i] = Dest::storage;
+            if (shards_[i].storage->size() != p.want[rank_].size())
+                assign_zeroed(*shards_[i].storage, p.want[rank_].size());
+            jobs.back().dst = shards_[i].storage->data();
+        } else {
+            dest[i] = Dest::fresh;
+            assign_zeroed(fresh[i], p.want[rank_].size());
+            jobs.back().dst = fresh[i].data();
+        }
+    }
+    if (auto st = repartition(c, jobs); !st) return make_error("parameters and optimizer state: " + st.error());
+    for (std::size_t i = 0; i < shards_.size(); ++i) {
+        if (dest[i] == Dest::in_place) {
+            keep_in_place(held[i], plans[1 + i], rank_);
+            *shards_[i].storage = std::move(held[i]);
+        } else if (dest[i] == Dest::fresh) {
+            *shards_[i].storage = std::move(fresh[i]);
+        }
     }
     return Status::success();
 }
@@ -417,6 +473,23 @@ Result<BoundaryResult> Runtime::boundary(std::uint64_t step) {
             return usage_error("boundary: generation " + u(d.next.generation) + " of " +
                               u(d.next.world) + " ranks: " + st.error());
     }
+    // Phase times, logged with the change: where a slow resize spends its pause.
+    using Clock = std::chrono::steady_clock;
+    const auto ms_since = [](Clock::time_point t) {
+        return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count());
+    };
+    const auto t_decided = Clock::now();
+    // A survivor of a planned reshape connects to the next generation on another thread
+    // while phase 1 runs on the current communicator (rendezvous is mostly waiting).
+    std::future<Result<Connection>> next;
+    if (!d.rewind && new_rank) {
+        try {
+            next = std::async(std::launch::async, [this, g = d.next.generation, r = *new_rank,
+                                                   w = d.next.world] { return connect(g, r, w); });
+        } catch (const std::system_error &) {
+            // No thread to spare: adopt() connects after phase 1 instead.
+        }
+    }
     std::vector<std::vector<float>> held;
     if (!d.rewind) {
         // Phase 1 on the old communicator: leavers hand their shards to the survivors.
@@ -437,7 +510,14 @@ Result<BoundaryResult> Runtime::boundary(std::uint64_t step) {
     if (d.rewind && nccl_)
         if (auto *n = dynamic_cast<NcclCommunicator *>(nccl_.get())) n->abort();
 #endif
-    if (auto st = adopt(d, *new_rank); !st) return make_error("boundary: " + st.error());
+    const std::string phase1_ms = ms_since(t_decided);
+    const auto t_adopt = Clock::now();
+    std::optional<Result<Connection>> prebuilt;
+    if (next.valid()) prebuilt = next.get();
+    if (auto st = adopt(d, *new_rank, std::move(prebuilt)); !st)
+        return make_error("boundary: " + st.error());
+    const std::string comm_ms = ms_since(t_adopt);
+    const auto t_phase2 = Clock::now();
     const bool joiners = !d.rewind && !d.joining_units.empty();
     for (std::size_t i = 0; i < shards_.size(); ++i) {
         if (d.rewind)
@@ -456,7 +536,9 @@ Result<BoundaryResult> Runtime::boundary(std::uint64_t step) {
     }
     log_info("generation " + u(old_generation) + " -> " + u(generation_) + " at step " +
              u(step) + ": " + u(res.previous_world) + " -> " + u(world_) + " ranks (" +
-             d.reason + (d.rewind ? ", rewind" : "") + "); this rank is now " + u(rank_));
+             d.reason + (d.rewind ? ", rewind" : "") + "); this rank is now " + u(rank_) +
+             "; took " + ms_since(t_decided) + " ms (hand-off to survivors " + phase1_ms +
+             " ms, then the new communicator " + comm_ms + " ms, to joiners " + ms_since(t_phase2) + " ms)");
     return finish(d.rewind ? Outcome::Rewind : Outcome::Reshaped);
 }
 

@@ -139,8 +139,16 @@ private:
     };
     explicit Runtime(const RuntimeOptions &o);
     Error usage_error(std::string message);  // records Fault::usage
-    Status adopt(const Decision &d, std::uint32_t new_rank);  // layout + communicator
-    Status build_communicator();
+    // One generation's rendezvous store and communicators.
+    struct Connection {
+        std::unique_ptr<CoordinatorStore> store;
+        std::unique_ptr<Communicator> control, nccl;
+    };
+    Result<Connection> connect(std::uint64_t generation, std::uint32_t rank,
+                               std::uint32_t world) const;
+    // Layout + communicator of the decision's generation (`prebuilt`: already connected).
+    Status adopt(const Decision &d, std::uint32_t new_rank,
+                 std::optional<Result<Connection>> prebuilt = std::nullopt);
     Status check_state_for(std::uint32_t world) const;
     // Phase 1 of a planned reshape (runtime_handoff.h), on the old communicator: returns
     // this rank's survivor-layout piece of each optimizer vector (empty for a leaver).

@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 namespace omni::launcher {
@@ -68,26 +71,65 @@ Result<PeerPlan> plan_repartition(const Repartition &plan, std::uint32_t me) {
     return out;
 }
 
-Status repartition(Communicator &comm, const Repartition &plan, const float *src, float *dst) {
+Status repartition(Communicator &comm, const std::vector<RepartitionJob> &jobs) {
     const auto me = static_cast<std::uint32_t>(comm.rank());
-    if (plan.have.size() != static_cast<std::size_t>(comm.size()))
-        return make_error("hand-off plan: " + std::to_string(plan.have.size()) +
-                          " ranges for a communicator of " + std::to_string(comm.size()));
-    auto p = plan_repartition(plan, me);
-    if (!p) return Error{p.error()};
-    const ShardRange &have = plan.have[me], &want = plan.want[me];
+    if (jobs.size() > kMaxLanes)
+        return make_error("hand-off: " + std::to_string(jobs.size()) + " vectors in one exchange, at most " +
+                          std::to_string(kMaxLanes));
     std::vector<PeerSend> sends;
     std::vector<PeerRecv> recvs;
-    for (const auto &m : p.value().sends)
-        sends.push_back({m.peer, src + (m.range.begin - have.begin), m.range.size() * sizeof(float)});
-    for (const auto &m : p.value().recvs)
-        recvs.push_back({m.peer, dst + (m.range.begin - want.begin), m.range.size() * sizeof(float)});
-    const ShardRange &local = p.value().local;
-    if (local.size())
-        std::memcpy(dst + (local.begin - want.begin), src + (local.begin - have.begin),
-                    local.size() * sizeof(float));
+    for (std::size_t lane = 0; lane < jobs.size(); ++lane) {
+        const Repartition &plan = *jobs[lane].plan;
+        if (plan.have.size() != static_cast<std::size_t>(comm.size()))
+            return make_error("hand-off plan: " + std::to_string(plan.have.size()) +
+                              " ranges for a communicator of " + std::to_string(comm.size()));
+        auto p = plan_repartition(plan, me);
+        if (!p) return Error{p.error()};
+        const ShardRange &have = plan.have[me], &want = plan.want[me];
+        const float *src = jobs[lane].src;
+        float *dst = jobs[lane].dst;
+        const auto l = static_cast<std::uint8_t>(lane);
+        for (const auto &m : p.value().sends)
+            sends.push_back({m.peer, src + (m.range.begin - have.begin), m.range.size() * sizeof(float), l});
+        for (const auto &m : p.value().recvs)
+            recvs.push_back({m.peer, dst + (m.range.begin - want.begin), m.range.size() * sizeof(float), l});
+        const ShardRange &local = p.value().local;
+        float *to = dst + (local.begin - want.begin);
+        const float *from = src + (local.begin - have.begin);
+        if (local.size() && to != from)  // equal: the caller receives in place (see header)
+            std::memcpy(to, from, local.size() * sizeof(float));
+    }
     if (auto st = comm.exchange(sends, recvs); !st) return make_error("hand-off: " + st.error());
     return Status::success();
+}
+
+void assign_zeroed(std::vector<float> &v, std::size_t n) {
+#ifdef MADV_POPULATE_WRITE
+    if (n * sizeof(float) >= (std::size_t(1) << 20) && v.capacity() < n) {
+        std::vector<float>().swap(v);
+        v.reserve(n);
+        const long page = sysconf(_SC_PAGESIZE);
+        if (page > 0) {
+            const auto p = static_cast<std::uintptr_t>(page);
+            const auto begin = (reinterpret_cast<std::uintptr_t>(v.data()) + p - 1) & ~(p - 1);
+            const auto end = (reinterpret_cast<std::uintptr_t>(v.data() + n)) & ~(p - 1);
+            // Only a hint: on failure (an older kernel: EINVAL) the pages fault in as written.
+            if (end > begin) (void)madvise(reinterpret_cast<void *>(begin), end - begin, MADV_POPULATE_WRITE);
+        }
+    }
+#endif
+    v.assign(n, 0.0f);
+}
+
+std::optional<std::size_t> in_place_offset(const Repartition &plan, std::uint32_t me) {
+    if (me >= plan.have.size() || me >= plan.want.size()) return std::nullopt;
+    const ShardRange &h = plan.have[me], &w = plan.want[me];
+    if (w.size() == 0 || w.begin < h.begin || w.end > h.end) return std::nullopt;
+    return w.begin - h.begin;
+}
+
+Status repartition(Communicator &comm, const Repartition &plan, const float *src, float *dst) {
+    return repartition(comm, std::vector<RepartitionJob>{{&plan, src, dst}});
 }
 
 Status broadcast_bytes(Communicator &comm, std::string &bytes, int root, std::size_t max_bytes) {

@@ -23,6 +23,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,28 @@ Result<PeerPlan> plan_repartition(const Repartition &plan, std::uint32_t me);
 // have[rank] elements of this rank, `dst` receives its want[rank] elements. `src` and `dst`
 // must not overlap.
 Status repartition(Communicator &comm, const Repartition &plan, const float *src, float *dst);
+
+// When rank `me` wants a non-empty part of what it holds (want inside have), the offset of
+// that part in its `src`: it may then pass dst = src + offset (the local copy is skipped;
+// nothing is received) and, after the call, move that part to the front of its buffer
+// instead of allocating a new one.
+std::optional<std::size_t> in_place_offset(const Repartition &plan, std::uint32_t me);
+
+// v.assign(n, 0) for a buffer about to receive a shard, faulting its pages in with one
+// madvise(MADV_POPULATE_WRITE) before they are written instead of one page fault at a time
+// (several times faster where page faults are expensive, as in VMs; plain assign where the
+// kernel lacks it).
+void assign_zeroed(std::vector<float> &v, std::size_t n);
+
+// Several re-partitions in one exchange() (at most kMaxLanes; every rank passes the same
+// plans in the same order): one round of transfers instead of one per vector.
+struct RepartitionJob {
+    const Repartition *plan;
+    const float *src;
+    float *dst;
+};
+constexpr std::size_t kMaxLanes = 256;
+Status repartition(Communicator &comm, const std::vector<RepartitionJob> &jobs);
 
 // Broadcasts a byte string of at most `max_bytes` from `root`: its length, then the bytes.
 // Non-roots pass an empty string and receive the root's; a length above max_bytes is refused

@@ -144,3 +144,84 @@ TEST(Handoff, SurvivorsToNewLayoutWithJoinersAndParametersToJoiners) {
         run_plan(params);
     }
 }
+
+TEST(Handoff, InPlaceWhenWantedLiesInsideHeld) {
+    Repartition p{{R(0, 6), R(6, 10)}, {R(2, 5), R(0, 2)}};
+    ASSERT_TRUE(in_place_offset(p, 0).has_value());
+    EXPECT_EQ(*in_place_offset(p, 0), 2u);
+    EXPECT_FALSE(in_place_offset(p, 1).has_value());  // wants what rank 0 holds
+    Repartition nothing{{R(0, 4)}, {R(0, 0)}};
+    EXPECT_FALSE(in_place_offset(nothing, 0).has_value());  // nothing wanted: nothing to keep
+    EXPECT_FALSE(in_place_offset(nothing, 1).has_value());  // no such rank
+}
+
+TEST(Handoff, InPlaceGrowKeepsTheSurvivorsBufferAndSendsTheRest) {
+    // 2 survivors holding halves, 4 ranks wanting quarters: rank 0's quarter is a prefix of
+    // its half (kept in place, dst aliasing src), rank 1 receives its quarter from rank 0.
+    const std::size_t len = 40001;
+    Repartition p;
+    for (std::uint32_t r = 0; r < 4; ++r) {
+        p.have.push_back(r < 2 ? zero1_range(len, r, 2) : ShardRange{});
+        p.want.push_back(zero1_range(len, r, 4));
+    }
+    on_ranks(4, [&](Communicator &c) {
+        const auto r = static_cast<std::uint32_t>(c.rank());
+        std::vector<float> held(p.have[r].size());
+        for (std::size_t i = 0; i < held.size(); ++i) held[i] = value(p.have[r].begin + i);
+        const float *before = held.data();
+        std::vector<float> fresh;
+        float *dst;
+        if (auto off = in_place_offset(p, r)) {
+            dst = held.data() + *off;
+        } else {
+            fresh.assign(p.want[r].size(), -1.0f);
+            dst = fresh.data();
+        }
+        auto st = repartition(c, p, held.data(), dst);
+        ASSERT_TRUE(st.ok()) << st.error();
+        if (r == 0) {
+            EXPECT_EQ(dst, before);  // no new buffer
+        }
+        for (std::size_t i = 0; i < p.want[r].size(); ++i) ASSERT_EQ(dst[i], value(p.want[r].begin + i)) << r;
+    });
+}
+
+TEST(Handoff, SeveralVectorsInOneExchangeStayApart) {
+    // Three vectors of different lengths re-partitioned 3 -> 2 in one call: the lanes keep
+    // rank 2's three sends to rank 1 from landing in each other's buffers.
+    const std::size_t lens[3] = {1001, 77777, 5};
+    std::vector<Repartition> plans(3);
+    for (int k = 0; k < 3; ++k) {
+        for (std::uint32_t r = 0; r < 3; ++r) {
+            plans[k].have.push_back(zero1_range(lens[k], r, 3));
+            plans[k].want.push_back(r < 2 ? zero1_range(lens[k], r, 2) : ShardRange{});
+        }
+    }
+    on_ranks(3, [&](Communicator &c) {
+        const auto r = static_cast<std::uint32_t>(c.rank());
+        std::vector<std::vector<float>> src(3), dst(3);
+        std::vector<RepartitionJob> jobs;
+        for (int k = 0; k < 3; ++k) {
+            for (std::size_t i = plans[k].have[r].begin; i < plans[k].have[r].end; ++i)
+                src[k].push_back(value(i) + 1000.0f * static_cast<float>(k));
+            dst[k].assign(plans[k].want[r].size(), -1.0f);
+            jobs.push_back({&plans[k], src[k].data(), dst[k].data()});
+        }
+        auto st = repartition(c, jobs);
+        ASSERT_TRUE(st.ok()) << st.error();
+        for (int k = 0; k < 3; ++k) {
+            for (std::size_t i = 0; i < dst[k].size(); ++i)
+                ASSERT_EQ(dst[k][i], value(plans[k].want[r].begin + i) + 1000.0f * static_cast<float>(k)) << k;
+        }
+    });
+}
+
+TEST(Handoff, AssignZeroedGivesZerosOfTheRightSize) {
+    std::vector<float> v{1, 2, 3};
+    assign_zeroed(v, 3u << 20);  // above the 1 MiB at which pages are faulted in at once
+    ASSERT_EQ(v.size(), 3u << 20);
+    for (std::size_t i = 0; i < v.size(); i += 4099) ASSERT_EQ(v[i], 0.0f);
+    EXPECT_EQ(v.back(), 0.0f);
+    assign_zeroed(v, 2);
+    EXPECT_EQ(v, (std::vector<float>{0, 0}));
+}
