@@ -6,9 +6,10 @@
 
 #include <climits>
 #include <cstdlib>
-#include <map>
+#include <memory>
+#include <optional>
 #include <set>
-#include <tuple>
+#include <unordered_map>
 
 #include "format.h"
 #include "fsio.h"
@@ -23,9 +24,6 @@ namespace omni {
 namespace ckpt {
 
 namespace {
-
-// Identity of a slice for incremental reuse: same tensor, dtype, global shape and box.
-using SliceKey = std::tuple<std::string, DType, Shape, Shape, Shape>;
 
 std::string real_path(const std::string &p) {
     char buf[PATH_MAX];
@@ -42,7 +40,13 @@ struct ShardWriter::Impl {
     WriterOptions options;
     ShardManifest manifest;
     h5::Handle file;
-    std::map<SliceKey, SourceRef> base;   // the base checkpoint's slices, rebased
+    // The base checkpoint's manifest (shared with other writers of this process) and its
+    // tensors by name. A slice is looked up among its tensor's sources when it is added:
+    // indexing every slice of every rank up front cost each writer as much as the rest of
+    // opening it, for the 1/K of the entries it ever looks at.
+    std::shared_ptr<const Manifest> base_manifest;
+    std::string base_name;   // the base's directory name, for rebasing references
+    std::unordered_map<std::string, const TensorInfo *> base_tensors;
     std::set<std::string> names;
     std::uint64_t written = 0, reused = 0;
     bool finished = false;
@@ -99,14 +103,9 @@ Result<std::unique_ptr<ShardWriter>> open_shard_writer_in(const std::string &dir
                               "; an incremental checkpoint must sit next to its base");
         auto bm = read_index_cached(base_real);
         if (!bm) return make_error("base checkpoint: " + bm.error());
-        const std::string base_name = fsio::basename(base_real);
-        for (const auto &t : bm.value()->tensors)
-            for (const auto &s : t.sources) {
-                SourceRef ref = s;
-                ref.file = rebase_file_ref(s.file, base_name);
-                ref.writer = rank;
-                impl->base.emplace(SliceKey{t.name, t.dtype, t.shape, s.offset, s.count}, ref);
-            }
+        impl->base_name = fsio::basename(base_real);
+        impl->base_manifest = std::move(bm.value());
+        for (const auto &t : impl->base_manifest->tensors) impl->base_tensors.emplace(t.name, &t);
     }
     if (auto st = fsio::make_dirs(dir); !st) return make_error(st.error());
     auto f = h5::create_file(impl->tmp_path);
@@ -143,10 +142,19 @@ Status ShardWriter::add_tensor(const std::string &name, DType dtype, const Shape
     t.name = name;
     t.dtype = dtype;
     t.shape = shape;
-    const SourceRef *base = nullptr;
-    if (!w.base.empty()) {
-        auto it = w.base.find(SliceKey{name, dtype, shape, offset, count});
-        if (it != w.base.end()) base = &it->second;
+    // The base's slice with the same tensor, dtype, global shape and extent, referenced
+    // from the new checkpoint's directory.
+    std::optional<SourceRef> base;
+    if (w.base_manifest) {
+        auto it = w.base_tensors.find(name);
+        if (it != w.base_tensors.end() && it->second->dtype == dtype && it->second->shape == shape)
+            for (const auto &s : it->second->sources)
+                if (s.offset == offset && s.count == count) {
+                    base = s;
+                    base->file = rebase_file_ref(s.file, w.base_name);
+                    base->writer = w.manifest.rank;
+                    break;
+                }
     }
     if (base && change == Change::unchanged) {
         // The caller vouches for it; verify and load still check the base's checksum.
