@@ -89,6 +89,7 @@ struct Step {
     bool terminated = false;    // omni-launch sent SIGTERM
     bool killed = false;        // omni-launch sent SIGKILL
     int exit_code = 0;
+    bool failed = false;        // a failure of the ranks (see reap())
 };
 
 class Driver {
@@ -106,6 +107,7 @@ private:
     void maybe_grow(const Snapshot &s);
     void record(GenerationEvent e);
     void begin_shutdown(const std::string &why);
+    int exit_status() const;
     void enforce_shutdown();
     bool any_running() const;
     Status send(Request req);
@@ -117,7 +119,7 @@ private:
     std::optional<EventLog> events_;
     std::vector<Step> steps_;
     std::uint32_t next_unit_ = 0;
-    int first_failure_ = 0;
+    int own_failure_ = 0;    // omni-launch's own: the coordinator stopped answering
     // Observed state.
     std::uint64_t seen_generation_ = 0;
     std::uint32_t seen_world_ = 0;
@@ -212,7 +214,7 @@ void Driver::reap() {
         log_line(st.exit_code == 0 || !counts ? LogLevel::Info : LogLevel::Warning, kComponent,
                  "step " + st.name + " (units [" + format_unit_list(st.units) + "]) ended, exit " +
                      std::to_string(st.exit_code) + (ours ? " (stopped by omni-launch)" : ""));
-        if (counts && first_failure_ == 0) first_failure_ = st.exit_code;
+        st.failed = counts;
         if (st.exit_code != 0) {
             report_dead_ranks(st, last_snapshot_ ? &*last_snapshot_ : nullptr);
             if (st.joiner && !st.admitted && !ours && last_snapshot_ && last_snapshot_->target) {
@@ -430,12 +432,13 @@ int Driver::run() {
             log_line(LogLevel::Error, kComponent, "the coordinator has not answered for " +
                                                       std::to_string(kCoordinatorGoneMs / 1000) +
                                                       " s: " + (rep ? "bad status" : rep.error()));
-            if (first_failure_ == 0) first_failure_ = 1;
+            own_failure_ = 1;
             shutdown_deadline_ = mono_ms();
         }
         enforce_shutdown();
         std::this_thread::sleep_for(std::chrono::milliseconds(kPollMs));
     }
+    const int status = exit_status();
     if (!stop_recorded_) {
         // The ranks finished on their own (end of training): the job's last change.
         GenerationEvent e;
@@ -444,13 +447,43 @@ int Driver::run() {
         e.old_world = seen_world_;
         e.old_units = seen_units_;
         e.reason = "stop";
-        e.detail = first_failure_ == 0 ? "ranks-finished" : "ranks-failed";
+        e.detail = status == 0 ? "ranks-finished" : "ranks-failed";
         e.step = last_snapshot_ ? last_snapshot_->last_step : 0;
         record(std::move(e));
     }
-    log_line(first_failure_ ? LogLevel::Warning : LogLevel::Info, kComponent,
-             "all steps ended; exit status " + std::to_string(first_failure_));
-    return first_failure_;
+    log_line(status ? LogLevel::Warning : LogLevel::Info, kComponent,
+             "all steps ended; exit status " + std::to_string(status));
+    return status;
+}
+
+// The job's status is the trainer's (omni-launch(1), EXIT STATUS). A failed step whose units
+// are not in the job's last generation, while that generation has members, is one the job
+// recovered from: the survivors rewound and went on without it (it stays in the log and the
+// events file). Of the other failures, a status a rank exited with on its own comes before a
+// death by a signal: next to a SIGKILLed rank (137), survivors that stopped below the elastic
+// minimum with status 3 make the job's status 3.
+int Driver::exit_status() const {
+    std::set<std::uint32_t> last_units;
+    if (last_snapshot_)
+        for (const auto &m : last_snapshot_->members) last_units.insert(m.second);
+    int by_exit = 0, by_signal = 0;
+    for (const Step &st : steps_) {
+        if (!st.failed) continue;
+        const bool recovered = !last_units.empty() &&
+                               std::none_of(st.units.begin(), st.units.end(),
+                                            [&](std::uint32_t u) { return last_units.count(u) > 0; });
+        if (recovered) {
+            log_line(LogLevel::Warning, kComponent,
+                     "step " + st.name + " failed (exit " + std::to_string(st.exit_code) +
+                         "); the job went on without units [" + format_unit_list(st.units) + "]");
+            continue;
+        }
+        int &slot = st.exit_code < 128 ? by_exit : by_signal;
+        if (!slot) slot = st.exit_code;
+    }
+    if (by_exit) return by_exit;
+    if (by_signal) return by_signal;
+    return own_failure_;
 }
 
 }  // namespace

@@ -97,8 +97,9 @@ ParsedCommandLine parse_command_line(int argc, const char *const *argv) {
                      "sbatch --omni-elastic/--omni-unit),\nOMNI_JOB_DIR. Ranks get OMNI_UNIT_ID, "
                      "OMNI_UNIT_SLOT, OMNI_UNIT_SIZE, OMNI_MEMBER_ID,\nOMNI_COORD_ADDR, "
                      "OMNI_COORD_SECRET and OMNI_JOB_DIR.\n"
-                     "Exit status: the ranks' status (0 when every rank exited 0, else the first "
-                     "failure),\n1 when omni-launch itself fails, 2 on bad usage.\n";
+                     "Exit status: the trainer's: 0 when the ranks finished (also after losing units\n"
+                     "the job went on without), else the first failure it could not recover from;\n"
+                     "1 when omni-launch itself fails, 2 on bad usage (see omni-launch(1)).\n";
         out.exit_code = 0;
         out.text = s.str();
         return out;

@@ -83,11 +83,17 @@ PY
 grep -q "generation 2 -> 3: world 1 -> 2 (planned" "$tmp/run.err" || { echo "FAIL: change not logged"; fails=$((fails + 1)); }
 check "job files removed at the end" "no no" "$([ -e "$dir/secret" ] && echo yes || echo no) $([ -e "$dir/coordinator" ] && echo yes || echo no)"
 
-# A rank that crashes (unit 0 exits 3 at step 4): lost, and the job's status is 3.
+# A rank that crashes (unit 0 exits 3 at step 4): lost; unit 1 goes on alone and finishes,
+# so the job recovered and its status is 0.
 "$OMNI_LAUNCH" --bind 127.0.0.1 --job-dir "$tmp/job2" --units 2 --events "$tmp/ev2.jsonl" \
     -- "$TOY_RANK" 10 20 4 >/dev/null 2>"$tmp/run2.err"
-check "exit status of a crashing rank" 3 $?
+check "exit status after a crash the job recovered from" 0 $?
 check "lost event" '"lost"' "$(sed -n 2p "$tmp/ev2.jsonl" | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["reason"]))')"
+grep -q "failed (exit 3); the job went on without units \[0\]" "$tmp/run2.err" || { echo "FAIL: recovered failure not logged"; fails=$((fails + 1)); }
+# The same with --min-units 2: nobody can go on; the status is the crashed rank's 3.
+"$OMNI_LAUNCH" --bind 127.0.0.1 --job-dir "$tmp/job3" --units 2 --min-units 2 --events "$tmp/ev3.jsonl" \
+    -- "$TOY_RANK" 10 20 4 >/dev/null 2>"$tmp/run3.err"
+check "exit status of a crash below the minimum" 3 $?
 
 [ "$fails" -eq 0 ] && echo "PASS" || echo "$fails failure(s)"
 [ "$fails" -eq 0 ]

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # omni-launch when things go wrong, on a 3-node cluster (test/toy_rank as the ranks):
 #  1. a rank that crashes (exit 3 at step 5): its unit is reported lost, the others go on as
-#     an unplanned shrink 3 -> 2, and omni-launch and the job end with the rank's status 3;
+#     an unplanned shrink 3 -> 2 and finish, so omni-launch and the job end with status 0
+#     (the job recovered; the failure is in the log and the events); with --min-units 3 the
+#     job cannot go on and ends with the rank's status 3;
 #  2. SIGTERM to omni-launch: the coordinator stops the job at the next boundary, every rank
 #     exits 0 on STOP, and omni-launch exits 0 with a "stop" event naming the signal.
 . "$(dirname "$0")/lib.sh"
@@ -20,21 +22,33 @@ rc=\$?
 echo "launch-exit \$rc"
 exit \$rc
 EOS2
-out=$(timeout 180 sbatch --wait -N3 -t 5 -o "$work/lost.out" --parsable lost.sh) && fail "the job with a crashing rank succeeded"
+out=$(timeout 180 sbatch --wait -N3 -t 5 -o "$work/lost.out" --parsable lost.sh) ||
+  { cat "$work/lost.out" >&2; fail "the job that recovered from a crashing rank failed"; }
 jobid=${out%%;*}
-grep -E 'launch-exit|generation [0-9]+ ->|lost' "$work/lost.out" || true
-expect_eq "omni-launch exit after a crash" "$(sed -n 's/^launch-exit //p' "$work/lost.out")" 3
-expect_eq "job $jobid state" "$(job_state "$jobid")" FAILED
+grep -E 'launch-exit|generation [0-9]+ ->|lost|went on' "$work/lost.out" || true
+expect_eq "omni-launch exit after a crash it recovered from" "$(sed -n 's/^launch-exit //p' "$work/lost.out")" 0
+expect_eq "job $jobid state" "$(job_state "$jobid")" COMPLETED
+grep -q 'step omni-u0 failed (exit 3); the job went on without units \[0\]' "$work/lost.out" ||
+  fail "the recovered failure is not in omni-launch's log"
 python3 - "$work/lost.jsonl" <<'PY' || fail "events: $(cat "$work/lost.jsonl")"
 import json, sys
 ev = [json.loads(l) for l in open(sys.argv[1])]
 got = [(e["reason"], e["old_world"], e["new_world"]) for e in ev]
 assert got == [("initial", 0, 3), ("lost", 3, 2), ("stop", 2, 0)], got
 assert ev[1]["new_units"] == [1, 2] and ev[1]["step"] == 5, ev[1]
-assert ev[2]["detail"] == "ranks-failed", ev[2]
+assert ev[2]["detail"] == "ranks-finished", ev[2]
 print("ok: events", got)
 PY
 grep -q "rank(s) of step omni-u0 reported lost" "$work/lost.out" || fail "the lost rank was not reported"
+
+# 1b. The same crash with --min-units 3: the job cannot go on; its status is the rank's.
+sed -e 's/--units 3 /--units 3 --min-units 3 /' -e "s|$work/lost.jsonl|$work/lost-min.jsonl|" lost.sh >lost-min.sh
+out=$(timeout 180 sbatch --wait -N3 -t 5 -o "$work/lost-min.out" --parsable lost-min.sh) &&
+  fail "the job that lost a rank below its minimum succeeded"
+jobid=${out%%;*}
+grep -E 'launch-exit|below|stop' "$work/lost-min.out" || true
+expect_eq "omni-launch exit below the minimum" "$(sed -n 's/^launch-exit //p' "$work/lost-min.out")" 3
+expect_eq "job $jobid state" "$(job_state "$jobid")" FAILED
 
 # 2. SIGTERM.
 cat >term.sh <<EOS2
@@ -63,4 +77,4 @@ got = [(e["reason"], e["old_world"], e["new_world"], e["detail"]) for e in ev]
 assert got == [("initial", 0, 2, "formed"), ("stop", 2, 0, "signal SIGTERM")], got
 print("ok: events", got)
 PY
-note "ok: a crashed rank is an unplanned shrink and the job's status; SIGTERM stops at a boundary"
+note "ok: a crashed rank is an unplanned shrink the job recovers from (status 0), below the minimum the job's status is the rank's; SIGTERM stops at a boundary"
