@@ -8,6 +8,7 @@
 
 #include "../bf16.h"
 #include "../comm.h"
+#include "gloo_ranks.h"
 
 using namespace omni::launcher;
 
@@ -17,22 +18,7 @@ constexpr int kRanks = 3;
 
 // Runs body(comm) on kRanks threads, each with its own communicator.
 void on_ranks(const std::function<void(Communicator &)> &body) {
-    gloo::rendezvous::HashStore store;
-    std::vector<std::thread> threads;
-    std::vector<std::string> errors(kRanks);
-    for (int r = 0; r < kRanks; ++r)
-        threads.emplace_back([&, r] {
-            GlooOptions o;
-            o.timeout = std::chrono::milliseconds(10000);
-            auto c = make_gloo_communicator(store, r, kRanks, o);
-            if (!c) {
-                errors[r] = c.error();
-                return;
-            }
-            body(*c.value());
-        });
-    for (auto &t : threads) t.join();
-    for (const auto &e : errors) EXPECT_EQ(e, "");
+    omni::launcher::test::on_gloo_ranks(kRanks, body);
 }
 
 }  // namespace

@@ -2,7 +2,6 @@
 // checked against ranges worked out by hand, and real moves among Gloo ranks (threads on
 // 127.0.0.1) checked element by element against the logical vector's formula.
 #include <gtest/gtest.h>
-#include <gloo/rendezvous/hash_store.h>
 
 #include <functional>
 #include <thread>
@@ -10,6 +9,7 @@
 
 #include "../comm.h"
 #include "../runtime_handoff.h"
+#include "gloo_ranks.h"
 
 using namespace omni::launcher;
 
@@ -19,25 +19,7 @@ namespace {
 float value(std::size_t i) { return static_cast<float>(i) * 0.5f + 3.0f; }
 
 void on_ranks(int n, const std::function<void(Communicator &)> &body) {
-    gloo::rendezvous::HashStore store;
-    std::vector<std::thread> threads;
-    std::vector<std::string> errors(static_cast<std::size_t>(n));
-    for (int r = 0; r < n; ++r)
-        threads.emplace_back([&, r] {
-            GlooOptions o;
-            o.timeout = std::chrono::milliseconds(20000);
-            auto c = make_gloo_communicator(store, r, n, o);
-            if (!c) {
-                errors[static_cast<std::size_t>(r)] = c.error();
-                return;
-            }
-            body(*c.value());
-            // As a runtime's ranks do (the next step's first collective): nobody tears the
-            // communicator down while a peer still connects to it or reads from it.
-            EXPECT_TRUE(c.value()->barrier().ok());
-        });
-    for (auto &t : threads) t.join();
-    for (const auto &e : errors) EXPECT_EQ(e, "");
+    omni::launcher::test::on_gloo_ranks(n, body);
 }
 
 // Runs `plan` on n ranks; each holds value() over have[r] and must end with value() over
