@@ -537,8 +537,10 @@ Result<BoundaryResult> Runtime::boundary(std::uint64_t step) {
     log_info("generation " + u(old_generation) + " -> " + u(generation_) + " at step " +
              u(step) + ": " + u(res.previous_world) + " -> " + u(world_) + " ranks (" +
              d.reason + (d.rewind ? ", rewind" : "") + "); this rank is now " + u(rank_) +
-             "; took " + ms_since(t_decided) + " ms (hand-off to survivors " + phase1_ms +
-             " ms, then the new communicator " + comm_ms + " ms, to joiners " + ms_since(t_phase2) + " ms)");
+             "; took " + ms_since(t_decided) + " ms (" +
+             (d.rewind ? "new communicator " + comm_ms + " ms)"
+                       : "hand-off to survivors " + phase1_ms + " ms, then the new communicator " +
+                             comm_ms + " ms, to joiners " + ms_since(t_phase2) + " ms)"));
     return finish(d.rewind ? Outcome::Rewind : Outcome::Reshaped);
 }
 

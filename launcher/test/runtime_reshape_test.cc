@@ -223,17 +223,38 @@ TEST(RuntimeReshape, FourToTwoToThreeThenStop) {
         }
     };
 
-    auto original = [&](std::uint32_t unit) {
+    // Every rank's last step: step 3, after which the job stops.
+    auto last_step = [&](Seen &seen, Runtime &rt, const std::vector<float> &params,
+                         std::vector<float> &m, std::vector<float> &v) {
+        seen.sums.push_back(allreduce_rank_plus_one(rt));
+        seen.params_sum = checksum(params);
+        phases.arrive_and_wait(3);
+        auto b3 = rt.boundary(3);
+        REQUIRE_OK(b3, "boundary 3");
+        record(seen, rt, b3.value(), m, v);
+        seen.ledger = rt.ledger()->serialise();
+    };
+    // create + register + start; false (and seen.error) on failure.
+    auto begin = [&](std::uint32_t unit, bool original, std::unique_ptr<Runtime> &out,
+                     std::vector<float> &params, std::vector<float> &m, std::vector<float> &v) {
         Seen &seen = seen_by_unit[unit];
         auto made = Runtime::create(cl.options(unit));
-        REQUIRE_OK(made, "create");
-        Runtime &rt = *made.value();
-        std::vector<float> params, m, v;
-        REQUIRE_OK(setup(rt, params, m, v, true), "setup");
-        auto s = rt.start();
-        REQUIRE_OK(s, "start");
+        if (!made) return seen.error = "create: " + made.error(), false;
+        out = std::move(made).value();
+        if (auto st = setup(*out, params, m, v, original); !st) return seen.error = "setup: " + st.error(), false;
+        auto s = out->start();
+        if (!s) return seen.error = "start: " + s.error(), false;
         seen.start = s.value();
-        seen.ga.push_back(rt.ledger()->grad_accum());
+        seen.ga.push_back(out->ledger()->grad_accum());
+        return true;
+    };
+
+    auto original = [&](std::uint32_t unit) {
+        Seen &seen = seen_by_unit[unit];
+        std::unique_ptr<Runtime> made;
+        std::vector<float> params, m, v;
+        if (!begin(unit, true, made, params, m, v)) return;
+        Runtime &rt = *made;
         seen.sums.push_back(allreduce_rank_plus_one(rt));
         optimizer_step(rt, params, m, v, 1);
         phases.arrive_and_wait(1);
@@ -247,35 +268,18 @@ TEST(RuntimeReshape, FourToTwoToThreeThenStop) {
         auto b2 = rt.boundary(2);
         REQUIRE_OK(b2, "boundary 2");
         record(seen, rt, b2.value(), m, v);
-        seen.sums.push_back(allreduce_rank_plus_one(rt));
-        seen.params_sum = checksum(params);
-        phases.arrive_and_wait(3);
-        auto b3 = rt.boundary(3);
-        REQUIRE_OK(b3, "boundary 3");
-        record(seen, rt, b3.value(), m, v);
-        seen.ledger = rt.ledger()->serialise();
+        last_step(seen, rt, params, m, v);
     };
     auto joiner = [&](std::uint32_t unit) {
         Seen &seen = seen_by_unit[unit];
-        auto made = Runtime::create(cl.options(unit));
-        REQUIRE_OK(made, "create");
-        Runtime &rt = *made.value();
+        std::unique_ptr<Runtime> made;
         std::vector<float> params, m, v;
-        REQUIRE_OK(setup(rt, params, m, v, false), "setup");
-        auto s = rt.start();
-        REQUIRE_OK(s, "start");
-        seen.start = s.value();
-        seen.ga.push_back(rt.ledger()->grad_accum());
+        if (!begin(unit, false, made, params, m, v)) return;
+        Runtime &rt = *made;
         seen.m.push_back(m);
         seen.v.push_back(v);
         seen.rank_after.push_back(rt.rank());
-        seen.sums.push_back(allreduce_rank_plus_one(rt));
-        seen.params_sum = checksum(params);
-        phases.arrive_and_wait(3);
-        auto b3 = rt.boundary(3);
-        REQUIRE_OK(b3, "boundary 3");
-        record(seen, rt, b3.value(), m, v);
-        seen.ledger = rt.ledger()->serialise();
+        last_step(seen, rt, params, m, v);
     };
 
     std::vector<std::thread> threads;
