@@ -15,9 +15,8 @@
 #include <vector>
 
 #include "client.h"
-#include "coordinator.h"
 #include "omni/parse.h"
-#include "secret.h"
+#include "served_coordinator.h"
 
 using namespace omni::launcher;
 
@@ -57,38 +56,27 @@ int main(int argc, char **argv) {
         return 2;
     }
     std::string dir = argv[1];
-    auto secret = generate_secret();
-    if (!secret) return 1;
-    CoordinatorConfig cfg;
-    cfg.bind = {"tcp://127.0.0.1:0"};
-    cfg.secret = secret.value();
-    cfg.protocol.unit_size = 1;
-    cfg.protocol.initial_units = static_cast<std::uint32_t>(units.value());
-    cfg.protocol.min_units = static_cast<std::uint32_t>(mn.value());
-    cfg.protocol.max_units = static_cast<std::uint32_t>(mx.value());
-    cfg.protocol.boundary_timeout_ms = 5000;
-    auto coord = Coordinator::start(cfg);
-    if (!coord) {
-        std::fprintf(stderr, "coord_serve: %s\n", coord.error().c_str());
-        return 1;
-    }
-    const std::string endpoint = coord.value()->endpoints().front();
-    if (auto st = publish_job_files(dir, secret.value(), endpoint); !st) {
-        std::fprintf(stderr, "coord_serve: %s\n", st.error().c_str());
-        return 1;
-    }
+    ProtocolConfig pc;
+    pc.unit_size = 1;
+    pc.initial_units = static_cast<std::uint32_t>(units.value());
+    pc.min_units = static_cast<std::uint32_t>(mn.value());
+    pc.max_units = static_cast<std::uint32_t>(mx.value());
+    pc.boundary_timeout_ms = 5000;
+    auto served = omni::launcher::test::serve_coordinator("coord_serve", dir, pc);
+    if (!served) return 1;
+    const std::string endpoint = served->endpoint;
     std::signal(SIGTERM, on_signal);
     std::signal(SIGINT, on_signal);
     std::vector<std::thread> ranks;
     for (std::uint32_t u = 0; u < units.value(); ++u)
-        ranks.emplace_back(rank_loop, endpoint, secret.value(), u);
+        ranks.emplace_back(rank_loop, endpoint, served->secret, u);
     std::printf("%s\n", endpoint.c_str());
     std::fflush(stdout);
     auto end = std::chrono::steady_clock::now() + std::chrono::seconds(secs.value());
     while (!g_stop && std::chrono::steady_clock::now() < end)
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
     g_stop = true;
-    coord.value()->stop();
+    served->coordinator->stop();
     for (auto &t : ranks) t.join();
     return 0;
 }

@@ -14,9 +14,8 @@
 #include <thread>
 
 #include "client.h"
-#include "coordinator.h"
 #include "omni/parse.h"
-#include "secret.h"
+#include "served_coordinator.h"
 
 using namespace omni::launcher;
 
@@ -32,29 +31,18 @@ int main(int argc, char **argv) {
         std::fprintf(stderr, "runtime_coord_serve: bad numbers\n");
         return 2;
     }
-    auto secret = generate_secret();
-    if (!secret) return 1;
-    CoordinatorConfig cfg;
-    cfg.bind = {"tcp://127.0.0.1:0"};
-    cfg.secret = secret.value();
-    cfg.protocol.unit_size = 1;
-    cfg.protocol.initial_units = static_cast<std::uint32_t>(units.value());
-    cfg.protocol.min_units = 1;
-    cfg.protocol.max_units = static_cast<std::uint32_t>(std::max(units.value(), target.value()));
-    cfg.protocol.boundary_timeout_ms = 20000;
-    auto coord = Coordinator::start(cfg);
-    if (!coord) {
-        std::fprintf(stderr, "runtime_coord_serve: %s\n", coord.error().c_str());
-        return 1;
-    }
-    const std::string endpoint = coord.value()->endpoints().front();
-    if (auto st = publish_job_files(argv[1], secret.value(), endpoint); !st) {
-        std::fprintf(stderr, "runtime_coord_serve: %s\n", st.error().c_str());
-        return 1;
-    }
+    ProtocolConfig pc;
+    pc.unit_size = 1;
+    pc.initial_units = static_cast<std::uint32_t>(units.value());
+    pc.min_units = 1;
+    pc.max_units = static_cast<std::uint32_t>(std::max(units.value(), target.value()));
+    pc.boundary_timeout_ms = 20000;
+    auto served = omni::launcher::test::serve_coordinator("runtime_coord_serve", argv[1], pc);
+    if (!served) return 1;
+    const std::string endpoint = served->endpoint;
     std::printf("%s\n", endpoint.c_str());
     std::fflush(stdout);
-    auto ctl = CoordinatorClient::connect(endpoint, secret.value());
+    auto ctl = CoordinatorClient::connect(endpoint, served->secret);
     if (!ctl) return 1;
     const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(secs.value());
     std::uint64_t seen = 0;
