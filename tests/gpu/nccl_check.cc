@@ -1,6 +1,6 @@
 // nccl_check: exercises the NCCL communicator on a machine with a GPU (tests/gpu/run).
 // One rank on GPU 0: init (non-blocking, with a timeout), every collective on fp32 and bf16
-// device buffers, an in-place shrink (ncclCommShrink, where the library has it), abort, and a
+// device buffers, the point-to-point exchange's checks, an in-place shrink (ncclCommShrink, where the library has it), abort, and a
 // fresh init under a new unique id (the grow path of NCCL versions without ncclCommGrow).
 // Prints one line per check; exit 0 when all pass.
 #include <cuda_runtime.h>
@@ -54,6 +54,14 @@ int main() {
     std::vector<std::uint16_t> h{float_to_bf16(1.0f), float_to_bf16(-3.0f)};
     CHECK(roundtrip(*c.value(), h, DType::bf16) == h, "allreduce bf16");
     CHECK(c.value()->barrier().ok(), "barrier");
+    // Point-to-point (the hand-off): with one rank only an empty exchange is valid.
+    CHECK(c.value()->exchange({}, {}).ok(), "exchange with nothing to move");
+    {
+        void *d = nullptr;
+        cudaMalloc(&d, 16);
+        CHECK(!c.value()->exchange({{0, d, 16}}, {}).ok(), "exchange refuses a send to itself");
+        cudaFree(d);
+    }
 
     auto *nc = dynamic_cast<NcclCommunicator *>(c.value().get());
     if (nccl_has_shrink()) {
