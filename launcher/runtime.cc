@@ -158,7 +158,7 @@ Status Runtime::adopt(const Decision &d, std::uint32_t new_rank,
     world_ = d.next.world;
     layout_ = d.next;
     rank_ = new_rank;
-    Result<Connection> c = prebuilt ? std::move(*prebuilt) : connect(generation_, rank_, world_);
+    Result<Connection> c = prebuilt ? std::move(*prebuilt) : connect(generation_, rank_, world_, true);
     if (!c) return Error{c.error()};
     store_ = std::move(c.value().store);
     control_ = std::move(c.value().control);
@@ -169,7 +169,8 @@ Status Runtime::adopt(const Decision &d, std::uint32_t new_rank,
 // Touches no member but opts_ and client_ (read), so that a survivor can build the next
 // generation's communicator on another thread while it hands state over on the current one.
 Result<Runtime::Connection> Runtime::connect(std::uint64_t generation, std::uint32_t rank,
-                                             std::uint32_t world) const {
+                                             std::uint32_t world, bool with_nccl) const {
+    (void)with_nccl;  // without HAVE_NCCL there is only Gloo
     try {
         Connection c;
         c.store = std::make_unique<CoordinatorStore>(
@@ -181,7 +182,7 @@ Result<Runtime::Connection> Runtime::connect(std::uint64_t generation, std::uint
         if (!g) return make_error("generation " + u(generation) + ": " + g.error());
         c.control = std::move(g).value();
 #ifdef HAVE_NCCL
-        if (opts_.backend == CommBackend::nccl) {
+        if (opts_.backend == CommBackend::nccl && with_nccl) {
             // A fresh NCCL communicator per generation, its unique id under this generation's
             // keys; the Gloo one stays for the host-memory hand-off.
             NcclOptions no;
@@ -481,11 +482,20 @@ Result<BoundaryResult> Runtime::boundary(std::uint64_t step) {
     const auto t_decided = Clock::now();
     // A survivor of a planned reshape connects to the next generation on another thread
     // while phase 1 runs on the current communicator (rendezvous is mostly waiting).
+    // NCCL on a planned pure shrink: the survivors shrink the communicator they have
+    // (ncclCommShrink, NCCL 2.27+) instead of a fresh init; the leavers take no part.
+#ifdef HAVE_NCCL
+    const bool nccl_shrink = nccl_ && !d.rewind && d.joining_units.empty() && new_rank &&
+                             nccl_has_shrink();
+#else
+    const bool nccl_shrink = false;
+#endif
     std::future<Result<Connection>> next;
     if (!d.rewind && new_rank) {
         try {
-            next = std::async(std::launch::async, [this, g = d.next.generation, r = *new_rank,
-                                                   w = d.next.world] { return connect(g, r, w); });
+            next = std::async(std::launch::async,
+                              [this, g = d.next.generation, r = *new_rank, w = d.next.world,
+                               nccl = !nccl_shrink] { return connect(g, r, w, nccl); });
         } catch (const std::system_error &) {
             // No thread to spare: adopt() connects after phase 1 instead.
         }
@@ -514,6 +524,17 @@ Result<BoundaryResult> Runtime::boundary(std::uint64_t step) {
     const auto t_adopt = Clock::now();
     std::optional<Result<Connection>> prebuilt;
     if (next.valid()) prebuilt = next.get();
+#ifdef HAVE_NCCL
+    if (nccl_shrink && prebuilt && prebuilt->ok()) {
+        std::vector<int> leaving;
+        for (const Member &m : layout_.members)
+            if (!d.next.rank_of(m.unit, m.slot)) leaving.push_back(static_cast<int>(m.rank));
+        auto *n = dynamic_cast<NcclCommunicator *>(nccl_.get());
+        auto shrunk = n ? n->shrink(leaving, false) : Result<std::unique_ptr<Communicator>>(make_error("not NCCL"));
+        if (!shrunk) return make_error("boundary: generation " + u(d.next.generation) + ": " + shrunk.error());
+        prebuilt->value().nccl = std::move(shrunk).value();
+    }
+#endif
     if (auto st = adopt(d, *new_rank, std::move(prebuilt)); !st)
         return make_error("boundary: " + st.error());
     const std::string comm_ms = ms_since(t_adopt);

@@ -144,8 +144,9 @@ private:
         std::unique_ptr<CoordinatorStore> store;
         std::unique_ptr<Communicator> control, nccl;
     };
-    Result<Connection> connect(std::uint64_t generation, std::uint32_t rank,
-                               std::uint32_t world) const;
+    // with_nccl = false: Gloo only (the NCCL communicator comes from ncclCommShrink).
+    Result<Connection> connect(std::uint64_t generation, std::uint32_t rank, std::uint32_t world,
+                               bool with_nccl) const;
     // Layout + communicator of the decision's generation (`prebuilt`: already connected).
     Status adopt(const Decision &d, std::uint32_t new_rank,
                  std::optional<Result<Connection>> prebuilt = std::nullopt);
