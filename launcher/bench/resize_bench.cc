@@ -351,9 +351,13 @@ int main(int argc, char **argv) {
         if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "resize_bench: could not remove %s-*\n", root);
     }
     const double s = median(shrink), g = median(grow), rs = median(rs_shrink), rg = median(rs_grow);
-    std::printf("  %-26s %10s %12s %8s\n", "", "pause ms", "restart ms", "ratio");
-    std::printf("  %-26s %10.1f %12.1f %7.1fx  [pause <= 1000 ms, >= 10x]\n", "4 -> 2 ranks (shrink)", s, rs, rs / s);
-    std::printf("  %-26s %10.1f %12.1f %7.1fx\n", "2 -> 4 ranks (grow)", g, rg, rg / g);
+    // The in-process restart has no process, srun or PMIx start: a lower bound, so its ratio
+    // is not the goal's. The goal's ratio comes from a real restart: make bench-cluster.
+    std::printf("  %-26s %10s %20s %8s\n", "", "pause ms", "in-process restart", "ratio");
+    std::printf("  %-26s %10.1f %17.1f ms %7.1fx  [pause <= 1000 ms]\n", "4 -> 2 ranks (shrink)", s, rs, rs / s);
+    std::printf("  %-26s %10.1f %17.1f ms %7.1fx\n", "2 -> 4 ranks (grow)", g, rg, rg / g);
+    std::printf("  (restart here: checkpoint, new coordinator and ranks in this process, load, rendezvous;\n"
+                "   without process/srun/PMIx start. Restart vs resize through Slurm: make bench-cluster)\n");
     const double b = median(steady.boundary_ms);
     std::printf("  boundary without change (4 ranks, %zu samples): median %.3f ms = %.2f%% of a 100 ms step  [<= 1%%]\n",
                 steady.boundary_ms.size(), b, b / 100.0 * 100.0);
