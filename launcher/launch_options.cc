@@ -46,6 +46,9 @@ po::options_description describe() {
                                            "(default: this node's NodeAddr)")
         ("srun-args", po::value<std::string>(), "'ARGS': extra srun options for every step, "
                                                 "e.g. '--gres=gpu:4'")
+        ("announce", po::value<std::string>(), "yes|no: announce a planned resize one step ahead, "
+                                                "so that ranks allocate for it during that step and the "
+                                                "pause is shorter (default yes)")
         ("dry-run", "print the srun command line of the first step and exit");
     return o;
 }
@@ -154,6 +157,11 @@ ParsedCommandLine parse_command_line(int argc, const char *const *argv) {
         auto words = split_srun_args(vm["srun-args"].as<std::string>());
         if (!words) return usage(words.error() + " (expected --srun-args 'SRUN OPTIONS')");
         o.srun_args = std::move(words.value());
+    }
+    if (vm.count("announce")) {
+        auto a = parse_yes_no(vm["announce"].as<std::string>(), "--announce");
+        if (!a) return usage(a.error());
+        o.announce = a.value();
     }
     o.dry_run = vm.count("dry-run") > 0;
     return out;

@@ -20,6 +20,7 @@ struct LaunchOptions {
     std::int64_t boundary_timeout_ms = 30000;
     std::int64_t formation_timeout_ms = 120000;
     std::int64_t grow_wait_ms = 60000;
+    bool announce = true;                  // planned resizes announced a boundary ahead
     std::string bind;                      // empty: the batch node's NodeAddr
     std::vector<std::string> srun_args;    // split --srun-args
     bool dry_run = false;

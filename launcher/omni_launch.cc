@@ -196,6 +196,7 @@ int run(int argc, char **argv) {
     cc.protocol.boundary_timeout_ms = cfg.options.boundary_timeout_ms;
     cc.protocol.formation_timeout_ms = cfg.options.formation_timeout_ms;
     cc.protocol.grow_wait_ms = cfg.options.grow_wait_ms;
+    cc.protocol.announce_planned = cfg.options.announce;
     auto coord = Coordinator::start(cc);
     if (!coord) {
         std::cerr << "omni-launch: coordinator: " << coord.error() << "\n";

@@ -297,7 +297,22 @@ std::vector<Delivery> Protocol::decide(std::int64_t now_ms) {
         }
         d->kind = changed ? DecisionKind::Reshaped : DecisionKind::Continue;
         d->reason = !dropped.empty() ? "lost" : changed ? "planned" : "none";
+        if (changed && dropped.empty() && cfg_.announce_planned && announced_ != units) {
+            // Announce now, apply at the next boundary if it still holds (protocol.h).
+            d->kind = DecisionKind::Continue;
+            d->reason = "announced";
+            d->next = make_layout(layout_.generation + 1, units);
+            std::set<std::uint32_t> next_units(units.begin(), units.end());
+            for (auto unit : layout_.units)
+                if (!next_units.count(unit)) d->leaving_units.push_back(unit);
+            d->joining_units = joining_units;
+            std::sort(d->joining_units.begin(), d->joining_units.end());
+            announced_ = units;
+            changed = false;
+            joining_units.clear();
+        }
     }
+    if (d->kind != DecisionKind::Continue || d->next.world == 0) announced_.clear();
 
     std::vector<Delivery> out;
     std::set<std::string, std::less<>> previous;

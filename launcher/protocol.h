@@ -80,7 +80,8 @@ struct Decision {
     std::uint64_t step = 0;        // the boundary's step (0 for formation)
     std::string reason;            // "formed", "planned", "lost", "stop-requested", ...
     bool rewind = false;           // ranks were lost: restore the last checkpoint
-    Layout next;                   // RESHAPED: the new generation; CONTINUE/STOP: empty
+    Layout next;                   // RESHAPED: the new generation; CONTINUE: empty, or the
+                                   // generation announced for the next boundary; STOP: empty
     std::vector<std::string> leaving, joining, lost;  // member ids, sorted
     std::vector<std::uint32_t> leaving_units, joining_units;  // unit ids, sorted
 };
@@ -100,6 +101,11 @@ struct ProtocolConfig {
     std::int64_t boundary_timeout_ms = 30000;
     std::int64_t formation_timeout_ms = 120000;
     std::int64_t grow_wait_ms = 60000;
+    // Planned changes are announced one boundary ahead: that boundary answers CONTINUE with
+    // the coming layout in `next`, and the change applies at the following boundary if
+    // nothing else changed (ranks allocate for their new ranges during that step, off the
+    // pause). Losses apply at once. false: a planned change applies at the first boundary.
+    bool announce_planned = false;
 };
 Status validate(const ProtocolConfig &cfg);
 
@@ -174,6 +180,7 @@ private:
     // Planned changes.
     std::optional<std::uint32_t> target_units_;
     std::int64_t target_since_ms_ = 0;
+    std::vector<std::uint32_t> announced_;  // units of the change announced at the last boundary
     std::optional<std::string> stop_reason_;
     // The last decision, kept for repeated requests and for status.
     std::shared_ptr<const Decision> last_;

@@ -72,6 +72,18 @@ void keep_in_place(std::vector<float> &v, const Repartition &plan, std::uint32_t
     v.resize(n);
 }
 
+// A buffer of n elements for vector i: the one prepare() made if it has that size (its
+// pages already in), else a new one.
+void take_spare(std::vector<std::vector<float>> &spares, std::size_t i, std::vector<float> &out,
+                std::size_t n) {
+    if (i < spares.size() && spares[i].size() == n) {
+        out = std::move(spares[i]);
+        spares[i] = {};
+    } else {
+        assign_zeroed(out, n);
+    }
+}
+
 }  // namespace
 
 Runtime::Runtime(const RuntimeOptions &o) : opts_(o) {}
@@ -312,6 +324,29 @@ Status Runtime::receive_as_joiner() {
     return Status::success();
 }
 
+// The buffers a survivor's hand-off will allocate (runtime_handoff.h): the phase-1 range
+// where it does not lie inside what the rank holds, and the phase-2 one likewise. Same plans
+// as gather_on_survivors() and hand_over(), sizes only.
+void Runtime::prepare(const Decision &d) {
+    spare_.assign(shards_.size(), {});
+    spare_next_.assign(shards_.size(), {});
+    const auto nr = d.next.rank_of(opts_.unit, opts_.slot);
+    if (!nr) return;  // leaving: nothing to receive
+    const Survivors sv = survivors_of(d);
+    if (*nr >= sv.index.size() || sv.index[*nr] < 0) return;
+    const auto idx = static_cast<std::uint32_t>(sv.index[*nr]);
+    for (std::size_t i = 0; i < shards_.size(); ++i) {
+        const std::size_t len = shards_[i].length;
+        const ShardRange have = zero1_range(len, rank_, world_), mid = zero1_range(len, idx, sv.count);
+        if (mid.size() && !(mid.begin >= have.begin && mid.end <= have.end))
+            assign_zeroed(spare_[i], mid.size());
+        if (d.joining_units.empty()) continue;
+        const ShardRange fin = zero1_range(len, *nr, d.next.world);
+        if (fin.size() && !(fin.begin >= mid.begin && fin.end <= mid.end))
+            assign_zeroed(spare_next_[i], fin.size());
+    }
+}
+
 Result<std::vector<std::vector<float>>> Runtime::gather_on_survivors(const Decision &d) {
     const Survivors sv = survivors_of(d);
     if (layout_.members.size() != world_)
@@ -335,7 +370,7 @@ Result<std::vector<std::vector<float>>> Runtime::gather_on_survivors(const Decis
             held[i] = std::move(*shards_[i].storage);
             jobs.back().dst = held[i].data() + *off;
         } else {
-            assign_zeroed(held[i], plans[i].want[rank_].size());
+            take_spare(spare_, i, held[i], plans[i].want[rank_].size());
             jobs.back().dst = held[i].data();
         }
     }
@@ -407,7 +442,7 @@ Status Runtime::hand_over(const Decision &d, std::vector<std::vector<float>> &he
             jobs.back().dst = shards_[i].storage->data();
         } else {
             dest[i] = Dest::fresh;
-            assign_zeroed(fresh[i], p.want[rank_].size());
+            take_spare(spare_next_, i, fresh[i], p.want[rank_].size());
             jobs.back().dst = fresh[i].data();
         }
     }
@@ -459,7 +494,10 @@ Result<BoundaryResult> Runtime::boundary(std::uint64_t step) {
     res.leaving_units = d.leaving_units;
     res.joining_units = d.joining_units;
     res.lost = d.lost;
-    if (d.kind == DecisionKind::Continue) return finish(Outcome::Continue);
+    if (d.kind == DecisionKind::Continue) {
+        if (d.next.world > 0) prepare(d);  // a planned change announced for the next boundary
+        return finish(Outcome::Continue);
+    }
     if (d.kind == DecisionKind::Stop) {
         finished_ = true;
         return finish(Outcome::Stop);
@@ -555,6 +593,8 @@ Result<BoundaryResult> Runtime::boundary(std::uint64_t step) {
     if (joiners) {
         if (auto st = hand_over(d, held); !st) return make_error("boundary: " + st.error());
     }
+    spare_.clear();  // unused ones (the change differed from the announced one)
+    spare_next_.clear();
     log_info("generation " + u(old_generation) + " -> " + u(generation_) + " at step " +
              u(step) + ": " + u(res.previous_world) + " -> " + u(world_) + " ranks (" +
              d.reason + (d.rewind ? ", rewind" : "") + "); this rank is now " + u(rank_) +

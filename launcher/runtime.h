@@ -158,6 +158,7 @@ private:
     // the joiners, optimizer vectors from `held` (survivor layout) into the new layout.
     Status hand_over(const Decision &d, std::vector<std::vector<float>> &held);
     Status check_header(const Decision &d, const std::string &text);
+    void prepare(const Decision &d);
     Status receive_as_joiner();
 
     RuntimeOptions opts_;
@@ -170,6 +171,8 @@ private:
     std::uint64_t generation_ = 0, step_ = 0;
     std::optional<Decision> admission_;  // the decision that admitted this rank
     Layout layout_;                      // this rank's generation (members by rank)
+    // Buffers for an announced change (prepare()), by optimizer vector: phase 1 and phase 2.
+    std::vector<std::vector<float>> spare_, spare_next_;
     float *params_ = nullptr;
     std::size_t param_count_ = 0;
     std::vector<Shard> shards_;

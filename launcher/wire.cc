@@ -222,7 +222,9 @@ json decision_to_json(const Decision &d) {
               {"step", d.step},                  {"reason", d.reason},
               {"rewind", d.rewind},              {"lost", d.lost},
               {"leaving_units", d.leaving_units}, {"joining_units", d.joining_units}};
-    if (d.kind == DecisionKind::Reshaped)
+    // RESHAPED: the new generation; CONTINUE with a next: the one announced for the next
+    // boundary (ranks prepare for it).
+    if (d.kind == DecisionKind::Reshaped || (d.kind == DecisionKind::Continue && d.next.world > 0))
         j["next"] = {{"generation", d.next.generation}, {"world", d.next.world},
                      {"units", d.next.units}};
     return j;
@@ -277,8 +279,8 @@ Result<Decision> decision_from_json(const json &j) {
     if (!joining) return Error{joining.error()};
     d.leaving_units = std::move(leaving).value();
     d.joining_units = std::move(joining).value();
-    if (d.kind == DecisionKind::Reshaped) {
-        auto n = j.find("next");
+    auto n = j.find("next");
+    if (d.kind == DecisionKind::Reshaped || (d.kind == DecisionKind::Continue && n != j.end())) {
         if (n == j.end() || !n->is_object()) return make_error("decision: 'next' missing");
         auto ng = get_uint(*n, "generation", UINT64_MAX), w = get_uint(*n, "world", kMaxWorld);
         if (!ng || !w) return make_error("decision: bad next generation or world");

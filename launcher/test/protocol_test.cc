@@ -320,3 +320,52 @@ TEST(Protocol, ReshapeBackToCurrentCancels) {
     EXPECT_FALSE(p.status().target_units);
     EXPECT_EQ(same_decision(all_arrive(p, 1, 1, {"u0", "u1"}))->kind, DecisionKind::Continue);
 }
+
+TEST(Protocol, AnnouncedShrinkAppliesAtTheFollowingBoundary) {
+    auto c = config(1, 4, 1, 4);
+    c.announce_planned = true;
+    auto p = formed(c, 4);
+    ASSERT_TRUE(p.request_reshape(2, 0));
+    // Boundary 1: CONTINUE, carrying the coming layout (units 0, 1) for everyone to prepare.
+    auto out = all_arrive(p, 1, 1, {"u0", "u1", "u2", "u3"});
+    EXPECT_EQ(out.size(), 4u);
+    auto d = same_decision(out);
+    EXPECT_EQ(d->kind, DecisionKind::Continue);
+    EXPECT_EQ(d->reason, "announced");
+    EXPECT_EQ(d->next.generation, 2u);
+    EXPECT_EQ(d->next.units, (std::vector<std::uint32_t>{0, 1}));
+    EXPECT_EQ(d->leaving_units, (std::vector<std::uint32_t>{2, 3}));
+    EXPECT_EQ(p.generation(), 1u);  // nothing applied yet
+    EXPECT_FALSE(p.status().last_change && p.status().last_change->step == 1);
+    // Boundary 2: the announced change, exactly.
+    d = same_decision(all_arrive(p, 1, 2, {"u0", "u1", "u2", "u3"}));
+    EXPECT_EQ(d->kind, DecisionKind::Reshaped);
+    EXPECT_EQ(d->reason, "planned");
+    EXPECT_EQ(d->next.units, (std::vector<std::uint32_t>{0, 1}));
+    EXPECT_EQ(p.generation(), 2u);
+    // Boundary 3: routine again, with no layout.
+    d = same_decision(all_arrive(p, 2, 3, {"u0", "u1"}));
+    EXPECT_EQ(d->kind, DecisionKind::Continue);
+    EXPECT_EQ(d->next.world, 0u);
+}
+
+TEST(Protocol, AnAnnouncementGivesWayToANewTargetOrALoss) {
+    auto c = config(1, 4, 1, 4);
+    c.announce_planned = true;
+    auto p = formed(c, 4);
+    ASSERT_TRUE(p.request_reshape(2, 0));
+    auto d = same_decision(all_arrive(p, 1, 1, {"u0", "u1", "u2", "u3"}));
+    ASSERT_EQ(d->reason, "announced");
+    // The target moves to 3 before the change applies: announced afresh, applied a boundary later.
+    ASSERT_TRUE(p.request_reshape(3, 5));
+    d = same_decision(all_arrive(p, 1, 2, {"u0", "u1", "u2", "u3"}));
+    EXPECT_EQ(d->kind, DecisionKind::Continue);
+    EXPECT_EQ(d->next.units, (std::vector<std::uint32_t>{0, 1, 2}));
+    // A rank lost before the announced change applies: the loss applies at once (rewind).
+    auto lost = ok(p.lost("u3", 20));
+    d = same_decision(all_arrive(p, 1, 3, {"u0", "u1", "u2"}, 30));
+    EXPECT_EQ(d->kind, DecisionKind::Reshaped);
+    EXPECT_TRUE(d->rewind);
+    EXPECT_EQ(d->next.units, (std::vector<std::uint32_t>{0, 1, 2}));
+    EXPECT_EQ(p.generation(), 2u);
+}

@@ -49,7 +49,7 @@ std::uint64_t checksum(const std::vector<float> &v) {  // independent of runtime
 struct Cluster {
     std::unique_ptr<Coordinator> coord;
     std::string ep;
-    Cluster(std::uint32_t initial, std::uint32_t min, std::uint32_t max) {
+    Cluster(std::uint32_t initial, std::uint32_t min, std::uint32_t max, bool announce = false) {
         CoordinatorConfig cfg;
         cfg.bind = {"tcp://127.0.0.1:0"};
         cfg.secret = kSecret;
@@ -59,6 +59,7 @@ struct Cluster {
         cfg.protocol.max_units = max;
         cfg.protocol.boundary_timeout_ms = 20000;
         cfg.protocol.grow_wait_ms = 20000;
+        cfg.protocol.announce_planned = announce;
         auto c = Coordinator::start(cfg);
         EXPECT_TRUE(c) << c.error();
         if (c) {
@@ -509,4 +510,72 @@ TEST(RuntimeReshape, AJoinerWhoseStateDiffersIsToldWhy) {
     EXPECT_NE(joiner_error.find("1001 parameters"), std::string::npos) << joiner_error;
     EXPECT_NE(joiner_error.find("registered 1000"), std::string::npos) << joiner_error;
     EXPECT_EQ(joiner_fault, Fault::usage);
+}
+
+TEST(RuntimeReshape, AnnouncedShrinkPreparesThenHandsOver) {
+    // omni-launch's default: the shrink 4 -> 2 is announced at boundary 1 (CONTINUE; the
+    // survivors allocate for their new ranges) and applied at boundary 2, with the state of
+    // step 2 in the survivors' shards.
+    Cluster cl(4, 1, 4, true);
+    ASSERT_TRUE(cl.coord);
+    Phases phases;
+    std::map<std::uint32_t, Seen> seen_by_unit;
+    for (std::uint32_t u = 0; u < 4; ++u) seen_by_unit[u];
+    auto rank_main = [&](std::uint32_t unit) {
+        Seen &seen = seen_by_unit[unit];
+        auto made = Runtime::create(cl.options(unit));
+        REQUIRE_OK(made, "create");
+        Runtime &rt = *made.value();
+        std::vector<float> params(P), m, v;
+        for (std::size_t i = 0; i < P; ++i) params[i] = param_at(i, 0);
+        REQUIRE_OK(rt.register_params(params.data(), P), "params");
+        REQUIRE_OK(rt.register_shard(&m, P), "m");
+        REQUIRE_OK(rt.register_shard(&v, P), "v");
+        REQUIRE_OK(rt.start(), "start");
+        phases.arrive_and_wait(1);
+        for (std::uint64_t s = 1; s <= 2; ++s) {
+            const ShardRange r = rt.shard_range(P);
+            for (std::size_t j = 0; j < r.size(); ++j) {
+                m[j] = m_at(r.begin + j, s);
+                v[j] = v_at(r.begin + j, s);
+            }
+            auto b = rt.boundary(s);
+            REQUIRE_OK(b, "boundary");
+            seen.decisions.push_back(b.value());
+            if (b.value().outcome == Outcome::Left) return;
+        }
+        seen.m.push_back(m);
+        seen.v.push_back(v);
+        seen.rank_after.push_back(rt.rank());
+        phases.arrive_and_wait(2);
+        auto b3 = rt.boundary(3);
+        REQUIRE_OK(b3, "boundary 3");
+        seen.decisions.push_back(b3.value());
+    };
+    std::vector<std::thread> threads;
+    for (std::uint32_t u = 0; u < 4; ++u) threads.emplace_back(rank_main, u);
+    ASSERT_TRUE(phases.wait_arrived(1, 4));
+    cl.reshape(2);
+    phases.open(1);
+    ASSERT_TRUE(phases.wait_arrived(2, 2));
+    cl.stop();
+    phases.open(2);
+    for (auto &t : threads) t.join();
+    for (std::uint32_t u = 0; u < 4; ++u) {
+        const Seen &s = seen_by_unit[u];
+        ASSERT_EQ(s.error, "") << "unit " << u;
+        ASSERT_GE(s.decisions.size(), 2u) << "unit " << u;
+        EXPECT_EQ(s.decisions[0].outcome, Outcome::Continue) << "unit " << u;  // the announcement
+        EXPECT_EQ(s.decisions[0].reason, "announced");
+        EXPECT_EQ(s.decisions[1].outcome, u < 2 ? Outcome::Reshaped : Outcome::Left) << "unit " << u;
+    }
+    for (std::uint32_t u = 0; u < 2; ++u) {
+        const Seen &s = seen_by_unit[u];
+        ASSERT_EQ(s.rank_after.size(), 1u);
+        EXPECT_EQ(s.rank_after[0], u);
+        EXPECT_EQ(s.m[0], expected_slice(m_at, 2, static_cast<int>(u), 2)) << "unit " << u;
+        EXPECT_EQ(s.v[0], expected_slice(v_at, 2, static_cast<int>(u), 2)) << "unit " << u;
+        ASSERT_EQ(s.decisions.size(), 3u);
+        EXPECT_EQ(s.decisions[2].outcome, Outcome::Stop);
+    }
 }

@@ -138,6 +138,19 @@ TEST(Wire, DecisionRoundTrip) {
     j["next"]["world"] = 3;  // members do not match the world size
     EXPECT_FALSE(decision_from_json(j));
     EXPECT_FALSE(decision_from_json(nlohmann::json::array()));
+    // CONTINUE announcing the next layout carries it; a routine CONTINUE carries none.
+    d.kind = DecisionKind::Continue;
+    d.reason = "announced";
+    auto ann = decision_from_json(decision_to_json(d));
+    ASSERT_TRUE(ann) << ann.error();
+    EXPECT_EQ(ann.value().kind, DecisionKind::Continue);
+    EXPECT_EQ(ann.value().next.world, 2u);
+    EXPECT_EQ(ann.value().next.rank_of(9, 0), 1u);
+    d.next = Layout{};
+    EXPECT_EQ(decision_to_json(d).count("next"), 0u);
+    auto routine = decision_from_json(decision_to_json(d));
+    ASSERT_TRUE(routine) << routine.error();
+    EXPECT_EQ(routine.value().next.world, 0u);
 }
 
 TEST(Wire, Endpoints) {
