@@ -327,13 +327,41 @@ Status Runtime::receive_as_joiner() {
 // The buffers a survivor's hand-off will allocate (runtime_handoff.h): the phase-1 range
 // where it does not lie inside what the rank holds, and the phase-2 one likewise. Same plans
 // as gather_on_survivors() and hand_over(), sizes only.
-void Runtime::prepare(const Decision &d) {
+Status Runtime::prepare(const Decision &d) {
+    // Every member of the generation warms the connections phase 1 will use: up to 2 MiB
+    // over each pair that will move data, so that TCP has grown its window and buffers
+    // before the hand-off instead of during it (one exchange on every rank, possibly empty).
+    if (!shards_.empty() && layout_.members.size() == world_) {
+        const Survivors sv = survivors_of(d);
+        Repartition plan;
+        const std::size_t len = shards_[0].length;
+        for (const Member &m : layout_.members) {
+            plan.have.push_back(zero1_range(len, m.rank, world_));
+            auto nr = d.next.rank_of(m.unit, m.slot);
+            plan.want.push_back(nr && sv.index[*nr] >= 0
+                                    ? zero1_range(len, static_cast<std::uint32_t>(sv.index[*nr]), sv.count)
+                                    : ShardRange{});
+        }
+        auto mine = plan_repartition(plan, rank_);
+        if (!mine) return Error{mine.error()};
+        constexpr std::size_t kWarm = (2u << 20) / sizeof(float);
+        std::vector<PeerSend> sends;
+        std::vector<PeerRecv> recvs;
+        std::vector<std::vector<float>> sink;
+        for (const auto &mv : mine.value().sends)
+            sends.push_back({mv.peer, shards_[0].storage->data(), std::min(mv.range.size(), kWarm) * sizeof(float)});
+        for (const auto &mv : mine.value().recvs) {
+            sink.emplace_back(std::min(mv.range.size(), kWarm));
+            recvs.push_back({mv.peer, sink.back().data(), sink.back().size() * sizeof(float)});
+        }
+        if (auto st = control_->exchange(sends, recvs); !st) return make_error("warming up: " + st.error());
+    }
     spare_.assign(shards_.size(), {});
     spare_next_.assign(shards_.size(), {});
     const auto nr = d.next.rank_of(opts_.unit, opts_.slot);
-    if (!nr) return;  // leaving: nothing to receive
+    if (!nr) return Status::success();  // leaving: nothing to receive
     const Survivors sv = survivors_of(d);
-    if (*nr >= sv.index.size() || sv.index[*nr] < 0) return;
+    if (*nr >= sv.index.size() || sv.index[*nr] < 0) return Status::success();
     const auto idx = static_cast<std::uint32_t>(sv.index[*nr]);
     for (std::size_t i = 0; i < shards_.size(); ++i) {
         const std::size_t len = shards_[i].length;
@@ -345,6 +373,7 @@ void Runtime::prepare(const Decision &d) {
         if (fin.size() && !(fin.begin >= mid.begin && fin.end <= mid.end))
             assign_zeroed(spare_next_[i], fin.size());
     }
+    return Status::success();
 }
 
 Result<std::vector<std::vector<float>>> Runtime::gather_on_survivors(const Decision &d) {
@@ -495,7 +524,9 @@ Result<BoundaryResult> Runtime::boundary(std::uint64_t step) {
     res.joining_units = d.joining_units;
     res.lost = d.lost;
     if (d.kind == DecisionKind::Continue) {
-        if (d.next.world > 0) prepare(d);  // a planned change announced for the next boundary
+        if (d.next.world > 0) {  // a planned change announced for the next boundary
+            if (auto st = prepare(d); !st) return make_error("boundary after step " + u(step) + ": " + st.error());
+        }
         return finish(Outcome::Continue);
     }
     if (d.kind == DecisionKind::Stop) {

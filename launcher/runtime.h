@@ -158,7 +158,7 @@ private:
     // the joiners, optimizer vectors from `held` (survivor layout) into the new layout.
     Status hand_over(const Decision &d, std::vector<std::vector<float>> &held);
     Status check_header(const Decision &d, const std::string &text);
-    void prepare(const Decision &d);
+    Status prepare(const Decision &d);
     Status receive_as_joiner();
 
     RuntimeOptions opts_;
