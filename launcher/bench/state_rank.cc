@@ -92,7 +92,10 @@ float init_value(std::size_t i, std::uint32_t which) {
 int main(int argc, char **argv) {
     Options o;
     std::string err;
-    if (!parse(argc, argv, o, err)) return fail(err + " (see --help)");
+    if (!parse(argc, argv, o, err)) {
+        fail(err + " (see --help)");
+        return 2;
+    }
     const std::size_t P = o.mib * (std::size_t(1) << 20) / 12;
 
     // The parameters exist before the rank joins, as a model's do once it is built: a
