@@ -354,7 +354,10 @@ Status Runtime::prepare(const Decision &d) {
             sink.emplace_back(std::min(mv.range.size(), kWarm));
             recvs.push_back({mv.peer, sink.back().data(), sink.back().size() * sizeof(float)});
         }
-        if (auto st = control_->exchange(sends, recvs); !st) return make_error("warming up: " + st.error());
+        // Only an optimisation: a failure (a peer that just died) is for the next boundary
+        // to find out, where it becomes a rewind instead of failing this one.
+        if (auto st = control_->exchange(sends, recvs); !st)
+            log_line(LogLevel::Warning, "libomni", "warming up for the announced change: " + st.error());
     }
     spare_.assign(shards_.size(), {});
     spare_next_.assign(shards_.size(), {});
