@@ -72,6 +72,22 @@ void keep_in_place(std::vector<float> &v, const Repartition &plan, std::uint32_t
     v.resize(n);
 }
 
+// Phase 1's plan for a vector of `len` elements: each member of the old generation `old`
+// holds its ZeRO-1 range of the old world; survivor i (new-rank order) wants
+// zero1_range(len, i, survivors); leavers want nothing.
+Repartition survivor_plan(const Decision &d, const Layout &old, const Survivors &sv, std::size_t len) {
+    const auto world = static_cast<std::uint32_t>(old.members.size());
+    Repartition plan;
+    for (const Member &m : old.members) {
+        plan.have.push_back(zero1_range(len, m.rank, world));
+        auto nr = d.next.rank_of(m.unit, m.slot);
+        plan.want.push_back(nr && sv.index[*nr] >= 0
+                                ? zero1_range(len, static_cast<std::uint32_t>(sv.index[*nr]), sv.count)
+                                : ShardRange{});
+    }
+    return plan;
+}
+
 // A buffer of n elements for vector i: the one prepare() made if it has that size (its
 // pages already in), else a new one.
 void take_spare(std::vector<std::vector<float>> &spares, std::size_t i, std::vector<float> &out,
@@ -332,16 +348,7 @@ Status Runtime::prepare(const Decision &d) {
     // over each pair that will move data, so that TCP has grown its window and buffers
     // before the hand-off instead of during it (one exchange on every rank, possibly empty).
     if (!shards_.empty() && layout_.members.size() == world_) {
-        const Survivors sv = survivors_of(d);
-        Repartition plan;
-        const std::size_t len = shards_[0].length;
-        for (const Member &m : layout_.members) {
-            plan.have.push_back(zero1_range(len, m.rank, world_));
-            auto nr = d.next.rank_of(m.unit, m.slot);
-            plan.want.push_back(nr && sv.index[*nr] >= 0
-                                    ? zero1_range(len, static_cast<std::uint32_t>(sv.index[*nr]), sv.count)
-                                    : ShardRange{});
-        }
+        const Repartition plan = survivor_plan(d, layout_, survivors_of(d), shards_[0].length);
         auto mine = plan_repartition(plan, rank_);
         if (!mine) return Error{mine.error()};
         constexpr std::size_t kWarm = (2u << 20) / sizeof(float);
@@ -388,14 +395,7 @@ Result<std::vector<std::vector<float>>> Runtime::gather_on_survivors(const Decis
     std::vector<std::vector<float>> held(shards_.size());
     std::vector<RepartitionJob> jobs;
     for (std::size_t i = 0; i < shards_.size(); ++i) {
-        const std::size_t len = shards_[i].length;
-        for (const Member &m : layout_.members) {
-            plans[i].have.push_back(zero1_range(len, m.rank, world_));
-            auto nr = d.next.rank_of(m.unit, m.slot);
-            plans[i].want.push_back(nr && sv.index[*nr] >= 0
-                                        ? zero1_range(len, static_cast<std::uint32_t>(sv.index[*nr]), sv.count)
-                                        : ShardRange{});
-        }
+        plans[i] = survivor_plan(d, layout_, sv, shards_[i].length);
         jobs.push_back({&plans[i], shards_[i].storage->data(), nullptr});
         if (auto off = in_place_offset(plans[i], rank_)) {
             // Without leavers every survivor keeps what it has: no copy, no new pages.
