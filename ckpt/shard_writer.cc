@@ -242,7 +242,13 @@ Status ShardWriter::finish() {
     if (!st) return w.fail(make_error(w.tmp_path + ": " + st.error()));
     // Closing flushes HDF5's metadata: a full disk often surfaces here, not at H5Dwrite.
     if (auto c = w.file.close(w.tmp_path); !c) return w.fail(make_error(c.error()));
-    if (w.options.fsync)
+    // Only a shard that holds tensor data is fsynced. One that wrote none (an incremental
+    // rank whose slices all reference the base) is read once, by commit(), which copies its
+    // manifest and rank states into index.h5 and fsyncs that; after the commit nothing reads
+    // the shard (no source names it, rank states are read from the index), so a crash that
+    // loses or truncates it loses nothing. In an incremental checkpoint where few ranks
+    // changed anything this saves most of the checkpoint's fsyncs.
+    if (w.options.fsync && w.written > 0)
         if (auto s = fsio::fsync_path(w.tmp_path); !s) return w.fail(make_error(s.error()));
     // No fsync of the directory here: the new name only has to be durable once the
     // checkpoint is committed, and commit() fsyncs the directory once for all shards before

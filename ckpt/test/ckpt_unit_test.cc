@@ -322,6 +322,51 @@ TEST(Incremental, BaseGivenAsLatestLinkIsReferencedByItsRealName) {
     EXPECT_FALSE(ShardWriter::open(d / "other", 4, 0, WriterOptions{"0", d / "root/latest", true}).ok());
 }
 
+// A rank whose slices are all references writes a shard that is not fsynced (omni-ckpt(5)):
+// once committed, nothing may need it, so a crash that loses it loses nothing.
+TEST(Incremental, ShardHoldingOnlyReferencesIsNotNeededAfterCommit) {
+    TempDir d;
+    const std::string root = d / "root";
+    // "v" has one row, so writer 1 holds no slice of it; only "v" changes at step 2.
+    std::vector<Spec> specs = {{"w", DType::fp32, {8, 2}, 1}, {"v", DType::int64, {1}, 2}};
+    const std::string base = write_ckpt(root, 1, 2, specs);
+    specs[1].seed = 9;
+    std::uint64_t written = 0;
+    const std::string inc = write_ckpt(root, 2, 2, specs, base, &written);
+    ASSERT_EQ(written, 8u);
+    ASSERT_TRUE(fsio::remove_file(inc + "/shard-00001.h5").ok());   // as a power loss might
+
+    auto v = verify(inc);
+    ASSERT_TRUE(v.ok()) << v.error();
+    EXPECT_TRUE(v.value().ok()) << v.value().issues[0].problem;
+    auto r = Reader::open(inc);
+    ASSERT_TRUE(r.ok()) << r.error();
+    for (const auto &s : specs) expect_logical(*r.value(), s);
+    auto rs = r.value()->rank_state(1);   // read from the index
+    ASSERT_TRUE(rs.ok()) << rs.error();
+    EXPECT_EQ(rs.value().consumed, (std::vector<std::int64_t>{1, 3}));
+    auto entries = list(root);
+    ASSERT_TRUE(entries.ok());
+    ASSERT_EQ(entries.value().size(), 2u);
+    EXPECT_TRUE(entries.value()[1].complete) << entries.value()[1].problem;
+    // The next incremental checkpoint takes it as its base, merge materialises it, and gc
+    // keeps what it references.
+    specs[0].seed = 5;
+    const std::string next = write_ckpt(root, 3, 2, specs, inc);
+    ASSERT_FALSE(next.empty());
+    auto merged = merge(inc, d / "merged");
+    ASSERT_TRUE(merged.ok()) << merged.error();
+    GcPolicy p;
+    p.keep_last = 2;
+    p.grace_seconds = 0;
+    ASSERT_TRUE(gc(root, p).ok());
+    for (const std::string &c : {inc, next, merged.value()}) {
+        auto vc = verify(c);
+        ASSERT_TRUE(vc.ok()) << vc.error();
+        EXPECT_TRUE(vc.value().ok()) << c << ": " << vc.value().issues[0].problem;
+    }
+}
+
 TEST(Incremental, UnchangedHintSkipsHashingButNeverLies) {
     TempDir d;
     const std::vector<Spec> specs = {{"frozen", DType::fp32, {16, 4}, 1}};
