@@ -76,11 +76,19 @@ public:
     // locally). Buffers stay untouched by the caller until the call returns.
     virtual Status exchange(const std::vector<PeerSend> &sends,
                             const std::vector<PeerRecv> &recvs) = 0;
+    // How many peers exchange() reads from with a same-host copy (see SameHostCopy).
+    virtual int same_host_peers() const { return 0; }
 };
+
+// exchange() between ranks on one kernel: the receiver copies from the sender's memory
+// (same_host.h) where the kernel allows it, else TCP. `failing` is for tests: every such copy
+// is refused, as a kernel would, so that the TCP fallback runs.
+enum class SameHostCopy { on, off, failing };
 
 struct GlooOptions {
     std::string hostname = "127.0.0.1";  // address this rank listens on (a job node address)
     std::chrono::milliseconds timeout{30000};  // per operation, and for the rendezvous
+    SameHostCopy same_host_copy = SameHostCopy::on;
 };
 
 // Connects `size` ranks through `store` (keys as the store's owner prefixes them, e.g. per

@@ -15,10 +15,13 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <random>
+#include <set>
 #include <thread>
 #include <exception>
 #include <memory>
@@ -27,6 +30,8 @@
 
 #include "bf16.h"
 #include "comm.h"
+#include "log.h"
+#include "same_host.h"
 
 namespace omni::launcher {
 
@@ -183,9 +188,9 @@ class GlooCommunicator final : public Communicator {
 public:
     GlooCommunicator(std::shared_ptr<gloo::Context> ctx,
                      std::shared_ptr<gloo::transport::Device> device,
-                     std::unique_ptr<LoopWaker> waker, std::chrono::milliseconds timeout)
+                     std::unique_ptr<LoopWaker> waker, const GlooOptions &options)
         : ctx_(std::move(ctx)), device_(std::move(device)), waker_(std::move(waker)),
-          timeout_(timeout) {}
+          timeout_(options.timeout), fail_reads_(options.same_host_copy == SameHostCopy::failing) {}
     ~GlooCommunicator() override {
         waker_->start();
         ctx_.reset();  // closes every pair: one loop turn each
@@ -241,8 +246,11 @@ public:
     }
 
     Status allgather(const void *send, void *recv, std::size_t count, DType type) override {
+        return allgather_bytes(send, recv, count * dtype_size(type));
+    }
+
+    Status allgather_bytes(const void *send, void *recv, std::size_t bytes) {
         return run("allgather", [&] {
-            const std::size_t bytes = count * dtype_size(type);
             // Gloo reads the input from the output when they alias; copy ours into place.
             char *out = static_cast<char *>(recv);
             std::memmove(out + static_cast<std::size_t>(ctx_->rank) * bytes, send, bytes);
@@ -293,33 +301,158 @@ public:
                 return make_error("exchange: cannot receive from rank " + std::to_string(r.peer) +
                                   " at rank " + std::to_string(ctx_->rank) + " of " +
                                   std::to_string(ctx_->size));
-        // One slot per call (tags advance on every rank alike, see exchange()'s contract),
-        // plus the lane; the pair of ranks tells the rest apart.
-        const gloo::Slot slot = gloo::Slot::build(kExchangeSlotPrefix, next_tag());
+        // One tag per call (tags advance on every rank alike, see exchange()'s contract), plus
+        // the lane; the pair of ranks tells the rest apart.
+        const std::uint32_t tag = next_tag();
+        const gloo::Slot data = gloo::Slot::build(kExchangeSlotPrefix, tag);
+        const gloo::Slot acks = gloo::Slot::build(kAckSlotPrefix, tag);
+        const gloo::Slot retry = gloo::Slot::build(kRetrySlotPrefix, tag);
         return run("exchange", [&] {
-            std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> out, in;
-            // Receives first, so that data arriving early lands in place instead of waiting.
-            for (const auto &r : recvs) {
+            using Buffer = std::unique_ptr<gloo::transport::UnboundBuffer>;
+            // A same-host pair moves a descriptor instead of the data: the receiver copies
+            // from the sender's memory and answers with an ack (0: copied; 1: the kernel
+            // refused, send it over TCP after all). The sender's buffer is untouched until
+            // the ack, as the contract requires anyway.
+            struct Descriptor {
+                std::uint64_t addr = 0, bytes = 0;
+            };
+            std::vector<Buffer> in, out, ctl;
+            std::vector<Descriptor> desc_in(recvs.size()), desc_out(sends.size());
+            std::vector<std::uint64_t> ack_in(sends.size()), ack_out(recvs.size());
+            std::vector<Buffer> desc_bufs(recvs.size()), ack_bufs(sends.size());
+            // 1. Post everything that waits for nobody: receives first, so that data arriving
+            // early lands in place instead of waiting.
+            for (std::size_t i = 0; i < recvs.size(); ++i) {
+                const PeerRecv &r = recvs[i];
                 if (!r.bytes) continue;
-                in.push_back(ctx_->createUnboundBuffer(r.data, r.bytes));
-                in.back()->recv(r.peer, slot + r.lane);
+                if (reads_from(r.peer)) {
+                    desc_bufs[i] = ctx_->createUnboundBuffer(&desc_in[i], sizeof(Descriptor));
+                    desc_bufs[i]->recv(r.peer, data + r.lane);
+                } else {
+                    in.push_back(ctx_->createUnboundBuffer(r.data, r.bytes));
+                    in.back()->recv(r.peer, data + r.lane);
+                }
             }
-            for (const auto &s : sends) {
+            for (std::size_t i = 0; i < sends.size(); ++i) {
+                const PeerSend &s = sends[i];
                 if (!s.bytes) continue;
-                // Gloo's buffers are not const; a send only reads.
-                out.push_back(ctx_->createUnboundBuffer(const_cast<void *>(s.data), s.bytes));
-                out.back()->send(s.peer, slot + s.lane);
+                if (read_by(s.peer)) {
+                    desc_out[i] = {reinterpret_cast<std::uintptr_t>(s.data), s.bytes};
+                    out.push_back(ctx_->createUnboundBuffer(&desc_out[i], sizeof(Descriptor)));
+                    out.back()->send(s.peer, data + s.lane);
+                    ack_bufs[i] = ctx_->createUnboundBuffer(&ack_in[i], sizeof ack_in[i]);
+                    ack_bufs[i]->recv(s.peer, acks + s.lane);
+                } else {
+                    // Gloo's buffers are not const; a send only reads.
+                    out.push_back(ctx_->createUnboundBuffer(const_cast<void *>(s.data), s.bytes));
+                    out.back()->send(s.peer, data + s.lane);
+                }
             }
+            // 2. Same-host copies: waits only for descriptors, which every peer posted in 1.
+            for (std::size_t i = 0; i < recvs.size(); ++i) {
+                if (!desc_bufs[i]) continue;
+                const PeerRecv &r = recvs[i];
+                if (!desc_bufs[i]->waitRecv(timeout_)) throw std::runtime_error("receive aborted");
+                const Descriptor &d = desc_in[i];
+                if (d.bytes != r.bytes)
+                    throw std::runtime_error("rank " + std::to_string(r.peer) + " offers " +
+                                             std::to_string(d.bytes) + " bytes on lane " +
+                                             std::to_string(r.lane) + ", this rank expects " +
+                                             std::to_string(r.bytes));
+                Status st = fail_reads_ ? make_error("same-host copy disabled for testing")
+                                        : read_from_process(records_[static_cast<std::size_t>(r.peer)].pid,
+                                                            r.data, d.addr, r.bytes);
+                ack_out[i] = st ? 0 : 1;
+                if (!st) {
+                    note_refused(r.peer, st.error());
+                    in.push_back(ctx_->createUnboundBuffer(r.data, r.bytes));
+                    in.back()->recv(r.peer, retry + r.lane);
+                }
+                ctl.push_back(ctx_->createUnboundBuffer(&ack_out[i], sizeof ack_out[i]));
+                ctl.back()->send(r.peer, acks + r.lane);
+            }
+            // 3. Acks: receivers sent them in 2. A refused copy goes over TCP now.
+            for (std::size_t i = 0; i < sends.size(); ++i) {
+                if (!ack_bufs[i]) continue;
+                if (!ack_bufs[i]->waitRecv(timeout_)) throw std::runtime_error("receive aborted");
+                if (ack_in[i] == 0) continue;
+                const PeerSend &s = sends[i];
+                out.push_back(ctx_->createUnboundBuffer(const_cast<void *>(s.data), s.bytes));
+                out.back()->send(s.peer, retry + s.lane);
+            }
+            // 4. Everything else.
             for (auto &b : in)
                 if (!b->waitRecv(timeout_)) throw std::runtime_error("receive aborted");
             for (auto &b : out)
                 if (!b->waitSend(timeout_)) throw std::runtime_error("send aborted");
+            for (auto &b : ctl)
+                if (!b->waitSend(timeout_)) throw std::runtime_error("send aborted");
         });
+    }
+
+    // The build is over: the loop may idle again (see LoopWaker).
+    void built() { waker_->stop(); }
+
+    int same_host_peers() const override {
+        return static_cast<int>(std::count(reads_from_.begin(), reads_from_.end(), true));
+    }
+
+    // Collective, once after the rendezvous: which peers share this kernel and may be read
+    // from (same_host.h). Every rank takes part whatever its options; one that offers no
+    // same-host copies publishes an empty record. Learns nothing when it fails: TCP only.
+    Status learn_same_host(bool enabled) {
+        const auto n = static_cast<std::size_t>(ctx_->size);
+        reads_from_.assign(n, false);
+        read_by_.assign(n, false);
+        if (n < 2) return Status::success();
+        std::random_device rd;
+        nonce_ = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+        HostRecord mine = enabled ? local_host_record(&nonce_) : HostRecord{};
+        std::vector<HostRecord> all(n);
+        if (auto st = allgather_bytes(&mine, all.data(), sizeof mine); !st) return st;
+        const std::size_t row = (n + 7) / 8;
+        std::vector<std::uint8_t> probed(row), rows(row * n);
+        for (std::size_t p = 0; p < n; ++p) {
+            if (p == static_cast<std::size_t>(ctx_->rank) || !same_kernel(mine, all[p])) continue;
+            if (auto st = probe_peer(all[p]); st) {
+                probed[p / 8] |= static_cast<std::uint8_t>(1u << (p % 8));
+            } else {
+                // Typically Yama's ptrace_scope or a non-dumpable process: TCP is correct,
+                // only slower, and an admin may want to know why. Once per process.
+                static std::atomic<bool> said{false};
+                if (!said.exchange(true))
+                    log_line(LogLevel::Info, "libomni",
+                             "ranks on this host cannot copy from each other (" + st.error() +
+                                 "): the state hand-off between them goes over TCP (OMNI_SAME_HOST_COPY in libomni(3))");
+            }
+        }
+        if (auto st = allgather_bytes(probed.data(), rows.data(), row); !st) return st;
+        const auto me = static_cast<std::size_t>(ctx_->rank);
+        for (std::size_t p = 0; p < n; ++p) {
+            reads_from_[p] = probed[p / 8] & (1u << (p % 8));
+            read_by_[p] = rows[p * row + me / 8] & (1u << (me % 8));
+        }
+        records_ = std::move(all);
+        return Status::success();
     }
 
 private:
     // Slot prefix of exchange(): above Gloo's own collective prefixes (0x01..0x08).
     static constexpr std::uint8_t kExchangeSlotPrefix = 0x40;
+    static constexpr std::uint8_t kAckSlotPrefix = 0x41;    // same-host copy done / refused
+    static constexpr std::uint8_t kRetrySlotPrefix = 0x42;  // a refused copy, over TCP
+
+    bool reads_from(int peer) const { return static_cast<std::size_t>(peer) < reads_from_.size() && reads_from_[static_cast<std::size_t>(peer)]; }
+    bool read_by(int peer) const { return static_cast<std::size_t>(peer) < read_by_.size() && read_by_[static_cast<std::size_t>(peer)]; }
+    // A copy the kernel refused after the probe allowed it (the peer's credentials changed,
+    // or it is going away) falls back to TCP for that transfer; said once per peer. Both
+    // sides keep the same-host protocol (the sender cannot know before the ack).
+    void note_refused(int peer, const std::string &why) {
+        if (fail_reads_ || warned_.count(peer)) return;
+        warned_.insert(peer);
+        log_line(LogLevel::Warning, "libomni", "same-host copy from rank " + std::to_string(peer) +
+                                                   " refused (" + why + "); that transfer went over TCP");
+    }
 
     template <typename F>
     Status run(const char *what, F &&f) {
@@ -342,6 +475,11 @@ private:
     std::chrono::milliseconds timeout_;
     std::uint32_t tag_ = 1;
     std::vector<char> scratch_;
+    bool fail_reads_ = false;
+    std::uint64_t nonce_ = 0;                 // the probe word of this rank's HostRecord
+    std::vector<HostRecord> records_;         // every rank's, for its pid
+    std::vector<bool> reads_from_, read_by_;  // same-host copies from / by each peer
+    std::set<int> warned_;
 };
 
 }  // namespace
@@ -366,7 +504,8 @@ Result<std::unique_ptr<Communicator>> make_gloo_communicator(gloo::rendezvous::S
             ctx->setTimeout(options.timeout);
             WakingStore waking(store, *waker);
             ctx->connectFullMesh(waking, device);
-            waker->stop();
+            // Still waking: the first messages below go over pairs the loop has just
+            // started to watch.
         } catch (...) {
             // Tear down (pairs, then the device's loop) while the waker still runs.
             ctx.reset();
@@ -379,8 +518,13 @@ Result<std::unique_ptr<Communicator>> make_gloo_communicator(gloo::rendezvous::S
             }
             throw;
         }
-        return std::unique_ptr<Communicator>(
-            new GlooCommunicator(ctx, std::move(device), std::move(waker), options.timeout));
+        auto comm = std::make_unique<GlooCommunicator>(ctx, std::move(device), std::move(waker), options);
+        auto st = comm->learn_same_host(options.same_host_copy != SameHostCopy::off);
+        comm->built();
+        if (!st)
+            return make_error("gloo: rank " + std::to_string(rank) + " of " + std::to_string(size) +
+                              ": learning which peers share this host: " + st.error());
+        return std::unique_ptr<Communicator>(std::move(comm));
     } catch (const std::exception &e) {
         return make_error("gloo: rank " + std::to_string(rank) + " of " + std::to_string(size) +
                           ": rendezvous on " + options.hostname + " failed: " + e.what());

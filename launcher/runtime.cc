@@ -206,6 +206,7 @@ Result<Runtime::Connection> Runtime::connect(std::uint64_t generation, std::uint
         GlooOptions go;
         go.hostname = opts_.gloo_host;
         go.timeout = std::chrono::milliseconds(opts_.comm_timeout_ms);
+        go.same_host_copy = opts_.same_host_copy ? SameHostCopy::on : SameHostCopy::off;
         auto g = make_gloo_communicator(*c.store, static_cast<int>(rank), static_cast<int>(world), go);
         if (!g) return make_error("generation " + u(generation) + ": " + g.error());
         c.control = std::move(g).value();

@@ -155,6 +155,12 @@ Result<RuntimeOptions> runtime_options_from_env(const EnvLookup &get,
         o.gloo_host = local.value();
     }
 
+    if (const char *c = get("OMNI_SAME_HOST_COPY")) {
+        auto v = parse_choice(c, {"1", "0"}, "OMNI_SAME_HOST_COPY");
+        if (!v) return Error{v.error()};
+        o.same_host_copy = v.value() == "1";
+    }
+
     if (const char *b = get("OMNI_COMM_BACKEND")) {
         auto c = parse_choice(b, {"gloo", "nccl"}, "OMNI_COMM_BACKEND");
         if (!c) return Error{c.error()};

@@ -60,6 +60,7 @@ struct RuntimeOptions {
     std::string member_id;
     std::uint32_t unit = 0, slot = 0, unit_size = 1;
     std::string gloo_host = "127.0.0.1";
+    bool same_host_copy = true;  // OMNI_SAME_HOST_COPY: hand-off copies between local ranks
     CommBackend backend = CommBackend::gloo;
     int cuda_device = 0;
     std::int64_t join_timeout_ms = 600000;

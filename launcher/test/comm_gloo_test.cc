@@ -1,8 +1,13 @@
 // The Gloo communicator with 3 ranks (threads) on 127.0.0.1, rendezvous through Gloo's
 // in-memory HashStore. Expected results are computed here from the inputs' formulas.
 #include <gtest/gtest.h>
+#include <gloo/rendezvous/file_store.h>
 #include <gloo/rendezvous/hash_store.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <filesystem>
 #include <thread>
 #include <vector>
 
@@ -17,8 +22,9 @@ namespace {
 constexpr int kRanks = 3;
 
 // Runs body(comm) on kRanks threads, each with its own communicator.
-void on_ranks(const std::function<void(Communicator &)> &body) {
-    omni::launcher::test::on_gloo_ranks(kRanks, body);
+void on_ranks(const std::function<void(Communicator &)> &body,
+              const std::function<GlooOptions(int)> &options = {}) {
+    omni::launcher::test::on_gloo_ranks(kRanks, body, options);
 }
 
 }  // namespace
@@ -85,28 +91,41 @@ TEST(GlooComm, BroadcastAllgatherReduceScatterBarrier) {
     });
 }
 
+namespace {
+
+// Every rank sends to and receives from every other one, with sizes and values that name
+// both ends; then checks what it got.
+void exchange_all_pairs(Communicator &c) {
+    const int r = c.rank();
+    // Rank r sends (r+1) * 100000 + 7 floats of value 1000 r + q to every other rank q,
+    // and receives from every peer p its (p+1) * 100000 + 7 floats of value 1000 p + r.
+    auto count = [](int from) { return static_cast<std::size_t>(from + 1) * 100000 + 7; };
+    std::vector<std::vector<float>> out(kRanks), in(kRanks);
+    std::vector<PeerSend> sends;
+    std::vector<PeerRecv> recvs;
+    for (int q = 0; q < kRanks; ++q) {
+        if (q == r) continue;
+        out[q].assign(count(r), static_cast<float>(1000 * r + q));
+        in[q].assign(count(q), -1.0f);
+        sends.push_back({q, out[q].data(), out[q].size() * sizeof(float)});
+        recvs.push_back({q, in[q].data(), in[q].size() * sizeof(float)});
+    }
+    ASSERT_TRUE(c.exchange(sends, recvs).ok());
+    for (int p = 0; p < kRanks; ++p) {
+        if (p == r) continue;
+        ASSERT_EQ(in[p].size(), count(p));
+        for (float x : in[p]) ASSERT_EQ(x, static_cast<float>(1000 * p + r)) << p;
+    }
+}
+
+}  // namespace
+
 TEST(GlooComm, ExchangeMovesEachPairsBytesBothWays) {
     on_ranks([&](Communicator &c) {
         const int r = c.rank();
-        // Rank r sends (r+1) * 100000 + 7 floats of value 1000 r + q to every other rank q,
-        // and receives from every peer p its (p+1) * 100000 + 7 floats of value 1000 p + r.
-        auto count = [](int from) { return static_cast<std::size_t>(from + 1) * 100000 + 7; };
-        std::vector<std::vector<float>> out(kRanks), in(kRanks);
-        std::vector<PeerSend> sends;
-        std::vector<PeerRecv> recvs;
-        for (int q = 0; q < kRanks; ++q) {
-            if (q == r) continue;
-            out[q].assign(count(r), static_cast<float>(1000 * r + q));
-            in[q].assign(count(q), -1.0f);
-            sends.push_back({q, out[q].data(), out[q].size() * sizeof(float)});
-            recvs.push_back({q, in[q].data(), in[q].size() * sizeof(float)});
-        }
-        ASSERT_TRUE(c.exchange(sends, recvs).ok());
-        for (int p = 0; p < kRanks; ++p) {
-            if (p == r) continue;
-            ASSERT_EQ(in[p].size(), count(p));
-            for (float x : in[p]) ASSERT_EQ(x, static_cast<float>(1000 * p + r)) << p;
-        }
+        // Ranks that are threads of one process share a kernel: same-host copies throughout.
+        EXPECT_EQ(c.same_host_peers(), kRanks - 1);
+        exchange_all_pairs(c);
         // Nothing to move is a valid call on every rank, and ranks stay in step after it.
         ASSERT_TRUE(c.exchange({}, {}).ok());
         float one = 1.0f;
@@ -118,6 +137,97 @@ TEST(GlooComm, ExchangeMovesEachPairsBytesBothWays) {
         EXPECT_FALSE(c.exchange({}, {{kRanks, &x, sizeof x}}).ok());
         EXPECT_FALSE(c.exchange({}, {{-1, &x, sizeof x}}).ok());
     });
+}
+
+TEST(GlooComm, ExchangeOverTcpWithoutSameHostCopies) {
+    on_ranks([&](Communicator &c) {
+        EXPECT_EQ(c.same_host_peers(), 0);
+        exchange_all_pairs(c);
+    }, [](int) {
+        GlooOptions o;
+        o.same_host_copy = SameHostCopy::off;
+        return o;
+    });
+}
+
+TEST(GlooComm, ExchangeWithSomeRanksOptingOut) {
+    // Rank 1 neither reads nor is read from; ranks 0 and 2 copy between themselves and use
+    // TCP with rank 1, in the same call.
+    on_ranks([&](Communicator &c) {
+        EXPECT_EQ(c.same_host_peers(), c.rank() == 1 ? 0 : 1);
+        exchange_all_pairs(c);
+    }, [](int r) {
+        GlooOptions o;
+        if (r == 1) o.same_host_copy = SameHostCopy::off;
+        return o;
+    });
+}
+
+TEST(GlooComm, RefusedSameHostCopiesFallBackToTcp) {
+    // Every copy is refused after the probe allowed it (as when a peer's credentials change):
+    // each transfer goes over TCP after the ack, with the right bytes, twice in a row.
+    on_ranks([&](Communicator &c) {
+        EXPECT_EQ(c.same_host_peers(), kRanks - 1);
+        exchange_all_pairs(c);
+        exchange_all_pairs(c);
+    }, [](int) {
+        GlooOptions o;
+        o.same_host_copy = SameHostCopy::failing;
+        return o;
+    });
+}
+
+// Two processes (a real process_vm_readv between different pids) exchange 8 MiB both ways,
+// rendezvous through a FileStore. Rank r runs as user uid[r] (-1: this process's) and exits
+// 0 only if it got the peer's bytes and reads from `peers[r]` peers by same-host copy.
+static void exchange_between_processes(const int uid[2], const int peers[2]) {
+    char dir[] = "/tmp/omni-gloo-procs.XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    ASSERT_EQ(chmod(dir, 0777), 0);
+    std::vector<pid_t> kids;
+    for (int r = 0; r < 2; ++r) {
+        const pid_t pid = fork();
+        ASSERT_GE(pid, 0);
+        if (pid == 0) {
+            if (uid[r] >= 0 && (setgid(static_cast<gid_t>(uid[r])) != 0 || setuid(static_cast<uid_t>(uid[r])) != 0))
+                _exit(9);
+            gloo::rendezvous::FileStore store(dir);
+            GlooOptions o;
+            o.timeout = std::chrono::milliseconds(20000);
+            auto c = make_gloo_communicator(store, r, 2, o);
+            if (!c) _exit(10);
+            if (c.value()->same_host_peers() != peers[r]) _exit(11);
+            const std::size_t n = (8u << 20) / sizeof(float) + 3;  // not a whole page
+            std::vector<float> out(n), in(n, -1.0f);
+            for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<float>(r * 1000003 + i);
+            if (!c.value()->exchange({{1 - r, out.data(), n * sizeof(float)}},
+                                     {{1 - r, in.data(), n * sizeof(float)}}))
+                _exit(12);
+            for (std::size_t i = 0; i < n; ++i)
+                if (in[i] != static_cast<float>((1 - r) * 1000003 + i)) _exit(13);
+            _exit(c.value()->barrier() ? 0 : 14);
+        }
+        kids.push_back(pid);
+    }
+    for (pid_t k : kids) {
+        int status = 0;
+        ASSERT_EQ(waitpid(k, &status, 0), k);
+        EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+    }
+    std::filesystem::remove_all(dir);
+}
+
+TEST(GlooComm, ExchangeBetweenProcesses) {
+    const int uid[2] = {-1, -1}, peers[2] = {1, 1};
+    exchange_between_processes(uid, peers);
+}
+
+TEST(GlooComm, ExchangeWhereTheKernelRefusesOneDirection) {
+    // Rank 1 runs as user nobody: it may not read root's memory (the kernel refuses the
+    // probe), while root may read its. One direction copies, the other goes over TCP.
+    if (geteuid() != 0) GTEST_SKIP() << "needs root, to run one rank as another user";
+    const int uid[2] = {-1, 65534}, peers[2] = {1, 0};
+    exchange_between_processes(uid, peers);
 }
 
 TEST(GlooComm, BadArguments) {

@@ -17,13 +17,16 @@
 
 namespace omni::launcher::test {
 
-inline void on_gloo_ranks(int n, const std::function<void(Communicator &)> &body) {
+// options(rank) gives each rank's options (default: GlooOptions{} with a 20 s timeout).
+inline void on_gloo_ranks(int n, const std::function<void(Communicator &)> &body,
+                          const std::function<GlooOptions(int)> &options = {}) {
     gloo::rendezvous::HashStore store;
     std::vector<std::thread> threads;
     std::vector<std::string> errors(static_cast<std::size_t>(n));
     for (int r = 0; r < n; ++r)
         threads.emplace_back([&, r] {
             GlooOptions o;
+            if (options) o = options(r);
             o.timeout = std::chrono::milliseconds(20000);
             auto c = make_gloo_communicator(store, r, n, o);
             if (!c) {

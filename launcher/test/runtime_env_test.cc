@@ -112,9 +112,19 @@ TEST(RuntimeEnv, BadValuesAreNamed) {
     ASSERT_FALSE(to);
     EXPECT_NE(to.error().find("OMNI_COMM_TIMEOUT_MS"), std::string::npos) << to.error();
     e.vars.erase("OMNI_COMM_TIMEOUT_MS");
+    e.vars["OMNI_SAME_HOST_COPY"] = "yes";
+    auto sh = runtime_options_from_env(e.lookup(), pmix(0, 2));
+    ASSERT_FALSE(sh);
+    EXPECT_NE(sh.error().find("OMNI_SAME_HOST_COPY"), std::string::npos) << sh.error();
+    e.vars.erase("OMNI_SAME_HOST_COPY");
     auto ok = runtime_options_from_env(e.lookup(), pmix(0, 2));
     ASSERT_TRUE(ok) << ok.error();
     EXPECT_EQ(ok.value().gloo_host, "10.1.2.3");
+    EXPECT_TRUE(ok.value().same_host_copy);
+    e.vars["OMNI_SAME_HOST_COPY"] = "0";
+    auto off = runtime_options_from_env(e.lookup(), pmix(0, 2));
+    ASSERT_TRUE(off) << off.error();
+    EXPECT_FALSE(off.value().same_host_copy);
 }
 
 TEST(RuntimeEnv, SecretIsRequiredWithACoordinator) {
