@@ -104,9 +104,16 @@ struct NcclOptions {
     std::chrono::milliseconds timeout{60000};  // non-blocking init gives up after this
 };
 // Rank 0 creates the unique id and publishes it in `store` under `key`; the others read it.
+// `parent`: on a pure grow, this rank's NCCL communicator of the previous generation, in
+// which it has the same rank (null for joiners and for any other change). When rank 0 has
+// one and the running NCCL has ncclCommGrow (2.29+), the communicator is grown from it:
+// existing ranks keep their connections, joiners are added; otherwise every rank makes a
+// fresh one (ncclCommInitRankConfig). The parent stays the caller's, idle, to be destroyed
+// after this returns.
 Result<std::unique_ptr<Communicator>> make_nccl_communicator(gloo::rendezvous::Store &store,
                                                              const std::string &key, int rank,
-                                                             int size, const NcclOptions &options);
+                                                             int size, const NcclOptions &options,
+                                                             Communicator *parent = nullptr);
 // The NCCL version this process runs with (ncclGetVersion), e.g. 22809, and the one it was
 // built against (NCCL_VERSION_CODE).
 int nccl_runtime_version();

@@ -57,6 +57,21 @@ ShrinkFn shrink_fn() {
     return fn;
 }
 
+// ncclCommGrow and ncclCommGetUniqueId (NCCL 2.29+), declared here so that this builds
+// against older headers: existing ranks pass their communicator (the root also the id it got
+// from ncclCommGetUniqueId) and rank -1; joiners no communicator, the id and their rank.
+using GrowFn = ncclResult_t (*)(ncclComm_t, int, const ncclUniqueId *, int, ncclComm_t *, ncclConfig_t *);
+using CommIdFn = ncclResult_t (*)(ncclComm_t, ncclUniqueId *);
+struct GrowFns {
+    GrowFn grow = nullptr;
+    CommIdFn id = nullptr;
+};
+const GrowFns *grow_fns() {
+    static const GrowFns fns{reinterpret_cast<GrowFn>(dlsym(RTLD_DEFAULT, "ncclCommGrow")),
+                             reinterpret_cast<CommIdFn>(dlsym(RTLD_DEFAULT, "ncclCommGetUniqueId"))};
+    return fns.grow && fns.id ? &fns : nullptr;
+}
+
 // Waits for a non-blocking communicator to leave ncclInProgress.
 Status wait_ready(ncclComm_t comm, std::chrono::milliseconds timeout, const char *what) {
     const auto deadline = Clock::now() + timeout;
@@ -89,6 +104,7 @@ public:
     int rank() const override { return rank_; }
     int size() const override { return size_; }
     const char *backend() const override { return "nccl"; }
+    ncclComm_t handle() const { return comm_; }
 
     Status allreduce(void *buf, std::size_t count, DType t, ReduceOp op) override {
         if (t == DType::i64 && op != ReduceOp::sum) return make_error("ncclAllReduce: i64 buffers take sum only");
@@ -216,42 +232,74 @@ int nccl_runtime_version() {
 }
 
 bool nccl_has_shrink() { return shrink_fn() != nullptr; }
-bool nccl_has_grow() { return dlsym(RTLD_DEFAULT, "ncclCommGrow") != nullptr; }
+bool nccl_has_grow() { return grow_fns() != nullptr; }
 
 Result<std::unique_ptr<Communicator>> make_nccl_communicator(gloo::rendezvous::Store &store,
                                                              const std::string &key, int rank,
-                                                             int size, const NcclOptions &options) {
+                                                             int size, const NcclOptions &options,
+                                                             Communicator *parent) {
     if (size < 1 || rank < 0 || rank >= size)
         return make_error("nccl: rank " + std::to_string(rank) + " of " + std::to_string(size) +
                           ": expected 0 <= rank < size");
+    auto *from = dynamic_cast<Nccl *>(parent);
+    if (from && !from->handle()) from = nullptr;
+    // Rank 0 decides how the communicator is made and publishes it with the id: 'g' grows
+    // rank 0's parent (ncclCommGrow; the id comes from ncclCommGetUniqueId on the parent),
+    // 'i' is a fresh init. Everyone else follows, so that one rank's view of what its NCCL
+    // can do decides for all and a mismatch is an error below rather than a hang.
+    char mode = 'i';
     ncclUniqueId id;
     try {
         if (rank == 0) {
-            OMNI_NCCL_TRY(ncclGetUniqueId(&id));
-            store.set(key, std::vector<char>(id.internal, id.internal + sizeof id.internal));
+            const GrowFns *g = grow_fns();
+            if (g && from && from->rank() == 0 && from->size() < size) {
+                OMNI_NCCL_TRY(g->id(from->handle(), &id));
+                mode = 'g';
+            } else {
+                OMNI_NCCL_TRY(ncclGetUniqueId(&id));
+            }
+            std::vector<char> v(1 + sizeof id.internal);
+            v[0] = mode;
+            std::copy(id.internal, id.internal + sizeof id.internal, v.begin() + 1);
+            store.set(key, v);
         } else {
             const std::vector<char> v = store.get(key);  // waits, up to the store's timeout
-            if (v.size() != sizeof id.internal)
-                return make_error("nccl: unique id under '" + key + "' has " +
-                                  std::to_string(v.size()) + " bytes; expected " +
-                                  std::to_string(sizeof id.internal));
-            std::copy(v.begin(), v.end(), id.internal);
+            if (v.size() != 1 + sizeof id.internal || (v[0] != 'g' && v[0] != 'i'))
+                return make_error("nccl: the id under '" + key + "' has " + std::to_string(v.size()) +
+                                  " bytes; expected a mode ('g' or 'i') and " +
+                                  std::to_string(sizeof id.internal) + " bytes of id");
+            mode = v[0];
+            std::copy(v.begin() + 1, v.end(), id.internal);
         }
     } catch (const std::exception &e) {
         return make_error("nccl: exchanging the unique id under '" + key + "': " + e.what());
     }
+    const GrowFns *g = grow_fns();
+    if (mode == 'g' && !g)
+        return make_error("nccl: rank 0 grows the communicator with ncclCommGrow, which the NCCL "
+                          "this rank runs (" + std::to_string(nccl_runtime_version()) + ") lacks");
+    if (mode == 'g' && from && from->rank() != rank)
+        return make_error("nccl: ncclCommGrow keeps every existing rank's number, but this rank "
+                          "goes from " + std::to_string(from->rank()) + " to " + std::to_string(rank));
     OMNI_CUDA_TRY(cudaSetDevice(options.device));
     cudaStream_t stream = nullptr;
     OMNI_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     ncclComm_t comm = nullptr;
-    const ncclResult_t r = ncclCommInitRankConfig(&comm, size, id, rank, &config);
+    const char *what = mode == 'g' ? "ncclCommGrow" : "ncclCommInitRankConfig";
+    ncclResult_t r;
+    if (mode == 'i')
+        r = ncclCommInitRankConfig(&comm, size, id, rank, &config);
+    else if (from)  // an existing rank: its parent's number; only the root passes the id
+        r = g->grow(from->handle(), size, rank == 0 ? &id : nullptr, -1, &comm, &config);
+    else  // a joiner
+        r = g->grow(nullptr, size, &id, rank, &comm, &config);
     if (r != ncclSuccess && r != ncclInProgress) {
         cudaStreamDestroy(stream);
-        return make_error(std::string("ncclCommInitRankConfig: ") + ncclGetErrorString(r));
+        return make_error(std::string(what) + ": " + ncclGetErrorString(r));
     }
-    if (auto st = wait_ready(comm, options.timeout, "ncclCommInitRankConfig"); !st) {
+    if (auto st = wait_ready(comm, options.timeout, what); !st) {
         ncclCommAbort(comm);
         cudaStreamDestroy(stream);
         return Error{st.error()};

@@ -178,15 +178,19 @@ Error Runtime::usage_error(std::string message) {
 }
 
 Status Runtime::adopt(const Decision &d, std::uint32_t new_rank,
-                      std::optional<Result<Connection>> prebuilt) {
-    nccl_.reset();
+                      std::optional<Result<Connection>> prebuilt, bool nccl_grow) {
+    // The old NCCL communicator lives until the new one exists: a grow is made from it.
+    std::unique_ptr<Communicator> old_nccl = std::move(nccl_);
     control_.reset();
     store_.reset();
     generation_ = d.next.generation;
     world_ = d.next.world;
     layout_ = d.next;
     rank_ = new_rank;
-    Result<Connection> c = prebuilt ? std::move(*prebuilt) : connect(generation_, rank_, world_, true);
+    Result<Connection> c = prebuilt ? std::move(*prebuilt)
+                                    : connect(generation_, rank_, world_, true,
+                                              nccl_grow ? old_nccl.get() : nullptr);
+    old_nccl.reset();
     if (!c) return Error{c.error()};
     store_ = std::move(c.value().store);
     control_ = std::move(c.value().control);
@@ -197,8 +201,10 @@ Status Runtime::adopt(const Decision &d, std::uint32_t new_rank,
 // Touches no member but opts_ and client_ (read), so that a survivor can build the next
 // generation's communicator on another thread while it hands state over on the current one.
 Result<Runtime::Connection> Runtime::connect(std::uint64_t generation, std::uint32_t rank,
-                                             std::uint32_t world, bool with_nccl) const {
+                                             std::uint32_t world, bool with_nccl,
+                                             Communicator *nccl_parent) const {
     (void)with_nccl;  // without HAVE_NCCL there is only Gloo
+    (void)nccl_parent;
     try {
         Connection c;
         c.store = std::make_unique<CoordinatorStore>(
@@ -218,7 +224,7 @@ Result<Runtime::Connection> Runtime::connect(std::uint64_t generation, std::uint
             no.device = opts_.cuda_device;
             no.timeout = std::chrono::milliseconds(opts_.comm_timeout_ms);
             auto n = make_nccl_communicator(*c.store, "nccl-unique-id", static_cast<int>(rank),
-                                            static_cast<int>(world), no);
+                                            static_cast<int>(world), no, nccl_parent);
             if (!n) return make_error("generation " + u(generation) + ": " + n.error());
             c.nccl = std::move(n).value();
         }
@@ -563,12 +569,18 @@ Result<BoundaryResult> Runtime::boundary(std::uint64_t step) {
 #else
     const bool nccl_shrink = false;
 #endif
+    // NCCL on a planned pure grow: the survivors grow theirs (ncclCommGrow, NCCL 2.29+, where
+    // rank 0's library has it; make_nccl_communicator) and keep their connections.
+    const bool nccl_grow = nccl_ && !d.rewind && d.leaving_units.empty() &&
+                           !d.joining_units.empty() && new_rank;
     std::future<Result<Connection>> next;
     if (!d.rewind && new_rank) {
         try {
             next = std::async(std::launch::async,
                               [this, g = d.next.generation, r = *new_rank, w = d.next.world,
-                               nccl = !nccl_shrink] { return connect(g, r, w, nccl); });
+                               nccl = !nccl_shrink, parent = nccl_grow ? nccl_.get() : nullptr] {
+                                  return connect(g, r, w, nccl, parent);
+                              });
         } catch (const std::system_error &) {
             // No thread to spare: adopt() connects after phase 1 instead.
         }
@@ -608,7 +620,7 @@ Result<BoundaryResult> Runtime::boundary(std::uint64_t step) {
         prebuilt->value().nccl = std::move(shrunk).value();
     }
 #endif
-    if (auto st = adopt(d, *new_rank, std::move(prebuilt)); !st)
+    if (auto st = adopt(d, *new_rank, std::move(prebuilt), nccl_grow); !st)
         return make_error("boundary: " + st.error());
     const std::string comm_ms = ms_since(t_adopt);
     const auto t_phase2 = Clock::now();

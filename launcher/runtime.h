@@ -145,11 +145,13 @@ private:
         std::unique_ptr<Communicator> control, nccl;
     };
     // with_nccl = false: Gloo only (the NCCL communicator comes from ncclCommShrink).
+    // nccl_parent: this rank's NCCL communicator on a pure grow (make_nccl_communicator).
     Result<Connection> connect(std::uint64_t generation, std::uint32_t rank, std::uint32_t world,
-                               bool with_nccl) const;
-    // Layout + communicator of the decision's generation (`prebuilt`: already connected).
+                               bool with_nccl, Communicator *nccl_parent = nullptr) const;
+    // Layout + communicator of the decision's generation (`prebuilt`: already connected;
+    // `nccl_grow`: else connect with the current NCCL communicator as the grow's parent).
     Status adopt(const Decision &d, std::uint32_t new_rank,
-                 std::optional<Result<Connection>> prebuilt = std::nullopt);
+                 std::optional<Result<Connection>> prebuilt = std::nullopt, bool nccl_grow = false);
     Status check_state_for(std::uint32_t world) const;
     // Phase 1 of a planned reshape (runtime_handoff.h), on the old communicator: returns
     // this rank's survivor-layout piece of each optimizer vector (empty for a leaver).

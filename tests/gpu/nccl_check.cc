@@ -1,12 +1,15 @@
 // nccl_check: exercises the NCCL communicator on a machine with a GPU (tests/gpu/run).
 // One rank on GPU 0: init (non-blocking, with a timeout), every collective on fp32 and bf16
 // device buffers, the point-to-point exchange's checks, an in-place shrink (ncclCommShrink, where the library has it), abort, and a
-// fresh init under a new unique id (the grow path of NCCL versions without ncclCommGrow).
+// fresh init under a new unique id (the grow path of NCCL versions without ncclCommGrow), and
+// with two GPUs and NCCL 2.29+ a grow from 1 to 2 ranks with ncclCommGrow.
 // Prints one line per check; exit 0 when all pass.
 #include <cuda_runtime.h>
 #include <gloo/rendezvous/hash_store.h>
 
 #include <cstdio>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "../../launcher/bf16.h"
@@ -78,6 +81,30 @@ int main() {
     auto again = make_nccl_communicator(store, "gen1/nccl-id", 0, 1, o);
     CHECK(again.ok(), again.ok() ? "fresh init under a new unique id (regrow)" : again.error().c_str());
     if (again) CHECK(roundtrip(*again.value(), f, DType::fp32) == f, "allreduce after regrow");
+    // Grow 1 -> 2 ranks (ncclCommGrow, NCCL 2.29+): the existing rank on GPU 0 grows its
+    // communicator, a joiner on GPU 1 joins with the id rank 0 published. NCCL refuses two
+    // ranks of one communicator on one GPU, so this needs two.
+    if (devices < 2 || !nccl_has_grow()) {
+        std::printf("skip: grow 1 -> 2 ranks (needs 2 GPUs and ncclCommGrow; have %d GPU(s), ncclCommGrow %s)\n",
+                    devices, nccl_has_grow() ? "yes" : "no");
+    } else if (again) {
+        std::string joiner_error;
+        std::vector<float> joined;
+        std::thread joiner([&] {
+            NcclOptions o1;
+            o1.device = 1;
+            auto j = make_nccl_communicator(store, "gen2/nccl-id", 1, 2, o1);
+            if (!j) return void(joiner_error = j.error());
+            joined = roundtrip(*j.value(), f, DType::fp32);
+        });
+        auto grown = make_nccl_communicator(store, "gen2/nccl-id", 0, 2, o, again.value().get());
+        CHECK(grown.ok(), grown.ok() ? "grow 1 -> 2 ranks from the existing communicator" : grown.error().c_str());
+        std::vector<float> twice{3.0f, -4.0f, 6.5f};
+        if (grown) CHECK(roundtrip(*grown.value(), f, DType::fp32) == twice, "allreduce after grow (rank 0)");
+        joiner.join();
+        CHECK(joiner_error.empty() && joined == twice,
+              joiner_error.empty() ? "allreduce after grow (the joiner)" : joiner_error.c_str());
+    }
     std::printf("nccl_check: %d failure(s)\n", failures);
     return failures ? 1 : 0;
 }
