@@ -384,6 +384,15 @@ int omni_reduce_scatter(const void *send, void *recv, size_t count, int dtype, i
     });
 }
 
+int omni_set_cuda_stream(void *stream) {
+    return guarded([&] {
+        auto *r = rt::get("omni_set_cuda_stream");
+        if (!r) return int(OMNI_ESTATE);
+        auto st = r->set_cuda_stream(stream);
+        return st ? int(OMNI_OK) : fail(OMNI_EINVAL, "omni_set_cuda_stream: " + st.error());
+    });
+}
+
 int omni_barrier(void) {
     return guarded([&] {
         auto *r = rt::get("omni_barrier");

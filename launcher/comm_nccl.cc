@@ -108,21 +108,21 @@ public:
 
     Status allreduce(void *buf, std::size_t count, DType t, ReduceOp op) override {
         if (t == DType::i64 && op != ReduceOp::sum) return make_error("ncclAllReduce: i64 buffers take sum only");
-        OMNI_NCCL_TRY(ncclAllReduce(buf, buf, count, nccl_type(t), nccl_op(op), comm_, stream_));
+        OMNI_NCCL_TRY(ncclAllReduce(buf, buf, count, nccl_type(t), nccl_op(op), comm_, active()));
         return complete("ncclAllReduce");
     }
     Status broadcast(void *buf, std::size_t count, DType t, int root) override {
         if (root < 0 || root >= size_) return make_error("broadcast: root " + std::to_string(root) + " out of range");
-        OMNI_NCCL_TRY(ncclBroadcast(buf, buf, count, nccl_type(t), root, comm_, stream_));
+        OMNI_NCCL_TRY(ncclBroadcast(buf, buf, count, nccl_type(t), root, comm_, active()));
         return complete("ncclBroadcast");
     }
     Status allgather(const void *send, void *recv, std::size_t count, DType t) override {
-        OMNI_NCCL_TRY(ncclAllGather(send, recv, count, nccl_type(t), comm_, stream_));
+        OMNI_NCCL_TRY(ncclAllGather(send, recv, count, nccl_type(t), comm_, active()));
         return complete("ncclAllGather");
     }
     Status reduce_scatter(const void *send, void *recv, std::size_t count, DType t,
                           ReduceOp op) override {
-        OMNI_NCCL_TRY(ncclReduceScatter(send, recv, count, nccl_type(t), nccl_op(op), comm_, stream_));
+        OMNI_NCCL_TRY(ncclReduceScatter(send, recv, count, nccl_type(t), nccl_op(op), comm_, active()));
         return complete("ncclReduceScatter");
     }
     Status barrier() override {
@@ -147,9 +147,9 @@ public:
         OMNI_NCCL_TRY(ncclGroupStart());
         ncclResult_t r = ncclSuccess;
         for (const auto &in : recvs)
-            if (in.bytes && !failed(r)) r = ncclRecv(in.data, in.bytes, ncclUint8, in.peer, comm_, stream_);
+            if (in.bytes && !failed(r)) r = ncclRecv(in.data, in.bytes, ncclUint8, in.peer, comm_, active());
         for (const auto &out : sends)
-            if (out.bytes && !failed(r)) r = ncclSend(out.data, out.bytes, ncclUint8, out.peer, comm_, stream_);
+            if (out.bytes && !failed(r)) r = ncclSend(out.data, out.bytes, ncclUint8, out.peer, comm_, active());
         const ncclResult_t end = ncclGroupEnd();
         if (failed(r)) return make_error(std::string("ncclSend/ncclRecv: ") + ncclGetErrorString(r));
         if (failed(end)) return make_error(std::string("ncclGroupEnd: ") + ncclGetErrorString(end));
@@ -182,8 +182,12 @@ public:
         comm_ = nullptr;
         cudaStream_t s = stream_;
         stream_ = nullptr;
-        return std::unique_ptr<Communicator>(new Nccl(next, s, new_rank, new_size, opts_));
+        auto shrunk = std::make_unique<Nccl>(next, s, new_rank, new_size, opts_);
+        shrunk->use_stream(user_);
+        return std::unique_ptr<Communicator>(std::move(shrunk));
     }
+
+    void use_stream(void *cuda_stream) override { user_ = static_cast<cudaStream_t>(cuda_stream); }
 
     void abort() override {
         if (comm_) ncclCommAbort(comm_);
@@ -203,7 +207,7 @@ private:
             // On a non-blocking communicator a call may still be ncclInProgress, its kernels
             // not yet on the stream: an idle stream means done only once that has cleared.
             if (async == ncclSuccess) {
-                const cudaError_t q = cudaStreamQuery(stream_);
+                const cudaError_t q = cudaStreamQuery(active());
                 if (q == cudaSuccess) return Status::success();
                 if (q != cudaErrorNotReady)
                     return make_error(std::string(what) + ": " + cudaGetErrorString(q));
@@ -216,7 +220,11 @@ private:
     }
 
     ncclComm_t comm_;
+    // The communicator's own stream, and the trainer's (use_stream) that replaces it for
+    // operations when set; the own one is kept for when the trainer sets none again.
     cudaStream_t stream_;
+    cudaStream_t user_ = nullptr;
+    cudaStream_t active() const { return user_ ? user_ : stream_; }
     int rank_, size_;
     NcclOptions opts_;
     void *scratch_ = nullptr;

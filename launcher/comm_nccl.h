@@ -22,6 +22,10 @@ public:
                                                          bool abort_ops) = 0;
     // Ends every operation in flight (a peer died) and frees the communicator.
     virtual void abort() = 0;
+    // Operations go on this CUDA stream (a cudaStream_t of this rank's device) from now on,
+    // after the work the trainer already queued there; null: the communicator's own stream.
+    // Every call still returns once its operation is complete.
+    virtual void use_stream(void *cuda_stream) = 0;
 };
 
 // True when the running NCCL exports ncclCommShrink / ncclCommGrow.

@@ -195,6 +195,9 @@ Status Runtime::adopt(const Decision &d, std::uint32_t new_rank,
     store_ = std::move(c.value().store);
     control_ = std::move(c.value().control);
     nccl_ = std::move(c.value().nccl);
+#ifdef HAVE_NCCL
+    if (auto *n = dynamic_cast<NcclCommunicator *>(nccl_.get())) n->use_stream(cuda_stream_);
+#endif
     return Status::success();
 }
 
@@ -236,6 +239,22 @@ Result<Runtime::Connection> Runtime::connect(std::uint64_t generation, std::uint
 }
 
 Communicator &Runtime::comm() { return nccl_ ? *nccl_ : *control_; }
+
+Status Runtime::set_cuda_stream(void *stream) {
+#ifdef HAVE_NCCL
+    if (opts_.backend == CommBackend::nccl && !opts_.standalone) {
+        // Before start() it waits for the first communicator (adopt()).
+        cuda_stream_ = stream;
+        if (auto *n = dynamic_cast<NcclCommunicator *>(nccl_.get())) n->use_stream(stream);
+        return Status::success();
+    }
+#endif
+    if (stream)
+        return usage_error("set_cuda_stream: this rank communicates over host buffers (" +
+                           std::string(opts_.standalone ? "a single rank without a coordinator" : "gloo") +
+                           "); a CUDA stream needs OMNI_COMM_BACKEND=nccl");
+    return Status::success();
+}
 
 Status Runtime::register_params(float *data, std::size_t count) {
     if (!data && count) return make_error("register_params: NULL buffer of " + u(count) + " floats");

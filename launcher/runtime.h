@@ -101,6 +101,10 @@ public:
     // The communicator trainers use (Gloo, NCCL when OMNI_COMM_BACKEND=nccl, or the
     // single-rank one). Valid until the next boundary() that returns RESHAPED or REWIND.
     Communicator &comm();
+    // NCCL: comm()'s operations go on the trainer's CUDA stream (a cudaStream_t on
+    // OMNI_CUDA_DEVICE), in this and every later generation; null: the communicator's own.
+    // With Gloo or a single rank only null is valid (host buffers need no stream).
+    Status set_cuda_stream(void *stream);
 
     // The replicated parameters (fp32, `count` elements, the trainer's memory). Joiners
     // receive them in start(). Register before start(); again to move the buffer.
@@ -169,6 +173,7 @@ private:
     std::unique_ptr<CoordinatorStore> store_;
     std::unique_ptr<Communicator> control_;  // Gloo (or solo): hand-off and host collectives
     std::unique_ptr<Communicator> nccl_;     // OMNI_COMM_BACKEND=nccl: the trainer's
+    void *cuda_stream_ = nullptr;            // set_cuda_stream(), applied to every nccl_
     std::uint32_t rank_ = 0, world_ = 1;
     std::uint64_t generation_ = 0, step_ = 0;
     std::optional<Decision> admission_;  // the decision that admitted this rank

@@ -184,6 +184,14 @@ int omni_reduce_scatter(const void *send, void *recv, size_t count, int dtype, i
 /* Returns when every rank of the generation has called it. */
 int omni_barrier(void);
 
+/* With OMNI_COMM_BACKEND=nccl: the collectives above run on `stream` (a cudaStream_t of
+ * OMNI_CUDA_DEVICE, passed as void *) after the work already queued there, in this and every
+ * later generation, and still return once complete; NULL goes back to the communicator's
+ * own stream. May be called before or after omni_start. Errors: OMNI_EINVAL (a non-NULL
+ * stream with Gloo or a single rank, whose buffers are host memory), OMNI_ESTATE (not
+ * initialised). */
+int omni_set_cuda_stream(void *stream);
+
 /* ---- The stand-alone sample ledger ---------------------------------------------------- */
 
 typedef struct omni_ledger omni_ledger;

@@ -104,6 +104,11 @@ TEST(RuntimeCApi, StandaloneWithNoEnvironment) {
     EXPECT_EQ(omni_allreduce(x, 3, 7, OMNI_SUM), OMNI_EINVAL);
     EXPECT_EQ(omni_allreduce(nullptr, 3, OMNI_FP32, OMNI_SUM), OMNI_EINVAL);
     ASSERT_EQ(omni_barrier(), OMNI_OK);
+    // Host buffers: no CUDA stream to run on; NULL (the default) is fine.
+    int not_a_stream = 0;
+    EXPECT_EQ(omni_set_cuda_stream(&not_a_stream), OMNI_EINVAL);
+    EXPECT_NE(std::string(omni_last_error()).find("OMNI_COMM_BACKEND=nccl"), std::string::npos) << omni_last_error();
+    EXPECT_EQ(omni_set_cuda_stream(nullptr), OMNI_OK);
 
     EXPECT_EQ(omni_boundary(3, &d), OMNI_EINVAL);  // the ledger is at step 0
     ASSERT_EQ(omni_boundary(1, &d), OMNI_OK) << omni_last_error();

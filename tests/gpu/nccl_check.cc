@@ -67,6 +67,24 @@ int main() {
     }
 
     auto *nc = dynamic_cast<NcclCommunicator *>(c.value().get());
+    {
+        // The trainer's stream (omni_set_cuda_stream): a value written there by a copy queued
+        // before the collective is what the collective reduces.
+        cudaStream_t user = nullptr;
+        cudaStreamCreateWithFlags(&user, cudaStreamNonBlocking);
+        nc->use_stream(user);
+        float *d = nullptr;
+        const float host = 42.0f;
+        cudaMalloc(&d, sizeof(float));
+        cudaMemcpyAsync(d, &host, sizeof host, cudaMemcpyHostToDevice, user);
+        auto st = nc->allreduce(d, 1, DType::fp32, ReduceOp::sum);
+        float back = 0;
+        cudaMemcpy(&back, d, sizeof back, cudaMemcpyDeviceToHost);
+        CHECK(st.ok() && back == host, st.ok() ? "allreduce on the trainer's stream" : st.error().c_str());
+        nc->use_stream(nullptr);
+        cudaFree(d);
+        cudaStreamDestroy(user);
+    }
     if (nccl_has_shrink()) {
         auto s = nc->shrink({}, false);
         CHECK(s.ok(), s.ok() ? "shrink (exclude none)" : s.error().c_str());
