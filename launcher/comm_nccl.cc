@@ -18,7 +18,13 @@
 #include <vector>
 
 #include "comm_nccl.h"
+#include "log.h"
 #include <gloo/rendezvous/store.h>
+
+// Non-blocking communicators (ncclConfig_t.blocking) and ncclCommFinalize arrived in 2.14.
+#if !defined(NCCL_VERSION_CODE) || NCCL_VERSION_CODE < 21400
+#error "slurm-omni's NCCL backend needs NCCL 2.14 or newer headers (configure --without-cuda to build without it)"
+#endif
 
 namespace omni::launcher {
 
@@ -240,6 +246,26 @@ int nccl_runtime_version() {
 }
 
 bool nccl_has_shrink() { return shrink_fn() != nullptr; }
+
+// The library loaded at run time against the headers built with: the same major version
+// (the ABI), 2.14 or newer (non-blocking communicators). Said once per process, with what
+// the library offers.
+Status check_runtime_version() {
+    static const Status verdict = [] {
+        const int run = nccl_runtime_version(), built = nccl_build_version();
+        auto text = [](int v) {
+            return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+        };
+        if (run < 21400 || run / 10000 != built / 10000)
+            return Status(make_error("nccl: the library loaded is NCCL " + text(run) + ", built against " +
+                                     text(built) + ": expected the same major version, 2.14 or newer"));
+        log_line(LogLevel::Info, "libomni",
+                 "NCCL " + text(run) + " (built against " + text(built) + "); ncclCommShrink " +
+                     (nccl_has_shrink() ? "yes" : "no") + ", ncclCommGrow " + (nccl_has_grow() ? "yes" : "no"));
+        return Status::success();
+    }();
+    return verdict;
+}
 bool nccl_has_grow() { return grow_fns() != nullptr; }
 
 Result<std::unique_ptr<Communicator>> make_nccl_communicator(gloo::rendezvous::Store &store,
@@ -249,6 +275,7 @@ Result<std::unique_ptr<Communicator>> make_nccl_communicator(gloo::rendezvous::S
     if (size < 1 || rank < 0 || rank >= size)
         return make_error("nccl: rank " + std::to_string(rank) + " of " + std::to_string(size) +
                           ": expected 0 <= rank < size");
+    if (auto st = check_runtime_version(); !st) return Error{st.error()};
     auto *from = dynamic_cast<Nccl *>(parent);
     if (from && !from->handle()) from = nullptr;
     // Rank 0 decides how the communicator is made and publishes it with the id: 'g' grows

@@ -31,6 +31,9 @@ public:
 // True when the running NCCL exports ncclCommShrink / ncclCommGrow.
 bool nccl_has_shrink();
 bool nccl_has_grow();
+// An error when the NCCL loaded at run time cannot serve this build (another major version,
+// or older than 2.14); make_nccl_communicator calls it. Logs the versions once.
+Status check_runtime_version();
 #endif
 
 }  // namespace omni::launcher

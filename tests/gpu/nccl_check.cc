@@ -47,6 +47,10 @@ int main() {
     std::printf("nccl_check: NCCL built %d, running %d; ncclCommShrink %s, ncclCommGrow %s\n",
                 nccl_build_version(), nccl_runtime_version(), nccl_has_shrink() ? "yes" : "no",
                 nccl_has_grow() ? "yes" : "no");
+    {
+        auto v = check_runtime_version();
+        CHECK(v.ok(), v.ok() ? "the NCCL loaded can serve this build" : v.error().c_str());
+    }
     gloo::rendezvous::HashStore store;
     NcclOptions o;
     auto c = make_nccl_communicator(store, "gen0/nccl-id", 0, 1, o);
