@@ -49,6 +49,7 @@ struct ShardWriter::Impl {
     std::unordered_map<std::string, const TensorInfo *> base_tensors;
     std::set<std::string> names;
     std::uint64_t written = 0, reused = 0;
+    std::vector<char> staging;   // blocks of SliceSource slices (stream.h), reused
     bool finished = false;
     std::string failed;       // first error; the writer refuses further work after it
 
@@ -123,10 +124,12 @@ Result<std::unique_ptr<ShardWriter>> ShardWriter::open(const std::string &root, 
                                 rank, options);
 }
 
-Status ShardWriter::add_tensor(const std::string &name, DType dtype, const Shape &shape,
-                               const Shape &offset, const Shape &count, const void *data,
-                               Change change) {
-    Impl &w = *impl_;
+namespace {
+
+// ShardWriter::add_tensor for a slice in one buffer (`data`) or read from `src`.
+Status add_slice(ShardWriter::Impl &w, const std::string &name, DType dtype, const Shape &shape,
+                 const Shape &offset, const Shape &count, const void *data, SliceSource *src,
+                 Change change) {
     if (!w.failed.empty()) return make_error("shard writer failed earlier: " + w.failed);
     if (w.finished) return make_error("tensor " + name + ": shard already finished");
     if (auto st = check_tensor_name(name); !st) return st;
@@ -135,8 +138,9 @@ Status ShardWriter::add_tensor(const std::string &name, DType dtype, const Shape
     if (!w.names.insert(name).second)
         return make_error("tensor " + name + ": added twice to the shard of rank " +
                           std::to_string(w.manifest.rank));
-    if (!data) return make_error("tensor " + name + ": data is null");
-    const std::uint64_t bytes = element_count(count) * dtype_size(dtype);
+    if (!data && !src) return make_error("tensor " + name + ": data is null");
+    const std::size_t elem = dtype_size(dtype);
+    const std::uint64_t bytes = element_count(count) * elem;
 
     TensorInfo t;
     t.name = name;
@@ -156,24 +160,26 @@ Status ShardWriter::add_tensor(const std::string &name, DType dtype, const Shape
                     break;
                 }
     }
-    if (base && change == Change::unchanged) {
-        // The caller vouches for it; verify and load still check the base's checksum.
+    auto reuse = [&] {
         t.sources.push_back(*base);
         w.reused += bytes;
         w.manifest.tensors.push_back(std::move(t));
         return Status::success();
-    }
+    };
+    // The caller vouches for it; verify and load still check the base's checksum.
+    if (base && change == Change::unchanged) return reuse();
     // Comparing with the base needs the hash before deciding; a slice that is written anyway
     // is hashed block by block as it goes out (stream.h).
-    std::uint64_t hash = 0;
     if (base && change == Change::detect) {
-        hash = xxh3(data, bytes);
-        if (base->xxh3 == hash) {
-            t.sources.push_back(*base);
-            w.reused += bytes;
-            w.manifest.tensors.push_back(std::move(t));
-            return Status::success();
+        std::uint64_t hash;
+        if (data) {
+            hash = xxh3(data, bytes);
+        } else {
+            auto h = hash_from(count, elem, *src, w.staging);
+            if (!h) return w.fail(make_error("tensor " + name + ": " + h.error()));
+            hash = h.value();
         }
+        if (base->xxh3 == hash) return reuse();
     }
 
     const int rank = static_cast<int>(count.size());
@@ -188,9 +194,9 @@ Status ShardWriter::add_tensor(const std::string &name, DType dtype, const Shape
                                            lcpl.get(), H5P_DEFAULT, H5P_DEFAULT));
     if (!ds) return w.fail(h5::fail("tensor " + name + ": creating dataset in " + w.tmp_path));
     // Memory and file types are identical, so HDF5 writes the buffer straight through.
-    auto written = write_hashed(ds.get(), type.get(), count, dtype_size(dtype), data);
+    auto written = data ? write_hashed(ds.get(), type.get(), count, elem, data)
+                        : write_hashed_from(ds.get(), type.get(), count, elem, *src, w.staging);
     if (!written) return w.fail(make_error("tensor " + name + ": writing " + w.tmp_path + ": " + written.error()));
-    hash = written.value();
     if (auto st = ds.close("tensor " + name + ": " + w.tmp_path); !st)
         return w.fail(make_error(st.error()));
     SourceRef s;
@@ -199,11 +205,25 @@ Status ShardWriter::add_tensor(const std::string &name, DType dtype, const Shape
     s.dataset = ds_name;
     s.offset = offset;
     s.count = count;
-    s.xxh3 = hash;
+    s.xxh3 = written.value();
     t.sources.push_back(std::move(s));
     w.written += bytes;
     w.manifest.tensors.push_back(std::move(t));
     return Status::success();
+}
+
+}  // namespace
+
+Status ShardWriter::add_tensor(const std::string &name, DType dtype, const Shape &shape,
+                               const Shape &offset, const Shape &count, const void *data,
+                               Change change) {
+    return add_slice(*impl_, name, dtype, shape, offset, count, data, nullptr, change);
+}
+
+Status add_tensor_from(ShardWriter &w, const std::string &name, DType dtype, const Shape &shape,
+                       const Shape &offset, const Shape &count, SliceSource &src, Change change) {
+    return add_slice(ShardWriterAccess::impl(w), name, dtype, shape, offset, count, nullptr, &src,
+                     change);
 }
 
 Status ShardWriter::add_rank_state(const RankState &state) {

@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "format.h"
 #include "h5.h"
 #include "hash.h"
 
@@ -13,32 +14,49 @@ namespace ckpt {
 
 namespace {
 
-// Runs `io` on consecutive blocks of whole rows (dimension 0) of about kStreamBlockBytes,
-// each with matching file and memory dataspaces; `io` returns < 0 on failure.
+// Runs `io` on consecutive blocks of about kStreamBlockBytes, each one contiguous run of
+// the slice's bytes in row-major order with matching file and memory dataspaces; `io`
+// returns < 0 on failure. A block is whole rows (dimension 0) where a row fits in a block;
+// where it does not, a block is part of one row: consecutive indices of the first dimension
+// whose sub-blocks (that index and everything after it) fit, so a block never outgrows the
+// cache, or a staging buffer (write_hashed_from), however wide the rows.
 Status for_blocks(hid_t ds, const Shape &count, std::size_t elem,
                   const std::function<herr_t(hid_t mspace, hid_t fspace, std::uint64_t byte_off,
                                              std::uint64_t bytes)> &io) {
-    std::uint64_t row = elem;
-    for (std::size_t d = 1; d < count.size(); ++d) row *= count[d];
-    const std::uint64_t total = row * count[0];
+    const std::size_t n = count.size();
+    // step[d]: bytes of one index of dimension d (all dimensions after it whole).
+    std::vector<std::uint64_t> step(n);
+    step[n - 1] = elem;
+    for (std::size_t d = n - 1; d > 0; --d) step[d - 1] = step[d] * count[d];
+    const std::uint64_t total = step[0] * count[0];
     if (total <= kStreamBlockBytes) {
         // The caller names the tensor and file; the HDF5 stack says what went wrong.
         if (io(H5S_ALL, H5S_ALL, 0, total) < 0) return make_error(h5::last_error());
         return Status::success();
     }
-    const std::uint64_t rows_per = std::max<std::uint64_t>(1, kStreamBlockBytes / row);
+    std::size_t k = 0;   // the dimension blocks are ranges of
+    while (k + 1 < n && step[k] > kStreamBlockBytes) ++k;
+    const std::uint64_t per = std::max<std::uint64_t>(1, kStreamBlockBytes / step[k]);
     h5::Handle fspace = h5::space(H5Dget_space(ds));
     if (!fspace) return make_error(h5::last_error());
-    const int n = static_cast<int>(count.size());
     std::vector<hsize_t> off(n, 0), cnt(count.begin(), count.end());
-    for (std::uint64_t r0 = 0; r0 < count[0]; r0 += rows_per) {
-        off[0] = r0;
-        cnt[0] = std::min(rows_per, count[0] - r0);
-        h5::Handle mspace = h5::space(H5Screate_simple(n, cnt.data(), nullptr));
-        if (!mspace ||
-            H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, off.data(), nullptr, cnt.data(), nullptr) < 0 ||
-            io(mspace.get(), fspace.get(), r0 * row, cnt[0] * row) < 0)
-            return make_error(h5::last_error());
+    for (std::size_t d = 0; d < k; ++d) cnt[d] = 1;
+    std::uint64_t byte_off = 0;
+    for (;;) {
+        // Dimensions before k: one index each (an odometer); dimension k: `per` at a time.
+        for (off[k] = 0; off[k] < count[k]; off[k] += per) {
+            cnt[k] = std::min<std::uint64_t>(per, count[k] - off[k]);
+            const std::uint64_t bytes = cnt[k] * step[k];
+            h5::Handle mspace = h5::space(H5Screate_simple(static_cast<int>(n), cnt.data(), nullptr));
+            if (!mspace ||
+                H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, off.data(), nullptr, cnt.data(), nullptr) < 0 ||
+                io(mspace.get(), fspace.get(), byte_off, bytes) < 0)
+                return make_error(h5::last_error());
+            byte_off += bytes;
+        }
+        std::size_t d = k;
+        while (d > 0 && ++off[d - 1] == count[d - 1]) off[--d] = 0;
+        if (d == 0) break;
     }
     return Status::success();
 }
@@ -54,6 +72,37 @@ Result<std::uint64_t> write_hashed(hid_t ds, hid_t type, const Shape &count, std
         return H5Dwrite(ds, type, ms, fs, H5P_DEFAULT, base + off);
     });
     if (!st) return make_error(st.error());
+    return h.digest();
+}
+
+Result<std::uint64_t> write_hashed_from(hid_t ds, hid_t type, const Shape &count,
+                                        std::size_t elem, SliceSource &src,
+                                        std::vector<char> &staging) {
+    Hasher h;
+    Status failed;
+    auto st = for_blocks(ds, count, elem, [&](hid_t ms, hid_t fs, std::uint64_t off, std::uint64_t n) {
+        if (staging.size() < n) staging.resize(n);
+        if (failed = src.read(off, n, staging.data()); !failed) return herr_t(-1);
+        // The block is ours now: the source may let its owner write those bytes again.
+        src.release(off + n);
+        h.update(staging.data(), n);
+        return H5Dwrite(ds, type, ms, fs, H5P_DEFAULT, staging.data());
+    });
+    if (!failed) return make_error(failed.error());
+    if (!st) return make_error(st.error());
+    return h.digest();
+}
+
+Result<std::uint64_t> hash_from(const Shape &count, std::size_t elem, SliceSource &src,
+                                std::vector<char> &staging) {
+    const std::uint64_t total = element_count(count) * elem;
+    Hasher h;
+    for (std::uint64_t off = 0; off < total; off += kStreamBlockBytes) {
+        const std::uint64_t n = std::min<std::uint64_t>(kStreamBlockBytes, total - off);
+        if (staging.size() < n) staging.resize(n);
+        if (auto st = src.read(off, n, staging.data()); !st) return make_error(st.error());
+        h.update(staging.data(), n);
+    }
     return h.digest();
 }
 

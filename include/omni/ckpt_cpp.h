@@ -173,6 +173,7 @@ public:
     explicit ShardWriter(std::unique_ptr<Impl> impl);
 
 private:
+    friend struct ShardWriterAccess;   // the library's internals
     std::unique_ptr<Impl> impl_;
 };
 
