@@ -1,9 +1,12 @@
-// AsyncShardWriter: the training loop pays for a memcpy into host memory; hashing, HDF5 and
-// fsync happen in a background thread.
+// AsyncShardWriter: the training loop pays for a memcpy into host memory (Snapshot::copy) or
+// for write-protecting its buffers (Snapshot::copy_on_write, cow.h); hashing, HDF5 and fsync
+// happen in a background thread.
 //
 // The snapshot arena is a list of large blocks reused from one checkpoint to the next: after
 // the first checkpoint the copy touches no fresh pages, so the stall is bounded by memory
-// bandwidth rather than by page faults.
+// bandwidth rather than by page faults. A copy-on-write slice gets an arena range of its
+// size too, its shadow: it receives the partial pages around the protected part and the
+// chunks the fault handler copies; the rest of it is never touched.
 #include <pthread.h>
 #include <sched.h>
 
@@ -11,13 +14,11 @@
 #include <cstring>
 #include <new>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 #include "omni/ckpt_cpp.h"
+#include "cow.h"
 #include "format.h"
 #include "h5.h"
+#include "writer_internal.h"
 
 namespace omni {
 namespace ckpt {
@@ -34,65 +35,23 @@ struct Block {
     std::size_t size = 0;
 };
 
-// Arena blocks are page aligned, so streaming stores (below) run on aligned lines from the
-// first byte. Not advised into transparent huge pages: measured here, the first snapshot
-// into fresh huge pages took anywhere from 0.25x to 3x the time of 4 KiB pages, depending on
-// how much compaction the kernel had to do. Returns null when out of memory.
+// Arena blocks are page aligned, so streaming stores (cow::snapshot_copy) run on aligned
+// lines from the first byte. Not advised into transparent huge pages: measured here, the
+// first snapshot into fresh huge pages took anywhere from 0.25x to 3x the time of 4 KiB
+// pages, depending on how much compaction the kernel had to do. Returns null when out of
+// memory.
 char *alloc_block(std::size_t size) {
     void *p = nullptr;
     if (::posix_memalign(&p, 4096, size) != 0) return nullptr;
     return static_cast<char *>(p);
 }
 
-// Below this a slice is copied with memcpy: the snapshot of small tensors is cheap anyway.
-constexpr std::size_t kStreamCopyBytes = std::size_t(256) << 10;
-
-#if defined(__x86_64__)
-// The snapshot copy with non-temporal (streaming) stores: the destination is not read into
-// the cache first (no read-for-ownership) and does not evict the trainer's working set, so a
-// copy of a large slice moves 2 bytes over the memory bus per byte copied instead of 3. The
-// background persist reads the arena later, long after it would have left the cache anyway.
-// glibc's memcpy switches to such stores only above a threshold derived from the shared
-// cache size, which on large-L3 servers is above the size of most slices. On the 2-core test
-// VM this made a single-threaded snapshot of 191 MiB about 20% faster (53 -> 41 ms).
-__attribute__((target("avx2"))) void stream_copy_avx2(char *dst, const char *src, std::size_t n) {
-    // Streaming stores need 32-byte aligned destinations: the head goes through memcpy.
-    const std::size_t head = (32 - (reinterpret_cast<std::uintptr_t>(dst) & 31)) & 31;
-    std::memcpy(dst, src, head);
-    dst += head;
-    src += head;
-    n -= head;
-    std::size_t i = 0;
-    for (; i + 128 <= n; i += 128) {
-        const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(src + i));
-        const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(src + i + 32));
-        const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(src + i + 64));
-        const __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(src + i + 96));
-        _mm256_stream_si256(reinterpret_cast<__m256i *>(dst + i), a);
-        _mm256_stream_si256(reinterpret_cast<__m256i *>(dst + i + 32), b);
-        _mm256_stream_si256(reinterpret_cast<__m256i *>(dst + i + 64), c);
-        _mm256_stream_si256(reinterpret_cast<__m256i *>(dst + i + 96), d);
-    }
-    std::memcpy(dst + i, src + i, n - i);
-    // Streaming stores are weakly ordered: fence before another thread (the persist) may
-    // read the arena. Thread creation in submit() synchronises too; this makes it explicit.
-    _mm_sfence();
-}
-#endif
-
-void snapshot_copy(char *dst, const char *src, std::size_t n) {
-#if defined(__x86_64__)
-    static const bool avx2 = __builtin_cpu_supports("avx2");
-    if (avx2 && n >= kStreamCopyBytes) return stream_copy_avx2(dst, src, n);
-#endif
-    std::memcpy(dst, src, n);
-}
-
 struct Pending {
     std::string name;
     DType dtype;
     Shape shape, offset, count;
-    const char *data;
+    const char *data;      // the copy in the arena, or null for a protected slice:
+    cow::Region *region;   // the slice read through its copy-on-write region
     Change change;
 };
 }  // namespace
@@ -111,6 +70,13 @@ struct AsyncShardWriter::Impl {
     bool running = false;   // worker started and not joined yet
     Status result;
     bool result_seen = true;
+    // Copy-on-write: the mode asked for, the userfaultfd guard (opened at the first
+    // copy_on_write begin and kept), or why there is none.
+    Snapshot snapshot = Snapshot::copy;
+    std::unique_ptr<cow::Guard> guard;
+    std::string guard_error;
+    AsyncStats stats;
+    std::uint64_t faults_before = 0, faulted_before = 0;   // the guard's counters at begin
 
     char *alloc(std::size_t n) {
         while (block < blocks.size() && blocks[block].size - used < n) {
@@ -148,6 +114,8 @@ struct AsyncShardWriter::Impl {
         } catch (...) {
             a->result = make_error("persist of rank " + std::to_string(a->rank) + ": unexpected failure");
         }
+        // Whatever happened, the caller's memory is its own again once the persist is over.
+        if (a->guard) a->guard->release_all();
         return nullptr;
     }
     bool start_worker() {
@@ -173,19 +141,59 @@ struct AsyncShardWriter::Impl {
     Status persist() {
         auto w = ShardWriter::open(root, step, rank, options);
         if (!w) return make_error(w.error());
-        for (const auto &p : pending)
-            if (auto st = w.value()->add_tensor(p.name, p.dtype, p.shape, p.offset, p.count, p.data, p.change); !st)
-                return st;
+        for (const auto &p : pending) {
+            Status st;
+            if (p.region) {
+                st = add_tensor_from(*w.value(), p.name, p.dtype, p.shape, p.offset, p.count,
+                                     *p.region, p.change);
+                p.region->finish();   // written or reused: no more faults for this slice
+            } else {
+                st = w.value()->add_tensor(p.name, p.dtype, p.shape, p.offset, p.count, p.data, p.change);
+            }
+            if (!st) return st;
+        }
         for (const auto &s : states)
             if (auto st = w.value()->add_rank_state(s); !st) return st;
         return w.value()->finish();
+    }
+
+    // A copy_on_write slice: protected in place, or null (then copied) with the reason in
+    // stats.fallback for the first one.
+    cow::Region *protect(const std::string &name, const char *data, char *shadow, std::size_t bytes) {
+        if (!guard) {
+            if (stats.fallback.empty()) stats.fallback = guard_error;
+            return nullptr;
+        }
+        if (bytes < cow::kMinBytes) return nullptr;   // by design, not a fallback
+        std::string why;
+        cow::Region *r = guard->protect(data, shadow, bytes, &why);
+        if (!r && stats.fallback.empty()) stats.fallback = "tensor " + name + ": " + why;
+        return r;
     }
 };
 
 AsyncShardWriter::AsyncShardWriter() : impl_(std::make_unique<Impl>()) {}
 
+AsyncShardWriter::AsyncShardWriter(Snapshot snapshot) : impl_(std::make_unique<Impl>()) {
+    impl_->snapshot = snapshot;
+}
+
 AsyncShardWriter::~AsyncShardWriter() {
     impl_->join();
+    impl_->guard.reset();   // un-protects a snapshot never submitted, stops the handler
+}
+
+void AsyncShardWriter::set_snapshot(Snapshot snapshot) { impl_->snapshot = snapshot; }
+
+AsyncStats AsyncShardWriter::stats() const {
+    const Impl &a = *impl_;
+    AsyncStats s = a.stats;
+    if (a.guard && s.snapshot == Snapshot::copy_on_write) {
+        s.faults = a.guard->faults() - a.faults_before;
+        s.bytes_faulted = a.guard->bytes_faulted() - a.faulted_before;
+        s.kernel_writes_fail = a.guard->user_mode_only();
+    }
+    return s;
 }
 
 Status AsyncShardWriter::begin(const std::string &root, std::uint64_t step, std::uint32_t rank,
@@ -199,9 +207,22 @@ Status AsyncShardWriter::begin(const std::string &root, std::uint64_t step, std:
         return make_error("the previous checkpoint's persist failed: " + a.result.error());
     }
     if (auto st = check_attempt(options.attempt); !st) return st;
+    // A snapshot begun and never submitted still protects the caller's memory.
+    if (a.guard) a.guard->release_all();
     a.pending.clear();
     a.states.clear();
     a.block = a.used = 0;
+    a.stats = AsyncStats();
+    a.stats.snapshot = a.snapshot;
+    if (a.snapshot == Snapshot::copy_on_write && !a.guard && a.guard_error.empty()) {
+        // Opened once per writer and kept; a failure is remembered, not retried.
+        a.guard = cow::Guard::open(&a.guard_error);
+        if (!a.guard && a.guard_error.empty()) a.guard_error = "userfaultfd unavailable";
+    }
+    if (a.guard) {
+        a.faults_before = a.guard->faults();
+        a.faulted_before = a.guard->bytes_faulted();
+    }
     a.root = root;
     a.step = step;
     a.rank = rank;
@@ -226,8 +247,24 @@ Status AsyncShardWriter::add_tensor(const std::string &name, DType dtype, const 
     if (!copy)
         return make_error("tensor " + name + ": out of memory for a snapshot of " +
                           std::to_string(bytes) + " bytes");
-    snapshot_copy(copy, static_cast<const char *>(data), bytes);
-    a.pending.push_back({name, dtype, shape, offset, count, copy, change});
+    const char *src = static_cast<const char *>(data);
+    cow::Region *region = nullptr;
+    if (a.stats.snapshot == Snapshot::copy_on_write) region = a.protect(name, src, copy, bytes);
+    if (region) {
+        // The partial pages around the protected interior share pages with other memory.
+        const std::uint64_t head = region->head(), tail = region->tail();
+        std::memcpy(copy, src, head);
+        std::memcpy(copy + bytes - tail, src + bytes - tail, tail);
+        a.stats.slices_protected++;
+        a.stats.bytes_protected += region->protected_bytes();
+        a.stats.bytes_copied += head + tail;
+        a.pending.push_back({name, dtype, shape, offset, count, nullptr, region, change});
+        return Status::success();
+    }
+    cow::snapshot_copy(copy, src, bytes);
+    a.stats.slices_copied++;
+    a.stats.bytes_copied += bytes;
+    a.pending.push_back({name, dtype, shape, offset, count, copy, nullptr, change});
     return Status::success();
 }
 
@@ -242,13 +279,9 @@ Status AsyncShardWriter::submit() {
     if (!a.open) return make_error("submit: no checkpoint begun");
     a.open = false;
     a.result_seen = false;
-    if (!h5::threadsafe()) {
-        // A non-thread-safe HDF5 would corrupt its state under a concurrent caller: correct
-        // but synchronous is the only safe choice.
-        a.result = a.persist();
-        return Status::success();
-    }
-    if (!a.start_worker()) a.result = a.persist();
+    // A non-thread-safe HDF5 would corrupt its state under a concurrent caller: correct but
+    // synchronous is the only safe choice. So it is where no thread can be started.
+    if (!h5::threadsafe() || !a.start_worker()) Impl::persist_main(&a);
     return Status::success();
 }
 

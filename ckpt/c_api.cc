@@ -15,6 +15,7 @@ struct omni_ckpt_writer {
 };
 struct omni_ckpt_async {
     AsyncShardWriter a;
+    std::string fallback;   // what omni_ckpt_async_get_stats hands out
 };
 struct omni_ckpt_reader {
     std::unique_ptr<Reader> r;
@@ -180,6 +181,35 @@ int omni_ckpt_async_create(omni_ckpt_async **out) {
     return guard("omni_ckpt_async_create", [&] {
         if (!out) return fail("omni_ckpt_async_create: out is NULL");
         *out = new omni_ckpt_async;
+        return 0;
+    });
+}
+
+int omni_ckpt_async_set_snapshot(omni_ckpt_async *a, omni_ckpt_snapshot mode) {
+    return guard("omni_ckpt_async_set_snapshot", [&] {
+        if (!a) return fail("omni_ckpt_async_set_snapshot: handle is NULL");
+        switch (mode) {
+        case OMNI_CKPT_SNAPSHOT_COPY: a->a.set_snapshot(Snapshot::copy); return 0;
+        case OMNI_CKPT_SNAPSHOT_COPY_ON_WRITE: a->a.set_snapshot(Snapshot::copy_on_write); return 0;
+        }
+        return fail("omni_ckpt_async_set_snapshot: mode " + std::to_string(int(mode)) +
+                    " is not an omni_ckpt_snapshot");
+    });
+}
+
+int omni_ckpt_async_get_stats(omni_ckpt_async *a, omni_ckpt_async_stats *out) {
+    return guard("omni_ckpt_async_get_stats", [&] {
+        if (!a || !out) return fail("omni_ckpt_async_get_stats: handle and out must not be NULL");
+        const AsyncStats s = a->a.stats();
+        a->fallback = s.fallback;
+        out->slices_copied = s.slices_copied;
+        out->slices_protected = s.slices_protected;
+        out->bytes_copied = s.bytes_copied;
+        out->bytes_protected = s.bytes_protected;
+        out->faults = s.faults;
+        out->bytes_faulted = s.bytes_faulted;
+        out->kernel_writes_fail = s.kernel_writes_fail ? 1 : 0;
+        out->fallback = a->fallback.c_str();
         return 0;
     });
 }

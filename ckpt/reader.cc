@@ -134,18 +134,39 @@ std::optional<std::uint64_t> raw_offset(hid_t d, const OpenFile &f, std::uint64_
     return out;
 }
 
+// Writes every page of [p, p + n) from user mode, leaving the bytes as they are.
+void touch_pages(char *p, std::uint64_t n) {
+    const std::uintptr_t ps = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const std::uintptr_t end = reinterpret_cast<std::uintptr_t>(p) + n;
+    for (std::uintptr_t a = reinterpret_cast<std::uintptr_t>(p); a < end; a = (a & ~(ps - 1)) + ps) {
+        volatile char *q = reinterpret_cast<char *>(a);
+        *q = *q;
+    }
+}
+
 // pread of exactly n bytes at `off`; a short file is an error (raw_offset checked the size,
 // but the file may have been truncated since).
 Status pread_full(int fd, char *dst, std::uint64_t n, std::uint64_t off, const std::string &path) {
+    bool touched = false;
     while (n > 0) {
-        const ssize_t got = ::pread(fd, dst, static_cast<std::size_t>(std::min<std::uint64_t>(n, 1u << 30)),
-                                    static_cast<off_t>(off));
+        const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(n, 1u << 30));
+        const ssize_t got = ::pread(fd, dst, want, static_cast<off_t>(off));
         if (got < 0 && errno == EINTR) continue;
+        if (got < 0 && errno == EFAULT && !touched) {
+            // A destination write-protected by a copy-on-write snapshot of this process
+            // (AsyncShardWriter, Snapshot::copy_on_write) under an unprivileged userfaultfd:
+            // the kernel may not wait for the fault handler, a store from user mode may. Each
+            // page touched is copied and un-protected; then the read goes through.
+            touch_pages(dst, want);
+            touched = true;
+            continue;
+        }
         if (got < 0) return make_error("reading " + path + ": " + std::strerror(errno));
         if (got == 0) return make_error("reading " + path + ": unexpected end of file");
         dst += got;
         off += static_cast<std::uint64_t>(got);
         n -= static_cast<std::uint64_t>(got);
+        touched = false;
     }
     return Status::success();
 }

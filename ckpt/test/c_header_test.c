@@ -36,6 +36,13 @@ int main(void) {
     const uint64_t roff[2] = {1, 0}, rcnt[2] = {1, 2};
     check(omni_ckpt_reader_read(r, "optim/step", 2, roff, rcnt, back, sizeof back), "read");
     omni_ckpt_reader_close(r);
+    omni_ckpt_async *a = NULL;
+    omni_ckpt_async_stats st;
+    check(omni_ckpt_async_create(&a), "async_create");
+    check(omni_ckpt_async_set_snapshot(a, OMNI_CKPT_SNAPSHOT_COPY_ON_WRITE), "set_snapshot");
+    check(omni_ckpt_async_get_stats(a, &st), "get_stats");
+    omni_ckpt_async_free(a);
+    if (st.faults != 0 || st.fallback == NULL) return 1;
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     if (system(cmd) != 0) return 1;

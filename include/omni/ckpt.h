@@ -106,13 +106,51 @@ int omni_ckpt_commit(const char *root, uint32_t writers, const char *attempt,
 
 /* ---- asynchronous persist ---- */
 
-/* A writer that snapshots into reusable host memory and persists in a background thread. */
+/* How an asynchronous writer takes its snapshot of a slice (omni_ckpt_async_set_snapshot). */
+typedef enum {
+    /* add_tensor copies the slice into host memory the handle keeps; the caller's buffer is
+     * free again when add_tensor returns. The default. */
+    OMNI_CKPT_SNAPSHOT_COPY = 0,
+    /* add_tensor write-protects the caller's buffer (userfaultfd) instead of copying it; a
+     * write to it before the persist has written that part out stops while the library
+     * copies the enclosing 2 MiB. The checkpoint holds the values as of add_tensor. The
+     * buffer must stay allocated and mapped (not freed, munmap'ed, mremap'ed or
+     * madvise(MADV_DONTNEED)'ed) until omni_ckpt_async_wait returns or the next
+     * omni_ckpt_async_begin; only CPU stores are seen (memory a device writes by DMA belongs
+     * in COPY mode); without CAP_SYS_PTRACE or vm.unprivileged_userfaultfd = 1, a system call
+     * writing into a protected buffer (read(2), recv(2)) fails with EFAULT. Slices below
+     * 64 KiB and memory userfaultfd cannot protect (file or shared mappings, huge pages) are
+     * copied; so is everything with OMNI_CKPT_NO_UFFD=1 in the environment. See
+     * omni-ckpt(5). */
+    OMNI_CKPT_SNAPSHOT_COPY_ON_WRITE = 1
+} omni_ckpt_snapshot;
+
+/* What the current (or last) snapshot of a handle did; see omni_ckpt_async_get_stats. */
+typedef struct {
+    uint64_t slices_copied;      /* slices copied by add_tensor */
+    uint64_t slices_protected;   /* slices left in place, write-protected */
+    uint64_t bytes_copied;       /* by add_tensor, with the partial pages around protected slices */
+    uint64_t bytes_protected;    /* write-protected in place */
+    uint64_t faults;             /* writes that stopped for a copy (one per 2 MiB chunk) */
+    uint64_t bytes_faulted;      /* copied by those faults */
+    int kernel_writes_fail;      /* non-zero: system calls writing into protected memory fail */
+    const char *fallback;        /* why a slice of a copy-on-write snapshot was copied (the
+                                  * first one), "" if none; valid until the next call on the
+                                  * handle */
+} omni_ckpt_async_stats;
+
+/* A writer that snapshots the slices (by default into reusable host memory) and persists in
+ * a background thread. */
 int omni_ckpt_async_create(omni_ckpt_async **out);
+/* Sets the snapshot mode of the checkpoints begun from now on. */
+int omni_ckpt_async_set_snapshot(omni_ckpt_async *a, omni_ckpt_snapshot mode);
+/* Fills *out with the statistics of the current (or last) snapshot. */
+int omni_ckpt_async_get_stats(omni_ckpt_async *a, omni_ckpt_async_stats *out);
 /* Like omni_ckpt_writer_open; waits for the previous persist of this handle first and fails
  * if that persist failed and was never collected by omni_ckpt_async_wait. */
 int omni_ckpt_async_begin(omni_ckpt_async *a, const char *root, uint64_t step, uint32_t rank,
                           const char *attempt, const char *base);
-/* Copies the slice into the snapshot (the only stall) and returns. */
+/* Takes the slice's snapshot (a copy, or write protection: the only stall) and returns. */
 int omni_ckpt_async_add_tensor(omni_ckpt_async *a, const char *name, omni_ckpt_dtype dtype,
                                uint32_t ndim, const uint64_t *shape, const uint64_t *offset,
                                const uint64_t *count, const void *data,

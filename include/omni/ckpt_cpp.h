@@ -190,18 +190,62 @@ struct CommitOptions {
 Result<std::string> commit(const std::string &root, std::uint32_t writers, const Meta &meta,
                            const CommitOptions &options = {});
 
-/* Asynchronous persist: add_tensor copies into a reusable host arena (the only training
- * stall); submit() hands the snapshot to a background thread that runs a ShardWriter; wait()
- * returns its status (call it before the commit barrier). A new begin() waits for the
- * previous persist and fails if that persist failed and nobody collected it with wait().
- * With an HDF5 library built without thread safety, submit() persists synchronously. */
+/* How AsyncShardWriter takes its snapshot of a slice. */
+enum class Snapshot {
+    /* add_tensor copies the slice into host memory the writer keeps (its only stall, a
+     * memcpy); the caller's buffer is free again when add_tensor returns. */
+    copy,
+    /* add_tensor write-protects the caller's buffer (userfaultfd) instead of copying it; a
+     * write to it before the persist has written that part out stops the writing thread
+     * while the library copies the enclosing 2 MiB, then goes on. The stall is a few system
+     * calls per slice; what a copy would cost moves to the first write to each 2 MiB that
+     * the persist has not reached yet. The checkpoint holds the values as of add_tensor, as
+     * with copy. Contract: the buffer stays allocated and mapped, and is not freed,
+     * munmap'ed, mremap'ed or madvise(MADV_DONTNEED)'ed, until wait() returns or the next
+     * begin(); only stores by the CPU are seen, so memory that a device writes by DMA
+     * (cudaHostRegister'ed, RDMA-registered) belongs in copy mode; and a system call that
+     * writes into a protected buffer (read(2), recv(2)) waits like a store only where the
+     * process may handle kernel faults (CAP_SYS_PTRACE or vm.unprivileged_userfaultfd = 1),
+     * else it fails with EFAULT (Reader::read retries by touching its destination first).
+     * A slice below 64 KiB, memory userfaultfd cannot protect (file or shared mappings,
+     * huge pages, memory another userfaultfd guards, the same memory added twice), a kernel
+     * without userfaultfd write protection (Linux < 5.7), or OMNI_CKPT_NO_UFFD=1 in the
+     * environment: that slice is copied, and stats().fallback says why. Always correct. */
+    copy_on_write,
+};
+
+/* What the last snapshot of an AsyncShardWriter did (begin() resets it). */
+struct AsyncStats {
+    Snapshot snapshot = Snapshot::copy;    // the mode it was taken in
+    std::uint64_t slices_copied = 0;       // slices copied by add_tensor
+    std::uint64_t slices_protected = 0;    // slices left in place, write-protected
+    std::uint64_t bytes_copied = 0;        // by add_tensor (with the partial pages around
+                                           // protected slices)
+    std::uint64_t bytes_protected = 0;     // write-protected in place
+    std::uint64_t faults = 0;              // writes that stopped for a copy (one per chunk)
+    std::uint64_t bytes_faulted = 0;       // copied by those faults
+    std::string fallback;                  // why a slice of a copy_on_write snapshot was
+                                           // copied (the first such slice); "" if none was
+    bool kernel_writes_fail = false;       // unprivileged userfaultfd: a system call writing
+                                           // into protected memory fails with EFAULT
+};
+
+/* Asynchronous persist: add_tensor takes a snapshot of the slice (see Snapshot; the only
+ * training stall); submit() hands the snapshot to a background thread that runs a
+ * ShardWriter; wait() returns its status (call it before the commit barrier). A new begin()
+ * waits for the previous persist and fails if that persist failed and nobody collected it
+ * with wait(). With an HDF5 library built without thread safety, submit() persists
+ * synchronously. */
 class AsyncShardWriter {
 public:
-    AsyncShardWriter();
+    AsyncShardWriter();   // Snapshot::copy
+    explicit AsyncShardWriter(Snapshot snapshot);
     ~AsyncShardWriter();   // waits for an in-flight persist
     AsyncShardWriter(const AsyncShardWriter &) = delete;
     AsyncShardWriter &operator=(const AsyncShardWriter &) = delete;
 
+    /* The snapshot mode of the checkpoints begun from now on. */
+    void set_snapshot(Snapshot snapshot);
     Status begin(const std::string &root, std::uint64_t step, std::uint32_t rank,
                  const WriterOptions &options = {});
     Status add_tensor(const std::string &name, DType dtype, const Shape &shape,
@@ -210,6 +254,9 @@ public:
     Status add_rank_state(const RankState &state);
     Status submit();
     Status wait();
+    /* The current (or last) snapshot's statistics; faults keep counting until the persist
+     * has written everything out. */
+    AsyncStats stats() const;
 
     struct Impl;
 

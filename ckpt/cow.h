@@ -1,0 +1,154 @@
+// Copy-on-write snapshots of host memory, for AsyncShardWriter in Snapshot::copy_on_write
+// mode: instead of copying a slice when it is added, the library write-protects the caller's
+// buffer with userfaultfd and copies a piece of it only if the caller writes to it before the
+// background persist has written it out.
+//
+//   add_tensor:  the page-aligned interior of the slice's buffer is registered with a
+//                userfaultfd (UFFDIO_REGISTER_MODE_WP) and write-protected; the partial
+//                pages before and after it are copied (they share pages with other data).
+//   a write:     the writing thread stops in a write-protect fault; the handler thread copies
+//                the enclosing chunk (kChunkBytes, aligned, clipped to the interior) into the
+//                slice's shadow buffer and un-protects the chunk, which lets the write
+//                proceed. A trainer rewriting a whole tensor pays one fault per chunk.
+//   persist:     reads each block under the region's lock from the shadow where the chunk
+//                was copied, else from the caller's (still protected) memory, and
+//                un-protects each chunk once its bytes are in the writer's staging buffer,
+//                so later writes do not fault at all.
+//
+// The handler never blocks on anything but a region's lock, which is held only for memcpy
+// and ioctls; no signal handlers are involved. Memory that cannot be registered (file or
+// shared mappings, huge pages, memory another userfaultfd guards) is reported through `why`
+// and the caller copies it instead.
+#ifndef OMNI_CKPT_COW_H
+#define OMNI_CKPT_COW_H
+
+#include <pthread.h>
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "stream.h"
+
+namespace omni {
+namespace ckpt {
+namespace cow {
+
+// The grain of the copies the fault handler makes: one fault per 2 MiB a trainer rewrites.
+// A transparent huge page is this size, so an aligned chunk is one page table entry.
+constexpr std::uint64_t kChunkBytes = std::uint64_t(2) << 20;
+// Smaller slices are copied: their copy costs about what registering them costs.
+constexpr std::uint64_t kMinBytes = std::uint64_t(64) << 10;
+
+class Guard;
+
+// One slice of a snapshot. Bytes [0, bytes) of the slice are `live`[0, bytes) of the caller
+// as of protect(); the page-aligned interior stays in place, everything else is in
+// `shadow`[0, bytes) (the caller copies the partial pages, the handler copies chunks).
+class Region final : public SliceSource {
+public:
+    Status read(std::uint64_t off, std::uint64_t n, char *dst) override;
+    void release(std::uint64_t end) override;
+    // Un-protects and unregisters what is left: the caller's memory is its own again.
+    void finish();
+
+    std::uint64_t head() const;   // bytes before the protected interior
+    std::uint64_t tail() const;   // bytes after it
+    std::uint64_t protected_bytes() const { return hi_ - lo_; }
+
+    Region(Guard &g, const char *live, char *shadow, std::uint64_t bytes, std::uintptr_t lo,
+           std::uintptr_t hi);
+
+private:
+    friend class Guard;
+    enum State : std::uint8_t { kProtected, kCopied, kReleased };
+    std::uintptr_t chunk_lo(std::size_t k) const;
+    std::uintptr_t chunk_hi(std::size_t k) const;
+    std::size_t chunk_of(std::uintptr_t addr) const;
+    void fault(std::uintptr_t addr);   // the handler thread
+    void copy_chunk(std::size_t k);
+    void unregister_locked();
+
+    Guard &g_;
+    const char *live_;
+    char *shadow_;
+    std::uint64_t bytes_;
+    std::uintptr_t lo_, hi_;   // the protected interior
+    std::uintptr_t base_;      // lo_ rounded down to a chunk boundary
+    std::mutex mu_;            // guards everything below
+    std::vector<State> state_;   // per chunk
+    bool registered_ = false;
+    std::size_t next_release_ = 0;
+};
+
+// A userfaultfd, the thread that serves its write-protect faults, and the regions it guards.
+class Guard {
+public:
+    // Null, with the reason in *why, when this process cannot have one (kernel without
+    // userfaultfd or without write protection, not permitted, OMNI_CKPT_NO_UFFD set).
+    static std::unique_ptr<Guard> open(std::string *why);
+    ~Guard();   // finishes every region, stops the thread, closes the descriptors
+    Guard(const Guard &) = delete;
+    Guard &operator=(const Guard &) = delete;
+
+    // Write-protects the page-aligned interior of live[0, bytes). Null, with the reason in
+    // *why, when it cannot (too small, overlapping another region, memory of a kind
+    // userfaultfd cannot protect); the caller then copies the slice itself.
+    Region *protect(const char *live, char *shadow, std::uint64_t bytes, std::string *why);
+    // Finishes and forgets every region.
+    void release_all();
+
+    // Whether kernel-mode writes (system calls writing into protected memory) fail with
+    // EFAULT instead of waiting for the handler: the unprivileged userfaultfd.
+    bool user_mode_only() const { return user_mode_only_; }
+    std::uint64_t faults() const { return faults_.load(std::memory_order_relaxed); }
+    std::uint64_t bytes_faulted() const { return bytes_faulted_.load(std::memory_order_relaxed); }
+
+    Guard() = default;   // use open()
+
+private:
+    friend class Region;
+    static void *handler_main(void *arg);
+    void serve();
+    void on_fault(std::uintptr_t addr);
+    bool write_protect(std::uintptr_t lo, std::uint64_t n, bool on);
+    void wake(std::uintptr_t addr);
+    bool private_anonymous(std::uintptr_t lo, std::uintptr_t hi);
+
+    pid_t pid_ = 0;            // the process that opened it (a forked child leaves it alone)
+    int uffd_ = -1;
+    int maps_ = -1;            // /proc/self/maps
+    bool query_maps_ = true;   // PROCMAP_QUERY works (Linux >= 6.11), else parse the text
+    int stop_ = -1;   // eventfd: the handler thread exits when it is readable
+    bool user_mode_only_ = false;
+    bool unpopulated_ = false;   // UFFD_FEATURE_WP_UNPOPULATED: empty pages are protected too
+    pthread_t thread_{};
+    bool running_ = false;
+    std::mutex table_mu_;   // guards regions_; held by the handler while it serves a fault
+    std::map<std::uintptr_t, std::unique_ptr<Region>> regions_;   // by interior start
+    std::atomic<std::uint64_t> faults_{0}, bytes_faulted_{0};
+};
+
+// The copy of both snapshot modes (add_tensor's in copy mode, the fault handler's): with
+// streaming stores for large sizes where the CPU has AVX2, memcpy otherwise.
+void snapshot_copy(char *dst, const char *src, std::size_t n);
+
+// For tests: pretend the process may only have an unprivileged userfaultfd, or that the
+// kernel lacks UFFD_FEATURE_WP_UNPOPULATED (then pages are populated before protection).
+// Applies to guards opened afterwards.
+struct TestOverrides {
+    bool user_mode_only = false;
+    bool no_wp_unpopulated = false;
+};
+void set_test_overrides(const TestOverrides &o);
+
+}  // namespace cow
+}  // namespace ckpt
+}  // namespace omni
+
+#endif
