@@ -8,7 +8,12 @@
 // concurrently on --threads threads (default: the number of cores), each rank with its own
 // ShardWriter or Reader, as the ranks of a job sharing these cores would.
 //   full save                              vs  incremental save with 1% of the slices changed
-//   sync save                              vs  async stall (snapshot into host memory)
+//   sync save                              vs  async stall, both snapshot modes: copy (a
+//                                              memcpy into host memory) and copy-on-write
+//                                              (write-protecting the model's buffers)
+//   trainer rewriting all its buffers      idle, while a copy persist runs, and while a
+//                                              copy-on-write persist runs: what COW moves
+//                                              out of the stall lands here, as faults
 //
 // Each measurement is repeated --reps times and the median is reported, with the range
 // (min..max) beside it. Page-cache pages of the files are dropped (fdatasync +
@@ -246,10 +251,33 @@ double our_load(const Config &c, const Model &m, const std::string &ckpt, std::u
     return seconds_since(t0);
 }
 
-double async_stall(const Config &c, const Model &m, std::vector<AsyncShardWriter> &writers,
-                   const std::string &root, std::uint64_t step, double *persist_total) {
-    // The stall is the snapshot: every rank copies its slices into its writer's host arena
-    // (in parallel, as ranks do), then all persists start in the background.
+// The trainer's optimizer step: every rank rewrites all its buffers (flips the lowest bit of
+// every fp32, so two rewrites restore the model), in parallel as ranks do.
+double rewrite_all(const Config &c, Model &m) {
+    const auto t0 = Clock::now();
+    parallel_for(c.shards, c.threads, [&](std::uint32_t k) {
+            for (auto &t : m.slice[k]) {
+                auto *u = reinterpret_cast<std::uint32_t *>(t.data());
+                for (std::size_t i = 0; i < t.size(); ++i) u[i] ^= 1u;
+            }
+        });
+    return seconds_since(t0);
+}
+
+struct AsyncRun {
+    double stall = 0;        // snapshot of every rank until all persists are started
+    double persisted = 0;    // until all persists are done and committed
+    double rewrite = 0;      // the trainer's rewrite of all buffers right after the stall
+    double rewrite_idle = 0;   // the same rewrite with nothing in flight (restores the model)
+    AsyncStats stats;        // summed over the ranks
+};
+
+AsyncRun async_save(const Config &c, Model &m, std::vector<AsyncShardWriter> &writers,
+                    const std::string &root, std::uint64_t step) {
+    // The stall is the snapshot: every rank adds its slices to its writer (in parallel, as
+    // ranks do), then all persists start in the background. Then the trainer goes on and
+    // rewrites its buffers while the persists run.
+    AsyncRun run;
     std::vector<std::string> errors(c.shards);
     const auto t0 = Clock::now();
     parallel_for(c.shards, c.threads, [&](std::uint32_t k) {
@@ -261,17 +289,42 @@ double async_stall(const Config &c, const Model &m, std::vector<AsyncShardWriter
             }
         });
     for (auto &w : writers) check(w.submit());
-    const double stall = seconds_since(t0);
+    run.stall = seconds_since(t0);
     for (const auto &e : errors)
         if (!e.empty()) die(e);
+    run.rewrite = rewrite_all(c, m);
     for (auto &w : writers) check(w.wait());
     Meta meta;
     meta.step = step;
     meta.world_size = c.shards;
     auto r = commit(root, c.shards, meta);
     if (!r) die(r.error());
-    *persist_total = seconds_since(t0);
-    return stall;
+    run.persisted = seconds_since(t0);
+    run.rewrite_idle = rewrite_all(c, m);
+    for (auto &w : writers) {
+        const AsyncStats s = w.stats();
+        run.stats.slices_protected += s.slices_protected;
+        run.stats.slices_copied += s.slices_copied;
+        run.stats.faults += s.faults;
+        run.stats.bytes_faulted += s.bytes_faulted;
+        if (run.stats.fallback.empty()) run.stats.fallback = s.fallback;
+    }
+    return run;
+}
+
+// The async checkpoint must hold the model as it was at the snapshot, whatever the trainer
+// wrote meanwhile: every slice's checksum equals the synchronous save's.
+void check_same_checksums(const std::string &a, const std::string &b) {
+    auto ra = Reader::open(a);
+    auto rb = Reader::open(b);
+    if (!ra || !rb) die(!ra ? ra.error() : rb.error());
+    for (const auto &t : ra.value()->manifest().tensors) {
+        const TensorInfo *u = rb.value()->find(t.name);
+        if (!u || u->sources.size() != t.sources.size()) die(a + ": tensor " + t.name + " differs from " + b);
+        for (std::size_t i = 0; i < t.sources.size(); ++i)
+            if (t.sources[i].xxh3 != u->sources[i].xxh3)
+                die(a + ": tensor " + t.name + " is not the model as of the snapshot");
+    }
 }
 
 }  // namespace
@@ -338,7 +391,9 @@ int main(int argc, char **argv) {
                 (std::to_string(bytes >> 20) + " MiB").c_str(), c.shards, c.tensors, slices,
                 m.slice_bytes() / 1048576.0, c.dir.c_str(), c.threads, c.reps);
 
-    std::vector<double> t_raw_w, t_save, t_raw_r, t_load, t_load_nv, t_reshard, t_incr, t_incr_hint, t_stall, t_async_total;
+    std::vector<double> t_raw_w, t_save, t_raw_r, t_load, t_load_nv, t_reshard, t_incr, t_incr_hint;
+    std::vector<double> t_stall, t_async_total, t_stall_cow, t_cow_total, t_rw_idle, t_rw_copy, t_rw_cow;
+    AsyncStats cow_stats;
     std::uint64_t incr_written = 0, incr_hint_written = 0;
     // 1% of the slices change (at least one), spread over the shards.
     const std::uint32_t n_changed = std::max<std::uint32_t>(1, slices / 100);
@@ -349,7 +404,9 @@ int main(int argc, char **argv) {
         changed[idx % c.shards][idx / c.shards] = true;
         for (auto &x : m2.slice[idx % c.shards][idx / c.shards]) x += 1.0f;
     }
-    std::vector<AsyncShardWriter> async(c.shards);
+    std::vector<AsyncShardWriter> async(c.shards), async_cow(c.shards);
+    for (auto &w : async_cow) w.set_snapshot(Snapshot::copy_on_write);
+    Model live = m;   // the trainer's buffers, rewritten during the async persists
     std::vector<char> dest(bytes, 1);   // filled once, so no read pays for page faults
     std::uint64_t step = 0;
     for (int rep = 0; rep < c.reps; ++rep) {
@@ -379,9 +436,17 @@ int main(int argc, char **argv) {
         const auto inch = our_save(c, m2, root, ++step, ck, &changed, true);
         t_incr_hint.push_back(inch.seconds);
         incr_hint_written = inch.written;
-        double total = 0;
-        t_stall.push_back(async_stall(c, m, async, root, ++step, &total));
-        t_async_total.push_back(total);
+        // The two snapshot modes, alternating which goes first.
+        for (int mode = 0; mode < 2; ++mode) {
+            const bool cow = (mode == 0) == (rep % 2 == 1);
+            const AsyncRun a = async_save(c, live, cow ? async_cow : async, root, ++step);
+            check_same_checksums(fsio::join(root, step_dir_name(step)), ck);
+            (cow ? t_stall_cow : t_stall).push_back(a.stall);
+            (cow ? t_cow_total : t_async_total).push_back(a.persisted);
+            (cow ? t_rw_cow : t_rw_copy).push_back(a.rewrite);
+            t_rw_idle.push_back(a.rewrite_idle);
+            if (cow) cow_stats = a.stats;
+        }
         check(fsio::remove_tree(raw));
         check(fsio::remove_tree(root));
     }
@@ -404,8 +469,20 @@ int main(int argc, char **argv) {
     std::printf("  %-44s %8.3f s  %s  (%u of %u slices changed)\n", "our incremental save (detect by hash)",
                 median(t_incr), range(t_incr).c_str(), n_changed, slices);
     std::printf("  %-44s %8.3f s  %s\n", "our incremental save (caller hints)", median(t_incr_hint), range(t_incr_hint).c_str());
-    std::printf("  %-44s %8.3f s  %s  (persist finished after %.3f s)\n", "async stall (snapshot to host memory)",
+    std::printf("  %-44s %8.3f s  %s  (persist finished after %.3f s)\n", "async stall, copy (memcpy to host memory)",
                 median(t_stall), range(t_stall).c_str(), median(t_async_total));
+    std::printf("  %-44s %8.3f s  %s  (persist finished after %.3f s)\n", "async stall, copy-on-write (write-protect)",
+                median(t_stall_cow), range(t_stall_cow).c_str(), median(t_cow_total));
+    std::printf("  %-44s %8.3f s  %s\n", "trainer rewrites all buffers, nothing running",
+                median(t_rw_idle), range(t_rw_idle).c_str());
+    std::printf("  %-44s %8.3f s  %s\n", "  ... right after a copy snapshot",
+                median(t_rw_copy), range(t_rw_copy).c_str());
+    std::printf("  %-44s %8.3f s  %s  (last: %llu faults copied %.1f MiB)\n", "  ... right after a copy-on-write snapshot",
+                median(t_rw_cow), range(t_rw_cow).c_str(), static_cast<unsigned long long>(cow_stats.faults),
+                cow_stats.bytes_faulted / 1048576.0);
+    if (cow_stats.slices_copied)
+        std::printf("  copy-on-write copied %llu of %u slices instead: %s\n",
+                    static_cast<unsigned long long>(cow_stats.slices_copied), slices, cow_stats.fallback.c_str());
 
     std::printf("\nratios (goal in brackets):\n");
     std::printf("  save throughput / raw write            %6.2fx  [>= 0.9x]\n", median(t_raw_w) / median(t_save));
@@ -416,6 +493,9 @@ int main(int argc, char **argv) {
     std::printf("  incremental time / full save (detect)  %6.2f%%  [<= 5%%]\n", 100.0 * median(t_incr) / median(t_save));
     std::printf("  incremental time / full save (hinted)  %6.2f%%  [<= 5%%]  (%.2f%% of bytes)\n",
                 100.0 * median(t_incr_hint) / median(t_save), 100.0 * incr_hint_written / bytes);
-    std::printf("  async stall / sync save                %6.2f%%  [<= 10%%]\n", 100.0 * median(t_stall) / median(t_save));
+    std::printf("  async stall / sync save, copy          %6.2f%%  [<= 10%%]\n", 100.0 * median(t_stall) / median(t_save));
+    std::printf("  async stall / sync save, copy-on-write %6.2f%%  [<= 10%%]\n", 100.0 * median(t_stall_cow) / median(t_save));
+    std::printf("  trainer's rewrite after COW snapshot   %+6.1f ms vs after a copy snapshot, %+.1f ms vs idle\n",
+                1e3 * (median(t_rw_cow) - median(t_rw_copy)), 1e3 * (median(t_rw_cow) - median(t_rw_idle)));
     return 0;
 }
