@@ -134,6 +134,17 @@ Result<Decision> CoordinatorClient::boundary(const std::string &id, std::uint64_
     return decision_of(call(std::move(r), timeout_ms));
 }
 
+Status CoordinatorClient::ready(const std::string &id, std::uint64_t generation,
+                               std::int64_t timeout_ms) {
+    Request r;
+    r.op = Op::Ready;
+    r.id = id;
+    r.generation = generation;
+    auto rep = call(std::move(r), timeout_ms);
+    if (!rep) return Error{rep.error()};
+    return Status::success();
+}
+
 Status CoordinatorClient::kv_set(std::uint64_t generation, const std::string &key,
                                  const std::string &value, std::int64_t timeout_ms) {
     Request r;

@@ -209,6 +209,9 @@ struct Coordinator::Impl {
             deliver(res.value());
             return;
         }
+        case Op::Ready:
+            reply_status(protocol.ready(r.id, r.generation, now));
+            return;
         case Op::Reshape: {
             auto st = protocol.request_reshape(r.units, now);
             if (!st) {

@@ -50,6 +50,7 @@ struct Snapshot {
     std::string change_kind, change_reason;
     std::uint64_t change_generation = 0, change_step = 0;
     std::uint64_t last_step = 0;  // the last decided boundary
+    std::optional<std::int64_t> change_pause_ms;  // the current generation's, once known
 };
 
 Result<Snapshot> parse_snapshot(const nlohmann::json &s) {
@@ -66,6 +67,8 @@ Result<Snapshot> parse_snapshot(const nlohmann::json &s) {
             out.members.emplace_back(m.at("id").get<std::string>(), m.at("unit").get<std::uint32_t>());
         out.last_step = s.at("last_step").get<std::uint64_t>();
         out.pending = s.at("pending_joiners").get<std::vector<std::string>>();
+        if (auto it = s.find("change_pause_ms"); it != s.end() && !it->is_null())
+            out.change_pause_ms = it->get<std::int64_t>();
         const auto &lc = s.at("last_change");
         if (lc.is_object()) {
             out.change_kind = lc.at("kind").get<std::string>();
@@ -106,6 +109,7 @@ private:
     void report_dead_ranks(const Step &st, const Snapshot *s);
     void maybe_grow(const Snapshot &s);
     void record(GenerationEvent e);
+    void settle_pending(const Snapshot *s, std::int64_t now);
     void begin_shutdown(const std::string &why);
     int exit_status() const;
     void enforce_shutdown();
@@ -126,6 +130,9 @@ private:
     std::vector<std::uint32_t> seen_units_;
     bool stop_recorded_ = false;
     std::map<std::uint64_t, std::int64_t> boundary_seen_ms_;  // step -> first seen in progress
+    // A change whose pause the ranks have not all reported yet, and since when it waits.
+    std::optional<GenerationEvent> pending_;
+    std::int64_t pending_since_ = 0;
     std::int64_t launched_ms_ = 0;
     std::optional<std::uint32_t> grow_failed_target_;
     std::optional<Snapshot> last_snapshot_;
@@ -237,8 +244,28 @@ void Driver::record(GenerationEvent e) {
         log_line(LogLevel::Error, kComponent, st.error());
 }
 
+// A change's event waits for its pause as the ranks measured it (the coordinator's
+// change_pause_ms: from the decision until every rank of the new generation reported ready).
+// It is recorded with omni-launch's own estimate instead when that cannot come any more: the
+// generation changed again, a later boundary was decided (every rank reports ready before
+// its next boundary), the job stopped, or kReadyWaitMs passed (a rank died in the change).
+void Driver::settle_pending(const Snapshot *s, std::int64_t now) {
+    constexpr std::int64_t kReadyWaitMs = 10000;
+    if (!pending_) return;
+    if (s && s->generation == pending_->generation && s->change_pause_ms) {
+        pending_->pause_ms = *s->change_pause_ms;
+        pending_->pause_source = "ranks";
+    } else if (s && s->generation == pending_->generation && s->phase == "running" &&
+               s->last_step <= pending_->step && now - pending_since_ < kReadyWaitMs) {
+        return;  // still waiting
+    }
+    record(std::move(*pending_));
+    pending_.reset();
+}
+
 void Driver::observe(const Snapshot &s) {
     const std::int64_t now = mono_ms();
+    settle_pending(&s, now);
     if (s.boundary_step && !boundary_seen_ms_.count(*s.boundary_step))
         boundary_seen_ms_[*s.boundary_step] = now;
     for (auto &st : steps_)
@@ -257,6 +284,7 @@ void Driver::observe(const Snapshot &s) {
         e.reason = event_reason("reshaped", s.change_reason, seen_generation_);
         if (seen_generation_ == 0) {
             e.pause_ms = now - launched_ms_;
+            e.pause_source = "launch";
         } else if (auto it = boundary_seen_ms_.find(s.change_step); it != boundary_seen_ms_.end()) {
             e.pause_ms = now - it->second;
         }
@@ -264,13 +292,20 @@ void Driver::observe(const Snapshot &s) {
             log_line(LogLevel::Warning, kComponent,
                      "generations " + std::to_string(seen_generation_ + 1) + ".." +
                          std::to_string(s.generation - 1) + " passed between two polls");
-        record(std::move(e));
+        if (seen_generation_ == 0) {
+            record(std::move(e));
+        } else {
+            pending_ = std::move(e);
+            pending_since_ = now;
+            settle_pending(&s, now);  // already known when the ranks were quick
+        }
         seen_generation_ = s.generation;
         seen_world_ = s.world;
         seen_units_ = s.unit_ids;
         boundary_seen_ms_.erase(boundary_seen_ms_.begin(), boundary_seen_ms_.upper_bound(s.change_step));
     }
     if (s.phase == "stopped" && !stop_recorded_) {
+        settle_pending(nullptr, now);
         GenerationEvent e;
         e.old_generation = seen_generation_;
         e.generation = seen_generation_;
@@ -439,6 +474,7 @@ int Driver::run() {
         std::this_thread::sleep_for(std::chrono::milliseconds(kPollMs));
     }
     const int status = exit_status();
+    settle_pending(nullptr, mono_ms());
     if (!stop_recorded_) {
         // The ranks finished on their own (end of training): the job's last change.
         GenerationEvent e;

@@ -28,7 +28,8 @@ nlohmann::json event_to_json(const GenerationEvent &e) {
             {"new_world", e.new_world},      {"old_units", e.old_units},
             {"new_units", e.new_units},      {"reason", e.reason},
             {"detail", e.detail},            {"step", e.step},
-            {"pause_ms", e.pause_ms},        {"resolution_ms", e.resolution_ms}};
+            {"pause_ms", e.pause_ms},        {"pause_source", e.pause_source},
+            {"resolution_ms", e.resolution_ms}};
 }
 
 std::string event_summary(const GenerationEvent &e) {

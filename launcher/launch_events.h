@@ -4,10 +4,13 @@
 // A line: {"time": "2026-11-29T12:00:00.123Z", "unix_ms": ..., "job": J, "generation": G,
 // "old_generation": G0, "old_world": W0, "new_world": W, "old_units": [...], "new_units": [...],
 // "reason": "initial"|"planned"|"lost"|"stop", "detail": the coordinator's reason,
-// "step": the boundary step, "pause_ms": P, "resolution_ms": R}
-// pause_ms is the time the deciding boundary was seen in progress by omni-launch (it polls the
-// coordinator every R ms, so a boundary decided between two polls shows 0); for "initial" it
-// is the time from the launch of the first step to the formation of generation 1.
+// "step": the boundary step, "pause_ms": P, "pause_source": S, "resolution_ms": R}
+// pause_ms (S = "ranks") is the time from the coordinator's decision until every rank of the
+// new generation reported its communicator built and its state in place; when that report
+// cannot complete (a rank died in the change), S = "poll": how long omni-launch saw the
+// deciding boundary in progress (it polls every R ms, so a boundary decided between two polls
+// shows 0). For "initial" (S = "launch") it is the time from the launch of the first step to
+// the formation of generation 1.
 #ifndef OMNI_LAUNCHER_LAUNCH_EVENTS_H
 #define OMNI_LAUNCHER_LAUNCH_EVENTS_H
 
@@ -31,6 +34,7 @@ struct GenerationEvent {
     std::string detail;  // "formed", "planned", "lost", "below-min", "signal SIGTERM", ...
     std::uint64_t step = 0;
     std::int64_t pause_ms = 0;
+    std::string pause_source = "poll";  // ranks | poll | launch (see omni-launch(1))
     std::int64_t resolution_ms = 0;
 };
 

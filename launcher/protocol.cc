@@ -108,8 +108,14 @@ Layout Protocol::make_layout(std::uint64_t generation,
     return l;
 }
 
+void Protocol::generation_began(std::int64_t now_ms) {
+    generation_since_ms_ = now_ms;
+    ready_.clear();
+    change_pause_ms_.reset();
+}
+
 std::vector<Delivery> Protocol::form(const std::vector<std::uint32_t> &units,
-                                     std::string reason) {
+                                     std::string reason, std::int64_t now_ms) {
     auto d = std::make_shared<Decision>();
     d->kind = DecisionKind::Reshaped;
     d->generation = 0;
@@ -126,6 +132,7 @@ std::vector<Delivery> Protocol::form(const std::vector<std::uint32_t> &units,
     d->joining_units = d->next.units;
     std::sort(d->joining_units.begin(), d->joining_units.end());
     layout_ = d->next;
+    generation_began(now_ms);
     phase_ = Phase::Running;
     last_ = last_change_ = d;
     last_members_.clear();
@@ -170,7 +177,7 @@ Result<std::vector<Delivery>> Protocol::join(std::string_view id, std::uint32_t 
         auto complete = complete_pending_units();
         if (complete.size() >= cfg_.initial_units) {
             complete.resize(cfg_.initial_units);
-            return form(complete, "formed");
+            return form(complete, "formed", now_ms);
         }
     }
     return std::vector<Delivery>{};
@@ -227,7 +234,7 @@ std::vector<Delivery> Protocol::tick(std::int64_t now_ms) {
         auto complete = complete_pending_units();
         if (complete.size() >= cfg_.min_units) {
             if (complete.size() > cfg_.initial_units) complete.resize(cfg_.initial_units);
-            return form(complete, "formed-at-timeout");
+            return form(complete, "formed-at-timeout", now_ms);
         }
         auto d = std::make_shared<Decision>();
         d->kind = DecisionKind::Stop;
@@ -343,6 +350,7 @@ std::vector<Delivery> Protocol::decide(std::int64_t now_ms) {
             pending_.erase(id);
         }
         layout_ = d->next;
+        generation_began(now_ms);
         if (target_units_ && *target_units_ == units.size()) target_units_.reset();
     } else if (d->kind == DecisionKind::Stop) {
         // Joiners still waiting must not wait for a job that ends.
@@ -393,6 +401,17 @@ Result<std::vector<Delivery>> Protocol::request_stop(std::string_view reason) {
     return out;
 }
 
+Status Protocol::ready(std::string_view id, std::uint64_t generation, std::int64_t now_ms) {
+    if (generation != layout_.generation || phase_ != Phase::Running) return Status::success();
+    if (!layout_.find(id))
+        return make_error("ready: '" + std::string(id) + "' is not a member of generation " +
+                          u(layout_.generation));
+    ready_.emplace(id);
+    if (!change_pause_ms_ && ready_.size() == layout_.members.size())
+        change_pause_ms_ = now_ms - generation_since_ms_;
+    return Status::success();
+}
+
 ProtocolStatus Protocol::status() const {
     ProtocolStatus s;
     s.phase = phase_;
@@ -410,6 +429,7 @@ ProtocolStatus Protocol::status() const {
     s.lost.assign(lost_.begin(), lost_.end());
     if (last_) s.last_decision = *last_;
     if (last_change_) s.last_change = *last_change_;
+    s.change_pause_ms = change_pause_ms_;
     s.layout = layout_;
     return s;
 }

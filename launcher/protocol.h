@@ -124,6 +124,9 @@ struct ProtocolStatus {
     std::vector<std::string> lost;                // lost members of the current generation
     std::optional<Decision> last_decision;
     std::optional<Decision> last_change;          // the last RESHAPED/STOP (formation included)
+    // From the decision that made the current generation until its last member was ready()
+    // (absent until then): the pause of that change as the coordinator saw it.
+    std::optional<std::int64_t> change_pause_ms;
     Layout layout;
 };
 
@@ -143,6 +146,12 @@ public:
     // Timeouts: formation, boundaries that some members never reach, grow waits.
     std::vector<Delivery> tick(std::int64_t now_ms);
 
+    // A member of `generation` has built its communicator and holds its state after the
+    // change that made that generation (the end of its pause). When every member has said
+    // so, the change's pause is known: status().change_pause_ms. A generation that is no
+    // longer the current one is ignored (a slow rank; the job moved on); an id that is not a
+    // member of the current one is an error.
+    Status ready(std::string_view id, std::uint64_t generation, std::int64_t now_ms);
     // A planned reshape to `units` units (min..max), applied at a coming boundary.
     Status request_reshape(std::uint32_t units, std::int64_t now_ms);
     // STOP at the next boundary (e.g. the launcher got SIGTERM). While forming, the job stops
@@ -162,7 +171,9 @@ private:
         std::uint32_t unit, slot;
     };
     std::vector<std::uint32_t> complete_pending_units() const;
-    std::vector<Delivery> form(const std::vector<std::uint32_t> &units, std::string reason);
+    std::vector<Delivery> form(const std::vector<std::uint32_t> &units, std::string reason,
+                               std::int64_t now_ms);
+    void generation_began(std::int64_t now_ms);
     std::vector<Delivery> decide(std::int64_t now_ms);
     Layout make_layout(std::uint64_t generation, const std::vector<std::uint32_t> &units) const;
 
@@ -187,6 +198,10 @@ private:
     std::set<std::string, std::less<>> last_members_;  // the generation that decided last_
     std::shared_ptr<const Decision> last_change_;
     std::uint64_t last_step_ = 0;
+    // The current generation's start and which of its members are ready() since.
+    std::int64_t generation_since_ms_ = 0;
+    std::set<std::string, std::less<>> ready_;
+    std::optional<std::int64_t> change_pause_ms_;
 };
 
 }  // namespace omni::launcher

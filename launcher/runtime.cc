@@ -313,9 +313,18 @@ Result<StartResult> Runtime::start() {
     if (r.joined && !r.rewind) {
         if (auto st = receive_as_joiner(); !st) return Error{st.error()};
     }
+    if (!opts_.standalone) report_ready();
     started_ = true;
     r.step = step_;
     return r;
+}
+
+// Tells the coordinator that this rank's part of the change that made its generation is
+// done, so that the change's pause is known there (omni-launch's events). A failure is
+// only logged: the next boundary finds out whether the coordinator is really gone.
+void Runtime::report_ready() {
+    if (auto st = client_->ready(opts_.member_id, generation_, opts_.comm_timeout_ms); !st)
+        log_line(LogLevel::Warning, "libomni", "reporting the end of the pause: " + st.error());
 }
 
 Status Runtime::check_header(const Decision &d, const std::string &text) {
@@ -661,6 +670,7 @@ Result<BoundaryResult> Runtime::boundary(std::uint64_t step) {
     }
     spare_.clear();  // unused ones (the change differed from the announced one)
     spare_next_.clear();
+    report_ready();
     log_info("generation " + u(old_generation) + " -> " + u(generation_) + " at step " +
              u(step) + ": " + u(res.previous_world) + " -> " + u(world_) + " ranks (" +
              d.reason + (d.rewind ? ", rewind" : "") + "); this rank is now " + u(rank_) +

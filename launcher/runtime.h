@@ -166,6 +166,7 @@ private:
     Status check_header(const Decision &d, const std::string &text);
     Status prepare(const Decision &d);
     Status receive_as_joiner();
+    void report_ready();
 
     RuntimeOptions opts_;
     std::unique_ptr<PmixSession> pmix_;

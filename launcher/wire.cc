@@ -24,6 +24,7 @@ const std::vector<OpSpec> &op_specs() {
         {Op::Join, "join", {"id", "unit", "slot"}},
         {Op::Boundary, "boundary", {"id", "generation", "step"}},
         {Op::Lost, "lost", {"id"}},
+        {Op::Ready, "ready", {"id", "generation"}},
         {Op::Reshape, "reshape", {"units"}},
         {Op::Stop, "stop", {"reason"}},
         {Op::Status, "status", {}},
@@ -192,6 +193,7 @@ std::string request_header(const Request &r) {
     case Op::Join: j["id"] = r.id; j["unit"] = r.unit; j["slot"] = r.slot; break;
     case Op::Boundary: j["id"] = r.id; j["generation"] = r.generation; j["step"] = r.step; break;
     case Op::Lost: j["id"] = r.id; break;
+    case Op::Ready: j["id"] = r.id; j["generation"] = r.generation; break;
     case Op::Reshape: j["units"] = r.units; break;
     case Op::Stop: j["reason"] = r.reason; break;
     case Op::Status: break;
@@ -333,6 +335,7 @@ json status_to_json(const ProtocolStatus &s) {
     };
     j["last_decision"] = summary(s.last_decision);
     j["last_change"] = summary(s.last_change);
+    j["change_pause_ms"] = s.change_pause_ms ? json(*s.change_pause_ms) : json(nullptr);
     return j;
 }
 

@@ -11,6 +11,7 @@
 //   join      id, unit, slot                 -> {"decision": ...} once the rank is admitted
 //   boundary  id, generation, step           -> {"decision": ...} once every member arrived
 //   lost      id                             -> {} (the launcher saw the rank die)
+//   ready     id, generation                 -> {} (the rank's pause after a change is over)
 //   reshape   units                          -> {"target_units": K}
 //   stop      reason                         -> {}
 //   status                                   -> {"status": ...}
@@ -47,16 +48,16 @@ constexpr std::size_t kMaxWaitKeys = 4096;
 constexpr std::int64_t kMaxWaitMs = 24LL * 3600 * 1000;
 constexpr std::size_t kSecretHexLength = 64;
 
-enum class Op { Join, Boundary, Lost, Reshape, Stop, Status, KvSet, KvGet, KvWait };
+enum class Op { Join, Boundary, Lost, Ready, Reshape, Stop, Status, KvSet, KvGet, KvWait };
 const char *to_string(Op op);
 
 struct Request {
     Op op = Op::Status;
     std::uint64_t rid = 0;
     std::string secret;
-    std::string id;                 // join, boundary, lost
+    std::string id;                 // join, boundary, lost, ready
     std::uint32_t unit = 0, slot = 0;  // join
-    std::uint64_t generation = 0;   // boundary, kv_*
+    std::uint64_t generation = 0;   // boundary, ready, kv_*
     std::uint64_t step = 0;         // boundary
     std::uint32_t units = 0;        // reshape
     std::string reason;             // stop

@@ -369,3 +369,29 @@ TEST(Protocol, AnAnnouncementGivesWayToANewTargetOrALoss) {
     EXPECT_EQ(d->next.units, (std::vector<std::uint32_t>{0, 1, 2}));
     EXPECT_EQ(p.generation(), 2u);
 }
+
+TEST(Protocol, ChangePauseIsKnownWhenEveryNewMemberIsReady) {
+    Protocol p = formed(config(1, 3, 1, 3), 3);
+    // Generation 1 formed at time 0; its members report ready at 4, 9 and 12.
+    ASSERT_TRUE(p.ready("u0", 1, 4));
+    ASSERT_TRUE(p.ready("u1", 1, 9));
+    EXPECT_FALSE(p.status().change_pause_ms);
+    ASSERT_TRUE(p.ready("u1", 1, 10));  // a repeat changes nothing
+    EXPECT_FALSE(p.status().change_pause_ms);
+    ASSERT_TRUE(p.ready("u2", 1, 12));
+    EXPECT_EQ(p.status().change_pause_ms, 12);
+    // A shrink decided at 100: the pause runs from the decision, for the new members only.
+    ASSERT_TRUE(p.request_reshape(2, 50));
+    (void)all_arrive(p, 1, 5, {"u0", "u1", "u2"}, 100);
+    ASSERT_EQ(p.generation(), 2u);
+    EXPECT_FALSE(p.status().change_pause_ms);
+    EXPECT_FALSE(p.ready("u2", 2, 110));    // the leaver is no member of generation 2
+    EXPECT_TRUE(p.ready("u2", 1, 110));     // a late report for generation 1 is ignored
+    ASSERT_TRUE(p.ready("u1", 2, 131));
+    EXPECT_FALSE(p.status().change_pause_ms);
+    ASSERT_TRUE(p.ready("u0", 2, 137));
+    EXPECT_EQ(p.status().change_pause_ms, 37);
+    // A later report (ready again after a lost reply) keeps the first measurement.
+    ASSERT_TRUE(p.ready("u0", 2, 150));
+    EXPECT_EQ(p.status().change_pause_ms, 37);
+}

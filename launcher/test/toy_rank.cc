@@ -6,7 +6,9 @@
 //   toy_rank STEPS SLEEP_MS [FAIL_AT_STEP]
 //
 // Prints one line per change of generation ("toy u3.s0: generation 2 rank 1 of 3 at step 7")
-// and exits 0; with FAIL_AT_STEP, unit 0 exits 3 at that step (a crashing rank).
+// and exits 0; with FAIL_AT_STEP, unit 0 exits 3 at that step (a crashing rank). Like the
+// runtime it reports ready after every change (the end of its pause); TOY_READY=0 does not,
+// as a rank of an older runtime or one that died in the change would not.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -63,7 +65,14 @@ int main(int argc, char **argv) {
                     static_cast<unsigned long long>(step));
         std::fflush(stdout);
     };
+    const char *ready_env = env("TOY_READY");
+    const bool report_ready = !ready_env || std::string(ready_env) != "0";
+    auto ready = [&] {
+        if (report_ready)
+            if (auto st = client.value()->ready(id, gen, kBoundaryWaitMs); !st) std::fprintf(stderr, "toy_rank: ready: %s\n", st.error().c_str());
+    };
     announce(d.value().next);
+    ready();
     while (step < steps.value()) {
         std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms.value()));
         ++step;
@@ -78,6 +87,7 @@ int main(int argc, char **argv) {
             }
             gen = b.value().next.generation;
             announce(b.value().next);
+            ready();
         }
     }
     return 0;

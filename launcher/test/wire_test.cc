@@ -63,6 +63,26 @@ TEST(Wire, RoundTripThroughRequestHeader) {
     ASSERT_TRUE(gb) << gb.error();
     EXPECT_EQ(gb.value().keys, std::vector<std::string>{"rank_2"});
     EXPECT_EQ(gb.value().generation, 3u);
+    Request y;
+    y.op = Op::Ready;
+    y.id = "u1s0-77@node2";
+    y.generation = 5;
+    auto yb = parse(request_header(y));
+    ASSERT_TRUE(yb) << yb.error();
+    EXPECT_EQ(yb.value().op, Op::Ready);
+    EXPECT_EQ(yb.value().id, "u1s0-77@node2");
+    EXPECT_EQ(yb.value().generation, 5u);
+    // ready needs both fields and nothing else.
+    EXPECT_NE(err(R"({"v":1,"op":"ready","rid":1,"id":"x"})").find("generation"), std::string::npos);
+    EXPECT_NE(err(R"({"v":1,"op":"ready","rid":1,"id":"x","generation":1,"step":2})").find("step"),
+              std::string::npos);
+}
+
+TEST(Wire, StatusCarriesTheChangePause) {
+    ProtocolStatus s;
+    EXPECT_TRUE(status_to_json(s).at("change_pause_ms").is_null());
+    s.change_pause_ms = 23;
+    EXPECT_EQ(status_to_json(s).at("change_pause_ms").get<std::int64_t>(), 23);
 }
 
 TEST(Wire, RejectsMalformedRequests) {

@@ -36,6 +36,7 @@ ev = [json.loads(l) for l in open(sys.argv[1])]
 got = [(e["reason"], e["old_world"], e["new_world"]) for e in ev]
 assert got == [("initial", 0, 3), ("lost", 3, 2), ("stop", 2, 0)], got
 assert ev[1]["new_units"] == [1, 2] and ev[1]["step"] == 5, ev[1]
+assert ev[1]["pause_source"] == "ranks", ev[1]  # the survivors reported their rebuild
 assert ev[2]["detail"] == "ranks-finished", ev[2]
 print("ok: events", got)
 PY

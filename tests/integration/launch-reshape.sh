@@ -69,6 +69,8 @@ assert ev[1]["old_units"] == [0, 1, 2, 3] and ev[1]["new_units"] == [0, 1], ev[1
 assert ev[3]["detail"] == "ranks-finished", ev[3]
 for e in ev:
     assert e["time"].endswith("Z") and e["pause_ms"] >= 0 and e["resolution_ms"] > 0, e
+# The changes' pauses are the ranks' (every new member reported ready), not omni-launch's polls.
+assert [e["pause_source"] for e in ev] == ["launch", "ranks", "ranks", "poll"], ev
 print("ok: events", got)
 PY
 grep -q 'omni-launch.*generation 1 -> 2: world 4 -> 2 (planned' "$work/job.out" ||

@@ -127,6 +127,8 @@ for e in range(3):
     assert (n, s1, s2) == (D, D * (D - 1) // 2, (D - 1) * D * (2 * D - 1) // 6), (e, n, s1, s2)
 got = [(e["reason"], e["old_world"], e["new_world"]) for e in events]
 assert got[:4] == [("initial", 0, 4), ("planned", 4, 2), ("planned", 2, 3), ("planned", 3, 4)], got
+# The trainer's runtime reported the end of each change's pause (omni-launch(1) pause_source).
+assert [e["pause_source"] for e in events[1:4]] == ["ranks"] * 3, events
 assert elastic[-1]["loss"] < 0.5 * static[0]["loss"], "the model did not learn"
 print("ok: 60 steps bitwise equal; worlds", seq, "; every epoch used each sample once")
 PY
