@@ -1,5 +1,5 @@
 // libFuzzer target for the generation protocol driven by parsed wire requests: any sequence of
-// joins, boundaries, losses, reshapes, stops and clock ticks must keep the state machine
+// joins, boundaries, losses, ready reports, reshapes, stops and clock ticks must keep the state machine
 // consistent (ranks 0..world-1 in order, world = units x unit size, one shared decision per
 // batch of deliveries, generations never going back).
 // Input: lines; a line "t" advances the clock by 700 ms, any other line is a request header.
@@ -51,6 +51,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t *data, std::size_t size
             case Op::Join: out = p.join(q.id, q.unit, q.slot, now); break;
             case Op::Boundary: out = p.boundary(q.id, q.generation, q.step, now); break;
             case Op::Lost: out = p.lost(q.id, now); break;
+            case Op::Ready: (void)p.ready(q.id, q.generation, now); break;
             case Op::Reshape: (void)p.request_reshape(q.units, now); break;
             case Op::Stop: out = p.request_stop(q.reason); break;
             default: break;
@@ -62,6 +63,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t *data, std::size_t size
         last_gen = s.generation;
         check(s.world == s.units * cfg.unit_size);
         check(s.layout.members.size() == s.world);
+        check(!s.change_pause_ms || *s.change_pause_ms >= 0);  // never before its decision
         for (std::size_t r = 0; r < s.layout.members.size(); ++r)
             check(s.layout.members[r].rank == r &&
                   s.layout.members[r].unit == s.layout.units[r / cfg.unit_size] &&
