@@ -28,22 +28,9 @@
 
 using namespace omni::ckpt;
 namespace t = omni::ckpt::test;
+using t::TempDir;
 
 namespace {
-
-class TempDir {
-public:
-    TempDir() {
-        char tmpl[] = "/tmp/omni-ckpt-cow.XXXXXX";
-        path_ = ::mkdtemp(tmpl);
-    }
-    ~TempDir() { (void)fsio::remove_tree(path_); }
-    const std::string &path() const { return path_; }
-    std::string operator/(const std::string &n) const { return path_ + "/" + n; }
-
-private:
-    std::string path_;
-};
 
 // Anonymous private memory of its own mapping, as large model buffers are.
 class Mapping {
@@ -166,6 +153,25 @@ std::string snapshot_under_writes(AsyncShardWriter &a, const std::string &root, 
     auto c = commit(root, 1, meta_for(step));
     EXPECT_TRUE(c.ok()) << c.error();
     return c.ok() ? c.value() : "";
+}
+
+// Begins checkpoint `step` of a one-slice snapshot: tensor "w", 2^20 fp32 at `at`.
+void begin_w(AsyncShardWriter &a, const std::string &root, std::uint64_t step, char *at) {
+    ASSERT_TRUE(a.begin(root, step, 0).ok());
+    ASSERT_TRUE(a.add_tensor("w", DType::fp32, {1 << 20}, {0}, {1 << 20}, at).ok());
+}
+
+// read(2) of 4 bytes from a pipe into `dst`: the kernel writing into the caller's memory.
+ssize_t read_pipe_into(char *dst) {
+    int fds[2];
+    if (::pipe(fds) != 0 || ::write(fds[1], "abcd", 4) != 4) return -2;
+    errno = 0;
+    const ssize_t n = ::read(fds[0], dst, 4);
+    const int err = errno;
+    ::close(fds[0]);
+    ::close(fds[1]);
+    errno = err;
+    return n;
 }
 
 // Sets an environment variable for the scope of a test.
@@ -441,14 +447,8 @@ TEST(Cow, UserModeOnlyUserfaultfd) {
     for (const auto &s : slots)
         ASSERT_TRUE(a.add_tensor(s.name, s.dtype, s.shape, {0}, s.shape, s.at).ok());
     EXPECT_EQ(a.stats().slices_protected, 2u);
-    int pipefd[2];
-    ASSERT_EQ(::pipe(pipefd), 0);
-    ASSERT_EQ(::write(pipefd[1], "abcd", 4), 4);
-    errno = 0;
-    EXPECT_EQ(::read(pipefd[0], slots[0].at + (1 << 20), 4), -1);
+    EXPECT_EQ(read_pipe_into(slots[0].at + (1 << 20)), -1);
     EXPECT_EQ(errno, EFAULT);
-    ::close(pipefd[0]);
-    ::close(pipefd[1]);
     // Loading step 1's "a" into the protected "b" (pread into it) works.
     auto r = Reader::open(first);
     ASSERT_TRUE(r.ok());
@@ -502,15 +502,9 @@ TEST(Cow, UnprivilegedProcess) {
         Mapping m(4 << 20);
         std::vector<Slot> slots{place("w", DType::fp32, {1 << 20}, m.data(), 4)};
         AsyncShardWriter a(Snapshot::copy_on_write);
-        ASSERT_TRUE(a.begin(d / "root", 2, 0).ok());
-        ASSERT_TRUE(a.add_tensor("w", DType::fp32, {1 << 20}, {0}, {1 << 20}, m.data()).ok());
+        begin_w(a, d / "root", 2, m.data());
         EXPECT_FALSE(a.stats().kernel_writes_fail);
-        int pipefd[2];
-        ASSERT_EQ(::pipe(pipefd), 0);
-        ASSERT_EQ(::write(pipefd[1], "abcd", 4), 4);
-        EXPECT_EQ(::read(pipefd[0], m.data() + 4096, 4), 4);
-        ::close(pipefd[0]);
-        ::close(pipefd[1]);
+        EXPECT_EQ(read_pipe_into(m.data() + 4096), 4);
         ASSERT_TRUE(a.submit().ok());
         ASSERT_TRUE(a.wait().ok());
         ASSERT_TRUE(commit(d / "root", 1, meta_for(2)).ok());
@@ -518,17 +512,23 @@ TEST(Cow, UnprivilegedProcess) {
     }
 }
 
+// One slice "w" of 4 MiB in its own mapping, and a watchdog: a writer left waiting on a
+// protected page fails the test instead of hanging it.
+class CowOneSlice : public ::testing::Test {
+protected:
+    void SetUp() override { ::alarm(120); }
+    void TearDown() override { ::alarm(0); }
+    TempDir d;
+    Mapping m{4 << 20};
+    std::vector<Slot> slots{place("w", DType::fp32, {1 << 20}, m.data(), 4)};
+};
+
 // Protection ends with the snapshot, however it ends: never submitted (begin again, or the
 // writer destroyed), or a persist that failed.
-TEST(Cow, NothingStaysProtected) {
-    ::alarm(120);
-    TempDir d;
-    Mapping m(4 << 20);
-    std::vector<Slot> slots{place("w", DType::fp32, {1 << 20}, m.data(), 4)};
+TEST_F(CowOneSlice, NothingStaysProtected) {
     {
         AsyncShardWriter a(Snapshot::copy_on_write);
-        ASSERT_TRUE(a.begin(d / "root", 1, 0).ok());
-        ASSERT_TRUE(a.add_tensor("w", DType::fp32, {1 << 20}, {0}, {1 << 20}, m.data()).ok());
+        begin_w(a, d / "root", 1, m.data());
         ASSERT_EQ(a.stats().slices_protected, 1u);
         ASSERT_TRUE(a.begin(d / "root", 2, 0).ok());   // the first snapshot is abandoned
         std::memset(m.data(), 1, 4 << 20);
@@ -545,27 +545,20 @@ TEST(Cow, NothingStaysProtected) {
         ::close(fd);
     }
     AsyncShardWriter a(Snapshot::copy_on_write);
-    ASSERT_TRUE(a.begin(d / "x/file", 1, 0).ok());
-    ASSERT_TRUE(a.add_tensor("w", DType::fp32, {1 << 20}, {0}, {1 << 20}, m.data()).ok());
+    begin_w(a, d / "x/file", 1, m.data());
     ASSERT_TRUE(a.submit().ok());
     EXPECT_FALSE(a.wait().ok());
     const std::uint64_t faults = a.stats().faults;
     std::memset(m.data(), 3, 4 << 20);
     EXPECT_EQ(a.stats().faults, faults);
-    ::alarm(0);
 }
 
 // A child forked while a snapshot is protected: its copy of the memory is not guarded (its
 // writes cost nothing and change nothing here), and what it does with its copy of the
 // writer (begin, which drops the previous snapshot) must not touch the parent's protection.
-TEST(Cow, ForkedChildLeavesTheParentsSnapshotAlone) {
-    ::alarm(120);
-    TempDir d;
-    Mapping m(4 << 20);
-    std::vector<Slot> slots{place("w", DType::fp32, {1 << 20}, m.data(), 4)};
+TEST_F(CowOneSlice, ForkedChildLeavesTheParentsSnapshotAlone) {
     AsyncShardWriter a(Snapshot::copy_on_write);
-    ASSERT_TRUE(a.begin(d / "root", 1, 0).ok());
-    ASSERT_TRUE(a.add_tensor("w", DType::fp32, {1 << 20}, {0}, {1 << 20}, m.data()).ok());
+    begin_w(a, d / "root", 1, m.data());
     const pid_t pid = ::fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
@@ -583,5 +576,4 @@ TEST(Cow, ForkedChildLeavesTheParentsSnapshotAlone) {
     ASSERT_TRUE(a.wait().ok());
     ASSERT_TRUE(commit(d / "root", 1, meta_for(1)).ok());
     expect_saved(d / "root/step-0000000001", slots);
-    ::alarm(0);
 }

@@ -19,22 +19,9 @@
 
 using namespace omni::ckpt;
 namespace t = omni::ckpt::test;
+using t::TempDir;
 
 namespace {
-
-class TempDir {
-public:
-    TempDir() {
-        char tmpl[] = "/tmp/omni-ckpt-test.XXXXXX";
-        path_ = ::mkdtemp(tmpl);
-    }
-    ~TempDir() { (void)fsio::remove_tree(path_); }
-    const std::string &path() const { return path_; }
-    std::string operator/(const std::string &n) const { return path_ + "/" + n; }
-
-private:
-    std::string path_;
-};
 
 struct Spec {
     std::string name;

@@ -3,15 +3,36 @@
 #ifndef OMNI_CKPT_TEST_UTIL_H
 #define OMNI_CKPT_TEST_UTIL_H
 
+#include <stdlib.h>
+
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
+#include "../fsio.h"
 #include "omni/ckpt_cpp.h"
 
 namespace omni {
 namespace ckpt {
 namespace test {
+
+// A directory under /tmp, removed with everything in it at the end of the scope.
+class TempDir {
+public:
+    TempDir() {
+        char tmpl[] = "/tmp/omni-ckpt-test.XXXXXX";
+        path_ = ::mkdtemp(tmpl);
+    }
+    ~TempDir() { (void)fsio::remove_tree(path_); }
+    TempDir(const TempDir &) = delete;
+    TempDir &operator=(const TempDir &) = delete;
+    const std::string &path() const { return path_; }
+    std::string operator/(const std::string &n) const { return path_ + "/" + n; }
+
+private:
+    std::string path_;
+};
 
 // fp32 -> bf16 by truncation (the tests only need a deterministic bit pattern).
 inline std::uint16_t to_bf16(float f) {
