@@ -485,7 +485,7 @@ Region *Guard::protect(const char *live, char *shadow, std::uint64_t bytes, std:
     // table entry to protect, and a write to it would go unseen: populate first.
     if (!unpopulated_ &&
         ::madvise(reinterpret_cast<void *>(lo), hi - lo, MADV_POPULATE_WRITE) != 0)
-        return drop(errno_text("MADV_POPULATE_WRITE", errno));
+        return drop(errno_text("MADV_POPULATE_WRITE (Linux >= 5.14)", errno));
     uffdio_register reg{};
     reg.range = {lo, hi - lo};
     reg.mode = UFFDIO_REGISTER_MODE_WP;

@@ -209,8 +209,9 @@ enum class Snapshot {
      * else it fails with EFAULT (Reader::read retries by touching its destination first).
      * A slice below 64 KiB, memory userfaultfd cannot protect (file or shared mappings,
      * huge pages, memory another userfaultfd guards, the same memory added twice), a kernel
-     * without userfaultfd write protection (Linux < 5.7), or OMNI_CKPT_NO_UFFD=1 in the
-     * environment: that slice is copied, and stats().fallback says why. Always correct. */
+     * without userfaultfd write protection (Linux >= 5.14 is needed), or OMNI_CKPT_NO_UFFD=1
+     * in the environment: that slice is copied, and stats().fallback says why. Always
+     * correct. */
     copy_on_write,
 };
 
