@@ -53,6 +53,10 @@ std::uintptr_t page_size() {
 
 std::string errno_text(const char *what, int err) { return std::string(what) + ": " + std::strerror(err); }
 
+const char *const kNotAnonymous =
+    "userfaultfd cannot protect this memory: only private anonymous memory, not a file or "
+    "shared mapping, shared memory or huge pages";
+
 // Below this, memcpy: the copy of small tensors is cheap anyway.
 constexpr std::size_t kStreamCopyBytes = std::size_t(256) << 10;
 
@@ -159,30 +163,27 @@ void Region::release(std::uint64_t end) {
     const std::uintptr_t limit = reinterpret_cast<std::uintptr_t>(live_) + end;
     for (; next_release_ < state_.size() && chunk_hi(next_release_) <= limit; ++next_release_) {
         State &s = state_[next_release_];
-        if (s == kProtected && registered_ &&
+        if (s == kProtected && protected_ &&
             !g_.write_protect(chunk_lo(next_release_), chunk_hi(next_release_) - chunk_lo(next_release_), false))
             continue;   // stays protected: a write to it is served by the handler as usual
         s = kReleased;
     }
 }
 
-void Region::unregister_locked() {
-    if (!registered_) return;
-#ifdef OMNI_CKPT_HAVE_UFFD
-    // Unregistering clears the protection and wakes any thread waiting on the range.
-    uffdio_range r{lo_, hi_ - lo_};
-    if (::ioctl(g_.uffd_, UFFDIO_UNREGISTER, &r) != 0) {
-        // Only if the caller unmapped its buffer: un-protect what is still mapped, so that no
-        // writer can be left waiting.
-        (void)g_.write_protect(lo_, hi_ - lo_, false);
-    }
-#endif
-    registered_ = false;
+void Region::unprotect_locked() {
+    if (!protected_) return;
+    // Only chunks still protected need it; un-protecting wakes any thread waiting on them.
+    // The range stays registered for the next snapshot of the same memory (Guard::protect).
+    std::size_t k = 0;
+    while (k < state_.size() && state_[k] != kProtected) ++k;
+    if (k < state_.size() && !g_.write_protect(chunk_lo(k), hi_ - chunk_lo(k), false))
+        g_.unregister_range(lo_, hi_);   // part of it unmapped since: this clears the rest
+    protected_ = false;
 }
 
 void Region::finish() {
     std::lock_guard<std::mutex> lock(mu_);
-    unregister_locked();
+    unprotect_locked();
     std::fill(state_.begin(), state_.end(), kReleased);
     next_release_ = state_.size();
 }
@@ -190,7 +191,7 @@ void Region::finish() {
 void Region::fault(std::uintptr_t addr) {
     std::lock_guard<std::mutex> lock(mu_);
     const std::size_t k = chunk_of(addr);
-    if (!registered_ || state_[k] != kProtected) {
+    if (!protected_ || state_[k] != kProtected) {
         // Resolved meanwhile (released by the persist, or a second fault on the same chunk):
         // the un-protect woke the writer already; waking again is harmless.
         g_.wake(addr);
@@ -205,7 +206,8 @@ void Region::fault(std::uintptr_t addr) {
     // unregister it, which un-protects everything and wakes every waiting writer.
     for (std::size_t i = 0; i < state_.size(); ++i)
         if (state_[i] == kProtected) copy_chunk(i);
-    unregister_locked();
+    g_.unregister_range(lo_, hi_);
+    protected_ = false;
 }
 
 // ---- Guard -------------------------------------------------------------------------------
@@ -353,6 +355,7 @@ Guard::~Guard() {
     if (::getpid() != pid_) return;
     // Nothing may stay protected once the handler is gone: a writer would wait forever.
     release_all();
+    unregister_all();
     if (running_) {
         const std::uint64_t one = 1;
         while (::write(stop_, &one, sizeof one) < 0 && errno == EINTR) {
@@ -395,7 +398,74 @@ void Guard::on_fault(std::uintptr_t addr) {
         --it;
         if (addr < it->second->hi_) return it->second->fault(addr);
     }
-    wake(addr);   // a region finished and forgotten since; its unregister woke the writer
+    // No region: a stale fault (its region un-protected the page and woke the writer since).
+    // Un-protect the page anyway, so that a writer can never fault there forever.
+    if (!write_protect(addr & ~(page_size() - 1), page_size(), false)) wake(addr);
+}
+
+bool Guard::registered(std::uintptr_t lo, std::uintptr_t hi) {
+    std::lock_guard<std::mutex> lock(reg_mu_);
+    auto it = registered_.upper_bound(lo);
+    return it != registered_.begin() && std::prev(it)->second >= hi;
+}
+
+bool Guard::register_range(std::uintptr_t lo, std::uintptr_t hi, std::string *why) {
+    uffdio_register reg{};
+    reg.range = {lo, hi - lo};
+    reg.mode = UFFDIO_REGISTER_MODE_WP;
+    if (::ioctl(uffd_, UFFDIO_REGISTER, &reg) != 0) {
+        const int err = errno;
+        if (err == EINVAL) *why = kNotAnonymous;
+        else if (err == EBUSY) *why = "another userfaultfd already guards this memory";
+        else *why = errno_text("UFFDIO_REGISTER", err);
+        return false;
+    }
+    if (!(reg.ioctls & (std::uint64_t(1) << _UFFDIO_WRITEPROTECT))) {
+        uffdio_range r{lo, hi - lo};
+        (void)::ioctl(uffd_, UFFDIO_UNREGISTER, &r);
+        *why = "userfaultfd cannot write-protect this memory";
+        return false;
+    }
+    std::lock_guard<std::mutex> lock(reg_mu_);
+    // Overlapping or touching ranges are one registered range now.
+    std::uintptr_t a = lo, b = hi;
+    auto it = registered_.upper_bound(hi);
+    while (it != registered_.begin()) {
+        auto prev = std::prev(it);
+        if (prev->second < a) break;
+        a = std::min(a, prev->first);
+        b = std::max(b, prev->second);
+        it = registered_.erase(prev);
+    }
+    registered_[a] = b;
+    return true;
+}
+
+void Guard::unregister_range(std::uintptr_t lo, std::uintptr_t hi) {
+    // Clears the protection of the range and wakes every thread waiting on it; only ranges
+    // registered with this userfaultfd are touched.
+    uffdio_range r{lo, hi - lo};
+    (void)::ioctl(uffd_, UFFDIO_UNREGISTER, &r);
+    std::lock_guard<std::mutex> lock(reg_mu_);
+    // Forget every remembered range that overlaps: the next protect registers afresh.
+    auto it = registered_.upper_bound(hi);
+    while (it != registered_.begin()) {
+        auto prev = std::prev(it);
+        if (prev->second <= lo) break;
+        it = registered_.erase(prev);
+    }
+}
+
+void Guard::unregister_all() {
+    std::map<std::uintptr_t, std::uintptr_t> all;
+    {
+        std::lock_guard<std::mutex> lock(reg_mu_);
+        all.swap(registered_);
+    }
+    for (const auto &e : all) {
+        uffdio_range r{e.first, e.second - e.first};
+        (void)::ioctl(uffd_, UFFDIO_UNREGISTER, &r);
+    }
 }
 
 // Whether [lo, hi) is all private anonymous memory. userfaultfd also registers shared memory
@@ -477,35 +547,34 @@ Region *Guard::protect(const char *live, char *shadow, std::uint64_t bytes, std:
         regions_.erase(lo);
         return nullptr;
     };
-    const std::string not_anonymous =
-        "userfaultfd cannot protect this memory: only private anonymous memory, not a file "
-        "or shared mapping, shared memory or huge pages";
-    if (!private_anonymous(lo, hi)) return drop(not_anonymous);
+    if (!private_anonymous(lo, hi)) return drop(kNotAnonymous);
     // Without UFFD_FEATURE_WP_UNPOPULATED (Linux < 6.4) a page never touched has no page
     // table entry to protect, and a write to it would go unseen: populate first.
     if (!unpopulated_ &&
         ::madvise(reinterpret_cast<void *>(lo), hi - lo, MADV_POPULATE_WRITE) != 0)
         return drop(errno_text("MADV_POPULATE_WRITE (Linux >= 5.14)", errno));
-    uffdio_register reg{};
-    reg.range = {lo, hi - lo};
-    reg.mode = UFFDIO_REGISTER_MODE_WP;
-    if (::ioctl(uffd_, UFFDIO_REGISTER, &reg) != 0) {
-        const int err = errno;
-        if (err == EINVAL) return drop(not_anonymous);
-        if (err == EBUSY) return drop("another userfaultfd already guards this memory");
-        return drop(errno_text("UFFDIO_REGISTER", err));
+    // Registered ranges are kept from one snapshot to the next (unregistered by ~Guard):
+    // registration alone changes nothing for the memory, and a trainer snapshots the same
+    // buffers every time, so each snapshot then costs one ioctl per slice instead of three
+    // (register, which splits the mapping under the mmap lock, protect, unregister).
+    const bool known = registered(lo, hi);
+    std::string reason;
+    if (!known && !register_range(lo, hi, &reason)) return drop(reason);
+    r->protected_ = true;   // from here on, a failure un-protects what it may have protected
+    if (write_protect(lo, hi - lo, true)) return r;
+    int err = errno;
+    if (known && err == ENOENT) {
+        // Unmapped and mapped again since: the registration went with the old mapping.
+        unregister_range(lo, hi);
+        if (!register_range(lo, hi, &reason)) {
+            r->unprotect_locked();
+            return drop(reason);
+        }
+        if (write_protect(lo, hi - lo, true)) return r;
+        err = errno;
     }
-    r->registered_ = true;
-    if (!(reg.ioctls & (std::uint64_t(1) << _UFFDIO_WRITEPROTECT))) {
-        r->unregister_locked();
-        return drop("userfaultfd cannot write-protect this memory");
-    }
-    if (!write_protect(lo, hi - lo, true)) {
-        const int err = errno;
-        r->unregister_locked();
-        return drop(errno_text("UFFDIO_WRITEPROTECT", err));
-    }
-    return r;
+    r->unprotect_locked();
+    return drop(errno_text("UFFDIO_WRITEPROTECT", err));
 }
 
 #else  // !OMNI_CKPT_HAVE_UFFD
@@ -521,6 +590,10 @@ void Guard::on_fault(std::uintptr_t) {}
 bool Guard::write_protect(std::uintptr_t, std::uint64_t, bool) { return false; }
 void Guard::wake(std::uintptr_t) {}
 bool Guard::private_anonymous(std::uintptr_t, std::uintptr_t) { return false; }
+bool Guard::registered(std::uintptr_t, std::uintptr_t) { return false; }
+bool Guard::register_range(std::uintptr_t, std::uintptr_t, std::string *) { return false; }
+void Guard::unregister_range(std::uintptr_t, std::uintptr_t) {}
+void Guard::unregister_all() {}
 Region *Guard::protect(const char *, char *, std::uint64_t, std::string *why) {
     *why = "built without userfaultfd";
     return nullptr;
@@ -528,11 +601,19 @@ Region *Guard::protect(const char *, char *, std::uint64_t, std::string *why) {
 
 #endif
 
+std::size_t Guard::registered_count() {
+    std::lock_guard<std::mutex> lock(reg_mu_);
+    return registered_.size();
+}
+
 void Guard::release_all() {
     if (::getpid() != pid_) return;   // see ~Guard
     std::lock_guard<std::mutex> lock(table_mu_);
     for (auto &e : regions_) e.second->finish();
     regions_.clear();
+    // A trainer whose buffers move from one checkpoint to the next leaves registrations of
+    // memory it freed: bounded here, when nothing is protected.
+    if (registered_count() > kMaxRegistered) unregister_all();
 }
 
 }  // namespace cow

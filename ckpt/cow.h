@@ -4,8 +4,10 @@
 // background persist has written it out.
 //
 //   add_tensor:  the page-aligned interior of the slice's buffer is registered with a
-//                userfaultfd (UFFDIO_REGISTER_MODE_WP) and write-protected; the partial
-//                pages before and after it are copied (they share pages with other data).
+//                userfaultfd (UFFDIO_REGISTER_MODE_WP; it stays registered, unprotected,
+//                between snapshots, so the next snapshot of the same buffer is one ioctl)
+//                and write-protected; the partial pages before and after it are copied
+//                (they share pages with other data).
 //   a write:     the writing thread stops in a write-protect fault; the handler thread copies
 //                the enclosing chunk (kChunkBytes, aligned, clipped to the interior) into the
 //                slice's shadow buffer and un-protects the chunk, which lets the write
@@ -72,7 +74,7 @@ private:
     std::size_t chunk_of(std::uintptr_t addr) const;
     void fault(std::uintptr_t addr);   // the handler thread
     void copy_chunk(std::size_t k);
-    void unregister_locked();
+    void unprotect_locked();
 
     Guard &g_;
     const char *live_;
@@ -82,7 +84,7 @@ private:
     std::uintptr_t base_;      // lo_ rounded down to a chunk boundary
     std::mutex mu_;            // guards everything below
     std::vector<State> state_;   // per chunk
-    bool registered_ = false;
+    bool protected_ = false;   // write protection set (in part or whole) and not yet cleared
     std::size_t next_release_ = 0;
 };
 
@@ -92,7 +94,7 @@ public:
     // Null, with the reason in *why, when this process cannot have one (kernel without
     // userfaultfd or without write protection, not permitted, OMNI_CKPT_NO_UFFD set).
     static std::unique_ptr<Guard> open(std::string *why);
-    ~Guard();   // finishes every region, stops the thread, closes the descriptors
+    ~Guard();   // finishes every region, unregisters, stops the thread, closes descriptors
     Guard(const Guard &) = delete;
     Guard &operator=(const Guard &) = delete;
 
@@ -100,7 +102,7 @@ public:
     // *why, when it cannot (too small, overlapping another region, memory of a kind
     // userfaultfd cannot protect); the caller then copies the slice itself.
     Region *protect(const char *live, char *shadow, std::uint64_t bytes, std::string *why);
-    // Finishes and forgets every region.
+    // Finishes and forgets every region (their memory stays registered, unprotected).
     void release_all();
 
     // Whether kernel-mode writes (system calls writing into protected memory) fail with
@@ -119,6 +121,11 @@ private:
     bool write_protect(std::uintptr_t lo, std::uint64_t n, bool on);
     void wake(std::uintptr_t addr);
     bool private_anonymous(std::uintptr_t lo, std::uintptr_t hi);
+    bool registered(std::uintptr_t lo, std::uintptr_t hi);   // all of it, by us
+    bool register_range(std::uintptr_t lo, std::uintptr_t hi, std::string *why);
+    void unregister_range(std::uintptr_t lo, std::uintptr_t hi);
+    void unregister_all();
+    std::size_t registered_count();
 
     pid_t pid_ = 0;            // the process that opened it (a forked child leaves it alone)
     int uffd_ = -1;
@@ -131,6 +138,11 @@ private:
     bool running_ = false;
     std::mutex table_mu_;   // guards regions_; held by the handler while it serves a fault
     std::map<std::uintptr_t, std::unique_ptr<Region>> regions_;   // by interior start
+    // Ranges registered with uffd_ (write protection mode), kept from one snapshot to the
+    // next; at most kMaxRegistered between snapshots.
+    static constexpr std::size_t kMaxRegistered = 4096;
+    std::mutex reg_mu_;
+    std::map<std::uintptr_t, std::uintptr_t> registered_;   // start -> end, disjoint
     std::atomic<std::uint64_t> faults_{0}, bytes_faulted_{0};
 };
 

@@ -577,3 +577,32 @@ TEST_F(CowOneSlice, ForkedChildLeavesTheParentsSnapshotAlone) {
     ASSERT_TRUE(commit(d / "root", 1, meta_for(1)).ok());
     expect_saved(d / "root/step-0000000001", slots);
 }
+
+// Registrations are kept from one snapshot to the next; memory unmapped and mapped again at
+// the same address in between loses its registration with the old mapping, and the next
+// snapshot must notice (and register afresh, or copy what is no longer anonymous memory).
+TEST(Cow, BuffersMappedAgainBetweenSnapshots) {
+    ::alarm(120);
+    TempDir d;
+    const std::size_t bytes = 4 << 20;
+    Mapping m(bytes);
+    char *p = m.data();
+    AsyncShardWriter a(Snapshot::copy_on_write);
+    const int file = ::open((d / "backing").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    ASSERT_GE(file, 0);
+    ASSERT_EQ(::ftruncate(file, bytes), 0);
+    for (std::uint64_t step = 1; step <= 4; ++step) {
+        if (step == 3) {   // fresh anonymous memory at the same address
+            ASSERT_EQ(::mmap(p, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0), p);
+        }
+        if (step == 4) {   // a file mapping at the same address
+            ASSERT_EQ(::mmap(p, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, file, 0), p);
+        }
+        std::vector<Slot> slots{place("w", DType::fp32, {1 << 20}, p, step)};
+        const std::string ck = snapshot_under_writes(a, d / "root", step, slots);
+        expect_saved(ck, slots);
+        EXPECT_EQ(a.stats().slices_protected, step == 4 ? 0u : 1u) << "step " << step << ": " << a.stats().fallback;
+    }
+    ::close(file);
+    ::alarm(0);
+}
