@@ -31,8 +31,10 @@ while [ "$partial_seen" -lt "$KILLS" ] && [ "$i" -lt "$MAX_ITERATIONS" ]; do
     prev=$($PY -c 'import json,sys; print([e["path"] for e in json.load(sys.stdin) if e["complete"]][-1])' \
            < <("$OMNI_CKPT" ls --json "$root"))
     args=("$root" "$step" 4 --rows "$ROWS" --attempt "a$i")
-    # Every other write is incremental on the previous checkpoint.
+    # Every other write is incremental on the previous checkpoint; every third goes through
+    # a copy-on-write asynchronous writer.
     [ $((i % 2)) -eq 0 ] && args+=(--base "$prev")
+    [ $((i % 3)) -eq 0 ] && args+=(--cow)
     "$MAKE_TEST_CKPT" "${args[@]}" >/dev/null 2>&1 &
     pid=$!
     delay_ms=$((RANDOM % window_ms))

@@ -1,9 +1,11 @@
 // Test helper: writes a checkpoint of deterministic content with W writers (one process
 // playing every rank, then the commit), for the h5py, CLI and crash tests.
 //
-//   make_test_ckpt ROOT STEP WRITERS [--base CKPT] [--rows N] [--attempt A] [--async]
+//   make_test_ckpt ROOT STEP WRITERS [--base CKPT] [--rows N] [--attempt A] [--async | --cow]
 //                  [--only-rank R | --commit-only]
 //
+// --async writes through an AsyncShardWriter taking copies, --cow through one taking
+// copy-on-write snapshots (and rewriting the buffers while the persist runs).
 // --only-rank R writes just rank R's shard and exits (several processes can then play the
 // ranks of one job concurrently); --commit-only writes nothing and commits.
 //
@@ -14,8 +16,11 @@
 //                                    by incremental checkpoints
 //   optim/step        int64 [1]
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
+#include <deque>
 #include <string>
+#include <vector>
 
 #include "omni/ckpt_cpp.h"
 #include "omni/parse.h"
@@ -26,7 +31,7 @@ using namespace omni::ckpt;
 int main(int argc, char **argv) {
     if (argc < 4 || std::strcmp(argv[1], "--help") == 0) {
         std::fprintf(stderr, "usage: make_test_ckpt ROOT STEP WRITERS [--base CKPT] [--rows N] "
-                             "[--attempt A] [--async] [--only-rank R | --commit-only]\n");
+                             "[--attempt A] [--async | --cow] [--only-rank R | --commit-only]\n");
         return argc >= 2 && std::strcmp(argv[1], "--help") == 0 ? 0 : 2;
     }
     const std::string root = argv[1];
@@ -38,13 +43,14 @@ int main(int argc, char **argv) {
     }
     WriterOptions wo;
     std::uint64_t rows = 64;
-    bool async = false, commit_only = false;
+    bool async = false, cow = false, commit_only = false;
     long only_rank = -1;
     for (int i = 4; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--base" && i + 1 < argc) wo.base = argv[++i];
         else if (a == "--attempt" && i + 1 < argc) wo.attempt = argv[++i];
         else if (a == "--async") async = true;
+        else if (a == "--cow") async = cow = true;
         else if (a == "--commit-only") commit_only = true;
         else if (a == "--only-rank" && i + 1 < argc) {
             auto r = omni::parse_uint(argv[++i], 0, 63, "--only-rank");
@@ -72,7 +78,8 @@ int main(int argc, char **argv) {
                          {"model/frozen", DType::fp32, {rows, 256}, 7},
                          {"optim/step", DType::int64, {1}, s}};
     const auto W = static_cast<std::uint32_t>(writers.value());
-    AsyncShardWriter aw;
+    AsyncShardWriter aw(cow ? Snapshot::copy_on_write : Snapshot::copy);
+    std::deque<std::vector<char>> kept;   // the slices' buffers, alive until the persist is done
     for (std::uint32_t w = 0; w < W && !commit_only; ++w) {
         if (only_rank >= 0 && w != static_cast<std::uint32_t>(only_rank)) continue;
         std::unique_ptr<ShardWriter> sw;
@@ -91,7 +98,7 @@ int main(int argc, char **argv) {
             Shape off(t.shape.size(), 0), cnt = t.shape;
             off[0] = part.first;
             cnt[0] = part.second;
-            const auto data = test::rows_of(all, t.shape, t.dtype, part.first, part.second);
+            auto &data = kept.emplace_back(test::rows_of(all, t.shape, t.dtype, part.first, part.second));
             auto st = async ? aw.add_tensor(t.name, t.dtype, t.shape, off, cnt, data.data())
                             : sw->add_tensor(t.name, t.dtype, t.shape, off, cnt, data.data());
             if (!st) return std::fprintf(stderr, "make_test_ckpt: %s\n", st.error().c_str()), 1;
@@ -102,7 +109,11 @@ int main(int argc, char **argv) {
         for (std::int64_t k = 0; k < 5; ++k) rs.consumed.push_back(static_cast<std::int64_t>(w) + k * W);
         auto st = async ? aw.add_rank_state(rs) : sw->add_rank_state(rs);
         if (st) st = async ? aw.submit() : sw->finish();
+        // A copy-on-write snapshot must not see what the trainer writes after it.
+        if (st && cow)
+            for (auto &d : kept) std::fill(d.begin(), d.end(), char(0x5a));
         if (st && async) st = aw.wait();
+        kept.clear();
         if (!st) return std::fprintf(stderr, "make_test_ckpt: %s\n", st.error().c_str()), 1;
     }
     if (only_rank >= 0) return 0;
