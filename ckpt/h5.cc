@@ -1,6 +1,11 @@
 // RAII over hid_t and HDF5 error capture; see h5.h.
 #include "h5.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <functional>
 #include <mutex>
 #include <vector>
@@ -125,6 +130,14 @@ Handle fapl() {
 
 Result<Handle> create_file(const std::string &path) {
     init();
+    // The file is created here, before HDF5 opens it (truncating): creating an inode can take
+    // a tenth of a millisecond (ext4 searching its inode bitmap), and inside H5Fcreate it
+    // would hold the library's global lock, which every other writer thread of the process
+    // is waiting for. Same mode as HDF5's own creation (0666 less the umask).
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd < 0)
+        return make_error("creating " + path + ": " + std::strerror(errno));
+    ::close(fd);
     Handle p = fapl();
     if (!p) return fail("creating " + path);
     Handle f = file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, p.get()));
