@@ -473,7 +473,7 @@ int main(int argc, char **argv) {
                 median(t_stall), range(t_stall).c_str(), median(t_async_total));
     std::printf("  %-44s %8.3f s  %s  (persist finished after %.3f s)\n", "async stall, copy-on-write (write-protect)",
                 median(t_stall_cow), range(t_stall_cow).c_str(), median(t_cow_total));
-    std::printf("  %-44s %8.3f s  %s\n", "trainer rewrites all buffers, nothing running",
+    std::printf("  %-44s %8.3f s  %s\n", "trainer rewrites all buffers, idle",
                 median(t_rw_idle), range(t_rw_idle).c_str());
     std::printf("  %-44s %8.3f s  %s\n", "  ... right after a copy snapshot",
                 median(t_rw_copy), range(t_rw_copy).c_str());
