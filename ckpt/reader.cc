@@ -147,26 +147,15 @@ void touch_pages(char *p, std::uint64_t n) {
 // pread of exactly n bytes at `off`; a short file is an error (raw_offset checked the size,
 // but the file may have been truncated since).
 Status pread_full(int fd, char *dst, std::uint64_t n, std::uint64_t off, const std::string &path) {
-    bool touched = false;
     while (n > 0) {
-        const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(n, 1u << 30));
-        const ssize_t got = ::pread(fd, dst, want, static_cast<off_t>(off));
+        const ssize_t got = ::pread(fd, dst, static_cast<std::size_t>(std::min<std::uint64_t>(n, 1u << 30)),
+                                    static_cast<off_t>(off));
         if (got < 0 && errno == EINTR) continue;
-        if (got < 0 && errno == EFAULT && !touched) {
-            // A destination write-protected by a copy-on-write snapshot of this process
-            // (AsyncShardWriter, Snapshot::copy_on_write) under an unprivileged userfaultfd:
-            // the kernel may not wait for the fault handler, a store from user mode may. Each
-            // page touched is copied and un-protected; then the read goes through.
-            touch_pages(dst, want);
-            touched = true;
-            continue;
-        }
         if (got < 0) return make_error("reading " + path + ": " + std::strerror(errno));
         if (got == 0) return make_error("reading " + path + ": unexpected end of file");
         dst += got;
         off += static_cast<std::uint64_t>(got);
         n -= static_cast<std::uint64_t>(got);
-        touched = false;
     }
     return Status::success();
 }
@@ -303,6 +292,20 @@ Result<std::unique_ptr<Reader>> Reader::open_latest(const std::string &root, con
 
 Status Reader::read(const std::string &name, const Shape &offset, const Shape &count, void *dst,
                     std::size_t dst_bytes) {
+    Status st = read_into(name, offset, count, dst, dst_bytes);
+    if (!st && dst && st.error().find(std::strerror(EFAULT)) != std::string::npos) {
+        // A destination write-protected by a copy-on-write snapshot of this process
+        // (AsyncShardWriter, Snapshot::copy_on_write) under an unprivileged userfaultfd: the
+        // kernel may not wait for the fault handler, but a store from user mode may. Each
+        // page touched is copied and un-protected; then the read goes through.
+        touch_pages(static_cast<char *>(dst), dst_bytes);
+        st = read_into(name, offset, count, dst, dst_bytes);
+    }
+    return st;
+}
+
+Status Reader::read_into(const std::string &name, const Shape &offset, const Shape &count,
+                         void *dst, std::size_t dst_bytes) {
     Impl &r = *impl_;
     const TensorInfo *t = find(name);
     if (!t) return make_error(r.dir + ": no tensor named '" + name.substr(0, 300) + "'");

@@ -302,6 +302,8 @@ public:
     explicit Reader(std::unique_ptr<Impl> impl);
 
 private:
+    Status read_into(const std::string &name, const Shape &offset, const Shape &count, void *dst,
+                     std::size_t dst_bytes);
     std::unique_ptr<Impl> impl_;
 };
 
