@@ -45,6 +45,7 @@ namespace {
 
 TestOverrides g_overrides;
 std::mutex g_overrides_mu;
+std::atomic<int> g_user_mode_guards{0};
 
 std::uintptr_t page_size() {
     static const std::uintptr_t p = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
@@ -103,6 +104,8 @@ void snapshot_copy(char *dst, const char *src, std::size_t n) {
 #endif
     std::memcpy(dst, src, n);
 }
+
+bool user_mode_guards_exist() { return g_user_mode_guards.load() > 0; }
 
 void set_test_overrides(const TestOverrides &o) {
     std::lock_guard<std::mutex> lock(g_overrides_mu);
@@ -346,6 +349,10 @@ std::unique_ptr<Guard> Guard::open(std::string *why) {
         return nullptr;
     }
     g->running_ = true;
+    if (g->user_mode_only_) {
+        g->counted_ = true;
+        ++g_user_mode_guards;
+    }
     return g;
 }
 
@@ -365,6 +372,7 @@ Guard::~Guard() {
     if (stop_ >= 0) ::close(stop_);
     if (maps_ >= 0) ::close(maps_);
     if (uffd_ >= 0) ::close(uffd_);
+    if (counted_) --g_user_mode_guards;
 }
 
 void *Guard::handler_main(void *arg) {

@@ -129,6 +129,7 @@ private:
 
     pid_t pid_ = 0;            // the process that opened it (a forked child leaves it alone)
     int uffd_ = -1;
+    bool counted_ = false;     // counted in user_mode_guards_exist()
     int maps_ = -1;            // /proc/self/maps
     bool query_maps_ = true;   // PROCMAP_QUERY works (Linux >= 6.11), else parse the text
     int stop_ = -1;   // eventfd: the handler thread exits when it is readable
@@ -145,6 +146,11 @@ private:
     std::map<std::uintptr_t, std::uintptr_t> registered_;   // start -> end, disjoint
     std::atomic<std::uint64_t> faults_{0}, bytes_faulted_{0};
 };
+
+// Whether this process has a Guard on the unprivileged, user-mode-only userfaultfd: then a
+// system call writing into protected memory fails with EFAULT, and a reader that gets EFAULT
+// for its own destination may touch it (from user mode) and try again.
+bool user_mode_guards_exist();
 
 // The copy of both snapshot modes (add_tensor's in copy mode, the fault handler's): with
 // streaming stores for large sizes where the CPU has AVX2, memcpy otherwise.

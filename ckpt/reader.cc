@@ -19,6 +19,7 @@
 #include <unordered_set>
 
 #include "box.h"
+#include "cow.h"
 #include "format.h"
 #include "fsio.h"
 #include "h5.h"
@@ -293,7 +294,8 @@ Result<std::unique_ptr<Reader>> Reader::open_latest(const std::string &root, con
 Status Reader::read(const std::string &name, const Shape &offset, const Shape &count, void *dst,
                     std::size_t dst_bytes) {
     Status st = read_into(name, offset, count, dst, dst_bytes);
-    if (!st && dst && st.error().find(std::strerror(EFAULT)) != std::string::npos) {
+    if (!st && dst && cow::user_mode_guards_exist() &&
+        st.error().find(std::strerror(EFAULT)) != std::string::npos) {
         // A destination write-protected by a copy-on-write snapshot of this process
         // (AsyncShardWriter, Snapshot::copy_on_write) under an unprivileged userfaultfd: the
         // kernel may not wait for the fault handler, but a store from user mode may. Each
