@@ -64,6 +64,15 @@ Runtime *get(const char *fn) {
     return process->runtime.get();
 }
 
+// The communicator of r, or null with OMNI_ESTATE set: a joiner named by an announced grow
+// has none until omni_start admits it.
+omni::launcher::Communicator *comm_of(Runtime *r, const char *fn) {
+    if (r->has_comm()) return &r->comm();
+    fail(OMNI_ESTATE, std::string(fn) + ": this rank joins at an announced change and has no "
+                      "communicator before omni_start");
+    return nullptr;
+}
+
 bool dtype_of(int t, omni::launcher::DType &out) {
     if (t == OMNI_FP32) out = omni::launcher::DType::fp32;
     else if (t == OMNI_BF16) out = omni::launcher::DType::bf16;
@@ -339,7 +348,9 @@ int omni_allreduce(void *buffer, size_t count, int dtype, int op) {
             return fail(OMNI_EINVAL, "omni_allreduce: unknown dtype " + std::to_string(dtype) +
                                          " or op " + std::to_string(op));
         if (!buffer && count) return fail(OMNI_EINVAL, "omni_allreduce: buffer is NULL");
-        return rt::comm_result(r->comm().allreduce(buffer, count, t, o));
+        auto *c = rt::comm_of(r, "omni_allreduce");
+        if (!c) return int(OMNI_ESTATE);
+        return rt::comm_result(c->allreduce(buffer, count, t, o));
     });
 }
 
@@ -354,7 +365,9 @@ int omni_broadcast(void *buffer, size_t count, int dtype, uint32_t root) {
         if (root >= r->world())
             return fail(OMNI_EINVAL, "omni_broadcast: root " + std::to_string(root) +
                                          " is not a rank of " + std::to_string(r->world()));
-        return rt::comm_result(r->comm().broadcast(buffer, count, t, static_cast<int>(root)));
+        auto *c = rt::comm_of(r, "omni_broadcast");
+        if (!c) return int(OMNI_ESTATE);
+        return rt::comm_result(c->broadcast(buffer, count, t, static_cast<int>(root)));
     });
 }
 
@@ -366,7 +379,9 @@ int omni_allgather(const void *send, void *recv, size_t count, int dtype) {
         if (!rt::dtype_of(dtype, t))
             return fail(OMNI_EINVAL, "omni_allgather: unknown dtype " + std::to_string(dtype));
         if ((!send || !recv) && count) return fail(OMNI_EINVAL, "omni_allgather: NULL buffer");
-        return rt::comm_result(r->comm().allgather(send, recv, count, t));
+        auto *c = rt::comm_of(r, "omni_allgather");
+        if (!c) return int(OMNI_ESTATE);
+        return rt::comm_result(c->allgather(send, recv, count, t));
     });
 }
 
@@ -380,7 +395,9 @@ int omni_reduce_scatter(const void *send, void *recv, size_t count, int dtype, i
             return fail(OMNI_EINVAL, "omni_reduce_scatter: unknown dtype " +
                                          std::to_string(dtype) + " or op " + std::to_string(op));
         if ((!send || !recv) && count) return fail(OMNI_EINVAL, "omni_reduce_scatter: NULL buffer");
-        return rt::comm_result(r->comm().reduce_scatter(send, recv, count, t, o));
+        auto *c = rt::comm_of(r, "omni_reduce_scatter");
+        if (!c) return int(OMNI_ESTATE);
+        return rt::comm_result(c->reduce_scatter(send, recv, count, t, o));
     });
 }
 
@@ -397,7 +414,9 @@ int omni_barrier(void) {
     return guarded([&] {
         auto *r = rt::get("omni_barrier");
         if (!r) return int(OMNI_ESTATE);
-        return rt::comm_result(r->comm().barrier());
+        auto *c = rt::comm_of(r, "omni_barrier");
+        if (!c) return int(OMNI_ESTATE);
+        return rt::comm_result(c->barrier());
     });
 }
 

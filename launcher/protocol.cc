@@ -352,6 +352,13 @@ std::vector<Delivery> Protocol::decide(std::int64_t now_ms) {
         layout_ = d->next;
         generation_began(now_ms);
         if (target_units_ && *target_units_ == units.size()) target_units_.reset();
+    } else if (d->kind == DecisionKind::Continue && !d->joining_units.empty()) {
+        // An announced grow: its joiners learn the rank they are to have now (an early
+        // admission, protocol.h) and stay pending until the change applies.
+        for (const auto &[pid, p] : pending_)
+            if (std::binary_search(d->joining_units.begin(), d->joining_units.end(), p.unit) &&
+                d->next.find(pid))
+                out.push_back({pid, d});
     } else if (d->kind == DecisionKind::Stop) {
         // Joiners still waiting must not wait for a job that ends.
         for (const auto &[pid, p] : pending_) out.push_back({pid, d});

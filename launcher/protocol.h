@@ -21,7 +21,10 @@
 //    Below `min_units` the decision is STOP.
 //  - A planned grow waits for complete joiner units (launched by omni-launch, pending here)
 //    and applies them when all the units it asked for are in, or after `grow_wait_ms` with
-//    whatever complete units are in; until then boundaries CONTINUE.
+//    whatever complete units are in; until then boundaries CONTINUE. With announce_planned,
+//    the announcing CONTINUE also goes to the pending joiners of the announced units (an
+//    early admission: they learn their coming rank and can prepare during the announced
+//    step); they stay pending, repeat their join, and are admitted when the change applies.
 //  - Requests are idempotent: a member that repeats boundary(g, s) after the decision (a
 //    lost reply) gets the same Decision again.
 #ifndef OMNI_LAUNCHER_PROTOCOL_H

@@ -159,6 +159,20 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions &options) 
     if (dec.kind == DecisionKind::Stop)
         return make_error("the job stopped before this rank was admitted (" + dec.reason + ")");
     auto me = dec.next.rank_of(options.unit, options.slot);
+    if (dec.kind == DecisionKind::Continue && me) {
+        // An announced grow names this rank a step ahead (protocol.h): return now, with the
+        // rank and world it is to have, so that the trainer builds and registers its state
+        // during the announced step instead of in the survivors' pause; start() waits for
+        // the admission itself.
+        rt->announced_ = dec;
+        rt->rank_ = *me;
+        rt->world_ = dec.next.world;
+        rt->generation_ = dec.next.generation;
+        log_info("rank " + u(rt->rank_) + " of " + u(rt->world_) + " in generation " +
+                 u(rt->generation_) + " once the announced change applies (unit " +
+                 u(options.unit) + " slot " + u(options.slot) + ")");
+        return rt;
+    }
     if (dec.kind != DecisionKind::Reshaped || !me)
         return make_error("the coordinator's admission has no rank for unit " + u(options.unit) +
                           " slot " + u(options.slot));
@@ -304,9 +318,36 @@ Status Runtime::check_state_for(std::uint32_t world) const {
     return Status::success();
 }
 
+// A joiner that create() returned early (an announced grow) waits here for its admission:
+// the change as announced, or a later one that admits its unit.
+Status Runtime::await_admission() {
+    while (announced_) {
+        auto d = client_->join(opts_.member_id, opts_.unit, opts_.slot, opts_.join_timeout_ms);
+        if (!d) return make_error("waiting for admission at the coordinator: " + d.error());
+        const Decision &dec = d.value();
+        if (dec.kind == DecisionKind::Stop)
+            return make_error("the job stopped before this rank was admitted (" + dec.reason + ")");
+        const auto me = dec.next.rank_of(opts_.unit, opts_.slot);
+        if (dec.kind == DecisionKind::Continue) continue;  // announced again: wait on
+        if (!me)
+            return make_error("the coordinator's admission has no rank for unit " + u(opts_.unit) +
+                              " slot " + u(opts_.slot));
+        announced_.reset();
+        admission_ = dec;
+        step_ = dec.step;
+        // Storage registered for the announced range is resized by the hand-off if the
+        // change differs from the announcement.
+        if (auto st = adopt(dec, *me); !st) return st;
+        log_info("rank " + u(rank_) + " of " + u(world_) + " in generation " + u(generation_) +
+                 " (unit " + u(opts_.unit) + " slot " + u(opts_.slot) + ", joined a running job)");
+    }
+    return Status::success();
+}
+
 Result<StartResult> Runtime::start() {
     fault_ = Fault::peer;  // unless a usage error below says otherwise
     if (started_) return usage_error("start: already started");
+    if (auto st = await_admission(); !st) return Error{st.error()};
     StartResult r;
     r.joined = admission_ && admission_->generation > 0;
     r.rewind = r.joined && admission_->rewind;

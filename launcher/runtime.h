@@ -77,7 +77,11 @@ public:
     // PMIx (if under srun --mpi=pmix), the environment, then create().
     static Result<std::unique_ptr<Runtime>> from_environment();
     // Standalone: world 1 at once. Otherwise joins the coordinator and waits (up to
-    // join_timeout_ms) to be admitted, then builds the generation's communicator.
+    // join_timeout_ms) to be admitted, then builds the generation's communicator. A joiner
+    // that an announced grow names returns at the announcement instead, with the rank and
+    // world it is to have (rank(), world(), generation()), so that it registers its state
+    // off the survivors' pause; its start() then waits for the admission and the
+    // communicator. No collective may be used before start().
     static Result<std::unique_ptr<Runtime>> create(const RuntimeOptions &options);
     // Keeps the PMIx session open as long as the runtime (from_environment and the C API).
     void keep_pmix(std::unique_ptr<PmixSession> session);
@@ -101,6 +105,8 @@ public:
     // The communicator trainers use (Gloo, NCCL when OMNI_COMM_BACKEND=nccl, or the
     // single-rank one). Valid until the next boundary() that returns RESHAPED or REWIND.
     Communicator &comm();
+    // False only for a joiner between an early return of create() and start().
+    bool has_comm() const { return nccl_ || control_; }
     // NCCL: comm()'s operations go on the trainer's CUDA stream (a cudaStream_t on
     // OMNI_CUDA_DEVICE), in this and every later generation; null: the communicator's own.
     // With Gloo or a single rank only null is valid (host buffers need no stream).
@@ -166,6 +172,7 @@ private:
     Status check_header(const Decision &d, const std::string &text);
     Status prepare(const Decision &d);
     Status receive_as_joiner();
+    Status await_admission();
     void report_ready();
 
     RuntimeOptions opts_;
@@ -178,6 +185,7 @@ private:
     std::uint32_t rank_ = 0, world_ = 1;
     std::uint64_t generation_ = 0, step_ = 0;
     std::optional<Decision> admission_;  // the decision that admitted this rank
+    std::optional<Decision> announced_;  // an announced grow that names this rank, not applied yet
     Layout layout_;                      // this rank's generation (members by rank)
     // Buffers for an announced change (prepare()), by optimizer vector: phase 1 and phase 2.
     std::vector<std::vector<float>> spare_, spare_next_;

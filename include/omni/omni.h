@@ -88,6 +88,10 @@ typedef struct omni_decision {
 /* Initialises the runtime from the environment: PMIx under `srun --mpi=pmix`, the OMNI_*
  * variables, then joins the coordinator and waits to be admitted (a joiner waits for the next
  * boundary of the running job, up to OMNI_JOIN_TIMEOUT_MS) and builds the communicator.
+ * A joiner that an announced grow names (omni-launch --announce yes) returns at the
+ * announcement, a step before its admission, with the rank and world it is to have: it
+ * registers its state meanwhile, and omni_start waits for the admission and builds the
+ * communicator (collectives before omni_start are then OMNI_ESTATE).
  * Errors: OMNI_EINVAL (a variable is wrong; the message names it), OMNI_ECOMM (no
  * coordinator, refused secret, timeout), OMNI_ESTATE (already initialised). */
 int omni_init(void);

@@ -395,3 +395,31 @@ TEST(Protocol, ChangePauseIsKnownWhenEveryNewMemberIsReady) {
     ASSERT_TRUE(p.ready("u0", 2, 150));
     EXPECT_EQ(p.status().change_pause_ms, 37);
 }
+
+TEST(Protocol, AnnouncedGrowAdmitsItsJoinersEarly) {
+    auto c = config(1, 2, 1, 4);
+    c.announce_planned = true;
+    auto p = formed(c, 2);
+    ASSERT_TRUE(p.request_reshape(3, 0));
+    ASSERT_TRUE(ok(p.join("j5", 5, 0, 1)).empty());  // the joiner waits
+    ASSERT_TRUE(ok(p.join("j6", 6, 0, 1)).empty());  // a spare unit the grow does not need
+    // Boundary 1 announces units 0, 1, 5: the members and joiner j5 hear it, j6 does not.
+    auto out = all_arrive(p, 1, 1, {"u0", "u1"});
+    EXPECT_EQ(recipients(out), (std::set<std::string>{"u0", "u1", "j5"}));
+    auto d = same_decision(out);
+    EXPECT_EQ(d->kind, DecisionKind::Continue);
+    EXPECT_EQ(d->reason, "announced");
+    EXPECT_EQ(d->joining_units, (std::vector<std::uint32_t>{5}));
+    EXPECT_EQ(d->next.rank_of(5, 0), 2u);
+    // Still pending: repeating its join waits again, and it is not a member yet.
+    EXPECT_TRUE(ok(p.join("j5", 5, 0, 20)).empty());
+    EXPECT_EQ(p.status().pending_joiners.size(), 2u);
+    // Boundary 2 applies the change: j5 gets the admission.
+    out = all_arrive(p, 1, 2, {"u0", "u1"});
+    EXPECT_EQ(recipients(out), (std::set<std::string>{"u0", "u1", "j5"}));
+    d = same_decision(out);
+    EXPECT_EQ(d->kind, DecisionKind::Reshaped);
+    EXPECT_EQ(d->joining, std::vector<std::string>{"j5"});
+    EXPECT_EQ(rank_of(*d, "j5"), 2u);
+    EXPECT_EQ(p.status().pending_joiners, std::vector<std::string>{"j6"});
+}

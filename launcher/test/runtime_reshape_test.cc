@@ -579,3 +579,90 @@ TEST(RuntimeReshape, AnnouncedShrinkPreparesThenHandsOver) {
         EXPECT_EQ(s.decisions[2].outcome, Outcome::Stop);
     }
 }
+
+TEST(RuntimeReshape, AnnouncedGrowAdmitsTheJoinerEarly) {
+    // The grow 2 -> 3 is announced at boundary 1: the joiner's create() returns then, with
+    // the rank and world it is to have and no communicator, so that it registers its state
+    // during step 2; its start() waits for the admission at boundary 2 and receives the
+    // parameters and its shards of step 2 from the survivors.
+    Cluster cl(2, 1, 3, true);
+    ASSERT_TRUE(cl.coord);
+    Phases phases;
+    std::map<std::uint32_t, Seen> seen_by_unit;
+    for (std::uint32_t u = 0; u < 3; ++u) seen_by_unit[u];
+    std::uint32_t early_rank = 99, early_world = 99;
+    bool early_comm = true;
+    auto rank_main = [&](std::uint32_t unit) {
+        Seen &seen = seen_by_unit[unit];
+        auto made = Runtime::create(cl.options(unit));
+        REQUIRE_OK(made, "create");
+        Runtime &rt = *made.value();
+        const bool joiner = unit == 2;
+        if (joiner) {
+            early_rank = rt.rank();
+            early_world = rt.world();
+            early_comm = rt.has_comm();
+        }
+        std::vector<float> params(P, 0.0f), m, v;
+        if (!joiner)
+            for (std::size_t i = 0; i < P; ++i) params[i] = param_at(i, 0);
+        REQUIRE_OK(rt.register_params(params.data(), P), "params");
+        REQUIRE_OK(rt.register_shard(&m, P), "m");
+        REQUIRE_OK(rt.register_shard(&v, P), "v");
+        auto started = rt.start();
+        REQUIRE_OK(started, "start");
+        seen.start = started.value();
+        if (joiner) {
+            seen.m.push_back(m);
+            seen.v.push_back(v);
+            seen.rank_after.push_back(rt.rank());
+            seen.params_sum = checksum(params);
+            seen.sums.push_back(allreduce_rank_plus_one(rt));
+            return;
+        }
+        phases.arrive_and_wait(1);
+        for (std::uint64_t s = 1; s <= 2; ++s) {
+            const ShardRange r = rt.shard_range(P);
+            for (std::size_t j = 0; j < r.size(); ++j) {
+                m[j] = m_at(r.begin + j, s);
+                v[j] = v_at(r.begin + j, s);
+            }
+            auto b = rt.boundary(s);
+            REQUIRE_OK(b, "boundary");
+            seen.decisions.push_back(b.value());
+        }
+        seen.sums.push_back(allreduce_rank_plus_one(rt));
+    };
+    std::vector<std::thread> threads;
+    for (std::uint32_t u = 0; u < 2; ++u) threads.emplace_back(rank_main, u);
+    ASSERT_TRUE(phases.wait_arrived(1, 2));
+    cl.reshape(3);
+    threads.emplace_back(rank_main, 2);
+    ASSERT_TRUE(cl.wait_pending_joiners(1));
+    phases.open(1);
+    for (auto &t : threads) t.join();
+    cl.stop();
+    EXPECT_EQ(early_rank, 2u);
+    EXPECT_EQ(early_world, 3u);
+    EXPECT_FALSE(early_comm);
+    for (std::uint32_t u = 0; u < 2; ++u) {
+        const Seen &s = seen_by_unit[u];
+        ASSERT_EQ(s.error, "") << "unit " << u;
+        ASSERT_EQ(s.decisions.size(), 2u);
+        EXPECT_EQ(s.decisions[0].outcome, Outcome::Continue);
+        EXPECT_EQ(s.decisions[0].reason, "announced");
+        EXPECT_EQ(s.decisions[1].outcome, Outcome::Reshaped);
+        EXPECT_EQ(s.sums, std::vector<float>{6.0f});  // ranks 0, 1, 2 of 3: 1 + 2 + 3
+    }
+    const Seen &j = seen_by_unit[2];
+    ASSERT_EQ(j.error, "");
+    EXPECT_TRUE(j.start.joined);
+    EXPECT_EQ(j.start.step, 2u);
+    EXPECT_EQ(j.rank_after, std::vector<std::uint32_t>{2});
+    std::vector<float> want(P);
+    for (std::size_t i = 0; i < P; ++i) want[i] = param_at(i, 0);
+    EXPECT_EQ(j.params_sum, checksum(want));
+    EXPECT_EQ(j.m[0], expected_slice(m_at, 2, 2, 3));
+    EXPECT_EQ(j.v[0], expected_slice(v_at, 2, 2, 3));
+    EXPECT_EQ(j.sums, std::vector<float>{6.0f});
+}
