@@ -46,6 +46,15 @@ std::uint64_t checksum(const std::vector<float> &v) {  // independent of runtime
     return h;
 }
 
+// This rank's shards of m and v as they are after step s (m_at, v_at over its range).
+void fill_shards(Runtime &rt, std::vector<float> &m, std::vector<float> &v, std::uint64_t s) {
+    const ShardRange r = rt.shard_range(P);
+    for (std::size_t j = 0; j < r.size(); ++j) {
+        m[j] = m_at(r.begin + j, s);
+        v[j] = v_at(r.begin + j, s);
+    }
+}
+
 struct Cluster {
     std::unique_ptr<Coordinator> coord;
     std::string ep;
@@ -194,24 +203,14 @@ TEST(RuntimeReshape, FourToTwoToThreeThenStop) {
         auto im = rt.register_shard(&m, P);
         auto iv = rt.register_shard(&v, P);
         if (!im || !iv) return omni::make_error("register_shard failed");
-        if (fill) {
-            const ShardRange r = rt.shard_range(P);
-            for (std::size_t j = 0; j < r.size(); ++j) {
-                m[j] = m_at(r.begin + j, 0);
-                v[j] = v_at(r.begin + j, 0);
-            }
-        }
+        if (fill) fill_shards(rt, m, v, 0);
         return rt.configure_ledger({1000, 0, 0, 7});
     };
     // The optimizer step s: every rank updates the replicated parameters and its own shard.
     auto optimizer_step = [&](Runtime &rt, std::vector<float> &params, std::vector<float> &m,
                               std::vector<float> &v, std::uint64_t s) {
         for (std::size_t i = 0; i < P; ++i) params[i] = param_at(i, s);
-        const ShardRange r = rt.shard_range(P);
-        for (std::size_t j = 0; j < r.size(); ++j) {
-            m[j] = m_at(r.begin + j, s);
-            v[j] = v_at(r.begin + j, s);
-        }
+        fill_shards(rt, m, v, s);
     };
     auto record = [&](Seen &seen, Runtime &rt, const BoundaryResult &b, std::vector<float> &m,
                       std::vector<float> &v) {
@@ -534,11 +533,7 @@ TEST(RuntimeReshape, AnnouncedShrinkPreparesThenHandsOver) {
         REQUIRE_OK(rt.start(), "start");
         phases.arrive_and_wait(1);
         for (std::uint64_t s = 1; s <= 2; ++s) {
-            const ShardRange r = rt.shard_range(P);
-            for (std::size_t j = 0; j < r.size(); ++j) {
-                m[j] = m_at(r.begin + j, s);
-                v[j] = v_at(r.begin + j, s);
-            }
+            fill_shards(rt, m, v, s);
             auto b = rt.boundary(s);
             REQUIRE_OK(b, "boundary");
             seen.decisions.push_back(b.value());
@@ -622,11 +617,7 @@ TEST(RuntimeReshape, AnnouncedGrowAdmitsTheJoinerEarly) {
         }
         phases.arrive_and_wait(1);
         for (std::uint64_t s = 1; s <= 2; ++s) {
-            const ShardRange r = rt.shard_range(P);
-            for (std::size_t j = 0; j < r.size(); ++j) {
-                m[j] = m_at(r.begin + j, s);
-                v[j] = v_at(r.begin + j, s);
-            }
+            fill_shards(rt, m, v, s);
             auto b = rt.boundary(s);
             REQUIRE_OK(b, "boundary");
             seen.decisions.push_back(b.value());
