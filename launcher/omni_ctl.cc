@@ -53,6 +53,9 @@ void print_status(const std::string &endpoint, const nlohmann::json &s) {
                       << last.value("next_world", 0);
         std::cout << "\n";
     }
+    auto pause = s.value("change_pause_ms", nlohmann::json());
+    if (pause.is_number())
+        std::cout << "change pause:     " << pause.dump() << " ms (decision to every rank ready)\n";
 }
 
 }  // namespace

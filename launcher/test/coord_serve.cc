@@ -30,6 +30,7 @@ static void rank_loop(std::string endpoint, std::string secret, std::uint32_t un
     auto d = c.value()->join(id, unit, 0, 10000);
     if (!d) return;
     std::uint64_t gen = d.value().next.generation, step = 0;
+    (void)c.value()->ready(id, gen, 2000);  // as libomni does after every change
     while (!g_stop) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
         auto b = c.value()->boundary(id, gen, ++step, 2000);
@@ -38,6 +39,7 @@ static void rank_loop(std::string endpoint, std::string secret, std::uint32_t un
         if (b.value().kind == DecisionKind::Reshaped) {
             if (!b.value().next.rank_of(unit, 0)) return;  // this unit leaves
             gen = b.value().next.generation;
+            (void)c.value()->ready(id, gen, 2000);
         }
     }
 }

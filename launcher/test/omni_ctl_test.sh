@@ -58,15 +58,18 @@ grep -q "outside the elastic range 1..4" "$tmp/err" || { echo "FAIL: range messa
 shrunk=no
 for _ in $(seq 50); do
     "$OMNI_CTL" status --json >"$tmp/st.json" 2>/dev/null
-    if python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); sys.exit(0 if s["units"]==1 and s["generation"]==2 and s["world"]==1 else 1)' "$tmp/st.json"; then
+    if python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); sys.exit(0 if s["units"]==1 and s["generation"]==2 and s["world"]==1 and s["change_pause_ms"] is not None else 1)' "$tmp/st.json"; then
         shrunk=yes; break
     fi
     sleep 0.1
 done
-check "ranks applied the shrink at a boundary" yes $shrunk
+check "ranks applied the shrink at a boundary and reported ready" yes $shrunk
 "$OMNI_CTL" status >"$tmp/st.txt" 2>&1
 grep -q "^last change: *reshaped at generation 1 step [0-9]* (planned) -> generation 2, world 1$" "$tmp/st.txt" ||
     { echo "FAIL: last change line"; cat "$tmp/st.txt"; fails=$((fails + 1)); }
+# The simulated ranks report ready after every change, as libomni does: the pause is known.
+grep -q "^change pause: *[0-9][0-9]* ms (decision to every rank ready)$" "$tmp/st.txt" ||
+    { echo "FAIL: change pause line"; cat "$tmp/st.txt"; fails=$((fails + 1)); }
 
 # The address from the environment, the secret from a directory with another secret: refused.
 other="$tmp/other"
