@@ -101,6 +101,12 @@ out=$(timeout 240 sbatch --wait -N4 -t 5 -o "$work/static.out" --parsable static
 out=$(timeout 300 sbatch --wait -N4 -t 5 -o "$work/elastic.out" --parsable elastic.sh) ||
   { cat "$work/elastic.out" >&2; fail "the elastic job failed"; }
 grep -E 'world [0-9]+ -> [0-9]+|launch-exit' "$work/elastic.out" || true
+# The ranks share this kernel and run as one user: their hand-offs are same-host copies
+# (libomni(3), OMNI_SAME_HOST_COPY), unless Yama forbids a rank to read another's memory.
+if [ "$(cat /proc/sys/kernel/yama/ptrace_scope 2>/dev/null || echo 0)" = 0 ]; then
+  ! grep -q 'cannot copy from each other' "$work/elastic.out" ||
+    fail "same-host copies were refused: $(grep 'cannot copy' "$work/elastic.out" | head -n 1)"
+fi
 
 /usr/bin/python3 - "$work/static.jsonl" "$work/elastic.jsonl" "$work/elastic-events.jsonl" <<'PY' ||
 import json, sys
