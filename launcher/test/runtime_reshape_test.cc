@@ -55,6 +55,21 @@ void fill_shards(Runtime &rt, std::vector<float> &m, std::vector<float> &v, std:
     }
 }
 
+// Registers a rank's parameters and m, v; `fill` says whether this rank holds the step-0
+// values (a joiner does not: it receives them).
+omni::Status register_state(Runtime &rt, std::vector<float> &params, std::vector<float> &m,
+                            std::vector<float> &v, bool fill) {
+    params.assign(P, 0.0f);
+    if (fill)
+        for (std::size_t i = 0; i < P; ++i) params[i] = param_at(i, 0);
+    if (auto st = rt.register_params(params.data(), P); !st) return st;
+    auto im = rt.register_shard(&m, P);
+    auto iv = rt.register_shard(&v, P);
+    if (!im || !iv) return omni::make_error("register_shard failed");
+    if (fill) fill_shards(rt, m, v, 0);
+    return omni::Status::success();
+}
+
 struct Cluster {
     std::unique_ptr<Coordinator> coord;
     std::string ep;
@@ -193,17 +208,10 @@ TEST(RuntimeReshape, FourToTwoToThreeThenStop) {
     std::map<std::uint32_t, Seen> seen_by_unit;
     for (std::uint32_t u : {0u, 1u, 2u, 3u, 4u}) seen_by_unit[u];
 
-    // Registers the test's state; `fill` says whether this rank holds step-0 values.
+    // Registers the test's state and ledger; `fill` as in register_state.
     auto setup = [&](Runtime &rt, std::vector<float> &params, std::vector<float> &m,
                      std::vector<float> &v, bool fill) -> omni::Status {
-        params.assign(P, 0.0f);
-        if (fill)
-            for (std::size_t i = 0; i < P; ++i) params[i] = param_at(i, 0);
-        if (auto st = rt.register_params(params.data(), P); !st) return st;
-        auto im = rt.register_shard(&m, P);
-        auto iv = rt.register_shard(&v, P);
-        if (!im || !iv) return omni::make_error("register_shard failed");
-        if (fill) fill_shards(rt, m, v, 0);
+        if (auto st = register_state(rt, params, m, v, fill); !st) return st;
         return rt.configure_ledger({1000, 0, 0, 7});
     };
     // The optimizer step s: every rank updates the replicated parameters and its own shard.
@@ -525,11 +533,8 @@ TEST(RuntimeReshape, AnnouncedShrinkPreparesThenHandsOver) {
         auto made = Runtime::create(cl.options(unit));
         REQUIRE_OK(made, "create");
         Runtime &rt = *made.value();
-        std::vector<float> params(P), m, v;
-        for (std::size_t i = 0; i < P; ++i) params[i] = param_at(i, 0);
-        REQUIRE_OK(rt.register_params(params.data(), P), "params");
-        REQUIRE_OK(rt.register_shard(&m, P), "m");
-        REQUIRE_OK(rt.register_shard(&v, P), "v");
+        std::vector<float> params, m, v;
+        REQUIRE_OK(register_state(rt, params, m, v, true), "register");
         REQUIRE_OK(rt.start(), "start");
         phases.arrive_and_wait(1);
         for (std::uint64_t s = 1; s <= 2; ++s) {
@@ -598,12 +603,8 @@ TEST(RuntimeReshape, AnnouncedGrowAdmitsTheJoinerEarly) {
             early_world = rt.world();
             early_comm = rt.has_comm();
         }
-        std::vector<float> params(P, 0.0f), m, v;
-        if (!joiner)
-            for (std::size_t i = 0; i < P; ++i) params[i] = param_at(i, 0);
-        REQUIRE_OK(rt.register_params(params.data(), P), "params");
-        REQUIRE_OK(rt.register_shard(&m, P), "m");
-        REQUIRE_OK(rt.register_shard(&v, P), "v");
+        std::vector<float> params, m, v;
+        REQUIRE_OK(register_state(rt, params, m, v, !joiner), "register");
         auto started = rt.start();
         REQUIRE_OK(started, "start");
         seen.start = started.value();
