@@ -156,8 +156,6 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions &options) 
     if (!d) return make_error("joining the coordinator at " + options.endpoint + " as unit " +
                               u(options.unit) + " slot " + u(options.slot) + ": " + d.error());
     const Decision &dec = d.value();
-    if (dec.kind == DecisionKind::Stop)
-        return make_error("the job stopped before this rank was admitted (" + dec.reason + ")");
     auto me = dec.next.rank_of(options.unit, options.slot);
     if (dec.kind == DecisionKind::Continue && me) {
         // An announced grow names this rank a step ahead (protocol.h): return now, with the
@@ -173,17 +171,26 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions &options) 
                  u(options.unit) + " slot " + u(options.slot) + ")");
         return rt;
     }
-    if (dec.kind != DecisionKind::Reshaped || !me)
-        return make_error("the coordinator's admission has no rank for unit " + u(options.unit) +
-                          " slot " + u(options.slot));
-    rt->admission_ = dec;
-    // A joiner (admitted at a boundary, not at the formation) starts at that boundary's step.
-    if (dec.generation > 0) rt->step_ = dec.step;
-    if (auto st = rt->adopt(dec, *me); !st) return Error{st.error()};
-    log_info("rank " + u(rt->rank_) + " of " + u(rt->world_) + " in generation " +
-             u(rt->generation_) + " (unit " + u(options.unit) + " slot " + u(options.slot) +
-             (dec.generation > 0 ? ", joined a running job)" : ")"));
+    if (auto st = rt->admit(dec); !st) return Error{st.error()};
     return rt;
+}
+
+// The coordinator's answer to a join: this rank's generation, or why there is none.
+Status Runtime::admit(const Decision &dec) {
+    if (dec.kind == DecisionKind::Stop)
+        return make_error("the job stopped before this rank was admitted (" + dec.reason + ")");
+    const auto me = dec.next.rank_of(opts_.unit, opts_.slot);
+    if (dec.kind != DecisionKind::Reshaped || !me)
+        return make_error("the coordinator's admission has no rank for unit " + u(opts_.unit) +
+                          " slot " + u(opts_.slot));
+    admission_ = dec;
+    // A joiner (admitted at a boundary, not at the formation) starts at that boundary's step.
+    if (dec.generation > 0) step_ = dec.step;
+    if (auto st = adopt(dec, *me); !st) return st;
+    log_info("rank " + u(rank_) + " of " + u(world_) + " in generation " + u(generation_) +
+             " (unit " + u(opts_.unit) + " slot " + u(opts_.slot) +
+             (dec.generation > 0 ? ", joined a running job)" : ")"));
+    return Status::success();
 }
 
 Error Runtime::usage_error(std::string message) {
@@ -324,22 +331,11 @@ Status Runtime::await_admission() {
     while (announced_) {
         auto d = client_->join(opts_.member_id, opts_.unit, opts_.slot, opts_.join_timeout_ms);
         if (!d) return make_error("waiting for admission at the coordinator: " + d.error());
-        const Decision &dec = d.value();
-        if (dec.kind == DecisionKind::Stop)
-            return make_error("the job stopped before this rank was admitted (" + dec.reason + ")");
-        const auto me = dec.next.rank_of(opts_.unit, opts_.slot);
-        if (dec.kind == DecisionKind::Continue) continue;  // announced again: wait on
-        if (!me)
-            return make_error("the coordinator's admission has no rank for unit " + u(opts_.unit) +
-                              " slot " + u(opts_.slot));
+        if (d.value().kind == DecisionKind::Continue) continue;  // announced again: wait on
         announced_.reset();
-        admission_ = dec;
-        step_ = dec.step;
         // Storage registered for the announced range is resized by the hand-off if the
         // change differs from the announcement.
-        if (auto st = adopt(dec, *me); !st) return st;
-        log_info("rank " + u(rank_) + " of " + u(world_) + " in generation " + u(generation_) +
-                 " (unit " + u(opts_.unit) + " slot " + u(opts_.slot) + ", joined a running job)");
+        if (auto st = admit(d.value()); !st) return st;
     }
     return Status::success();
 }

@@ -173,6 +173,7 @@ private:
     Status prepare(const Decision &d);
     Status receive_as_joiner();
     Status await_admission();
+    Status admit(const Decision &dec);
     void report_ready();
 
     RuntimeOptions opts_;
