@@ -7,6 +7,7 @@
 #include <string>
 
 #include "omni/ckpt_cpp.h"
+#include "writer_internal.h"
 
 using namespace omni::ckpt;
 
@@ -125,6 +126,24 @@ int omni_ckpt_writer_add_tensor(omni_ckpt_writer *w, const char *name, omni_ckpt
         if (tensor_args(name, dtype, ndim, shape, offset, count, change, &dt, &ch, &s, &o, &c)) return -1;
         return check(w->w->add_tensor(name, dt, s, o, c, data, ch));
     });
+}
+
+int omni_ckpt_writer_track_writes(omni_ckpt_writer *w, int on) {
+    return guard("omni_ckpt_writer_track_writes", [&] {
+        if (!w) return fail("omni_ckpt_writer_track_writes: writer is NULL");
+        set_track_writes(*w->w, on != 0);
+        return 0;
+    });
+}
+
+const char *omni_ckpt_write_tracking_status(void) {
+    static thread_local std::string why;
+    try {
+        why = write_tracking_status();
+    } catch (...) {
+        why = "out of memory";
+    }
+    return why.empty() ? nullptr : why.c_str();
 }
 
 int omni_ckpt_writer_add_rank_state(omni_ckpt_writer *w, uint32_t rank, const void *rng,

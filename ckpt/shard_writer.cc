@@ -17,6 +17,7 @@
 #include "hash.h"
 #include "index.h"
 #include "stream.h"
+#include "write_track.h"
 #include "omni/ckpt_cpp.h"
 #include "writer_internal.h"
 
@@ -48,7 +49,8 @@ struct ShardWriter::Impl {
     std::string base_name;   // the base's directory name, for rebasing references
     std::unordered_map<std::string, const TensorInfo *> base_tensors;
     std::set<std::string> names;
-    std::uint64_t written = 0, reused = 0;
+    std::uint64_t written = 0, reused = 0, tracked_clean = 0;
+    track::Tracker *tracker = nullptr;   // WriterOptions::track_writes where the kernel can
     std::vector<char> staging;   // blocks of SliceSource slices (stream.h), reused
     bool finished = false;
     std::string failed;       // first error; the writer refuses further work after it
@@ -70,6 +72,12 @@ ShardWriter::~ShardWriter() {
 
 std::uint64_t ShardWriter::bytes_written() const { return impl_->written; }
 std::uint64_t ShardWriter::bytes_reused() const { return impl_->reused; }
+std::uint64_t ShardWriter::bytes_tracked_clean() const { return impl_->tracked_clean; }
+
+std::string write_tracking_status() {
+    std::string why;
+    return track::Tracker::get(&why) ? std::string() : why;
+}
 
 Result<std::unique_ptr<ShardWriter>> open_shard_writer_in(const std::string &dir,
                                                           std::uint64_t step, std::uint32_t rank,
@@ -87,6 +95,7 @@ Result<std::unique_ptr<ShardWriter>> open_shard_writer_in(const std::string &dir
     impl->manifest.step = step;
     impl->manifest.rank = rank;
     impl->manifest.attempt = options.attempt;
+    if (options.track_writes) impl->tracker = track::Tracker::get(nullptr);
 
     if (!options.base.empty()) {
         // The base is named by its real directory: "ROOT/latest" must not end up in a
@@ -168,12 +177,20 @@ Status add_slice(ShardWriter::Impl &w, const std::string &name, DType dtype, con
     };
     // The caller vouches for it; verify and load still check the base's checksum.
     if (base && change == Change::unchanged) return reuse();
+    // Tracked memory is armed before it is read (hashed or written), so a store that lands
+    // while it is read counts for the next checkpoint.
+    track::Lookup tracked;
+    if (w.tracker && data && bytes >= track::kMinBytes) tracked = w.tracker->arm(data, bytes);
     // Comparing with the base needs the hash before deciding; a slice that is written anyway
     // is hashed block by block as it goes out (stream.h).
     if (base && change == Change::detect) {
         std::uint64_t hash;
-        if (data) {
+        if (tracked.known) {
+            hash = tracked.hash;
+            w.tracked_clean += bytes;
+        } else if (data) {
             hash = xxh3(data, bytes);
+            if (tracked.tracked) w.tracker->remember(data, bytes, hash, tracked.epoch);
         } else {
             auto h = hash_from(count, elem, *src, w.staging);
             if (!h) return w.fail(make_error("tensor " + name + ": " + h.error()));
@@ -206,6 +223,7 @@ Status add_slice(ShardWriter::Impl &w, const std::string &name, DType dtype, con
     s.offset = offset;
     s.count = count;
     s.xxh3 = written.value();
+    if (tracked.tracked) w.tracker->remember(data, bytes, s.xxh3, tracked.epoch);
     t.sources.push_back(std::move(s));
     w.written += bytes;
     w.manifest.tensors.push_back(std::move(t));
@@ -224,6 +242,12 @@ Status add_tensor_from(ShardWriter &w, const std::string &name, DType dtype, con
                        const Shape &offset, const Shape &count, SliceSource &src, Change change) {
     return add_slice(ShardWriterAccess::impl(w), name, dtype, shape, offset, count, nullptr, &src,
                      change);
+}
+
+void set_track_writes(ShardWriter &w, bool on) {
+    ShardWriter::Impl &impl = ShardWriterAccess::impl(w);
+    impl.options.track_writes = on;
+    impl.tracker = on ? track::Tracker::get(nullptr) : nullptr;
 }
 
 Status ShardWriter::add_rank_state(const RankState &state) {

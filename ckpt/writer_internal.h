@@ -23,6 +23,9 @@ Result<std::unique_ptr<ShardWriter>> open_shard_writer_in(const std::string &dir
 Status add_tensor_from(ShardWriter &w, const std::string &name, DType dtype, const Shape &shape,
                        const Shape &offset, const Shape &count, SliceSource &src, Change change);
 
+// WriterOptions::track_writes for the slices added from now on (the C API's switch).
+void set_track_writes(ShardWriter &w, bool on);
+
 // Access to a ShardWriter's internals for the functions above (a friend of ShardWriter).
 struct ShardWriterAccess {
     static ShardWriter::Impl &impl(ShardWriter &w) { return *w.impl_; }

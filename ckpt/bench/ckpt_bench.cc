@@ -7,7 +7,11 @@
 // Raw I/O is one sequential stream; our side runs the K writing (or M loading) ranks
 // concurrently on --threads threads (default: the number of cores), each rank with its own
 // ShardWriter or Reader, as the ranks of a job sharing these cores would.
-//   full save                              vs  incremental save with 1% of the slices changed
+//   full save                              vs  incremental save with 1% of the slices changed:
+//                                              detected by hashing every slice, told by the
+//                                              caller, or detected with write tracking (the
+//                                              kernel says which slices were written since the
+//                                              last checkpoint; only those are hashed)
 //   sync save                              vs  async stall, both snapshot modes: copy (a
 //                                              memcpy into host memory) and copy-on-write
 //                                              (write-protecting the model's buffers)
@@ -185,7 +189,8 @@ double raw_read(const Config &c, const Model &m, const std::string &dir, std::ve
 }
 
 // Our save: every shard through ShardWriter, then the commit. `changed` marks the slices that
-// differ from `base` (all of them for a full save); `hinted` passes the caller's knowledge.
+// differ from `base` (all of them for a full save); `hinted` passes the caller's knowledge;
+// `track` turns on WriterOptions::track_writes.
 struct SaveStats {
     double seconds;
     std::uint64_t written;
@@ -193,9 +198,10 @@ struct SaveStats {
 
 SaveStats our_save(const Config &c, const Model &m, const std::string &root, std::uint64_t step,
                    const std::string &base, const std::vector<std::vector<bool>> *changed,
-                   bool hinted) {
+                   bool hinted, bool track = false) {
     WriterOptions wo;
     wo.base = base;
+    wo.track_writes = track;
     std::vector<std::uint64_t> written(c.shards, 0);
     std::vector<std::string> errors(c.shards);
     const auto t0 = Clock::now();
@@ -249,6 +255,20 @@ double our_load(const Config &c, const Model &m, const std::string &ckpt, std::u
     for (const auto &e : errors)
         if (!e.empty()) die(e);
     return seconds_since(t0);
+}
+
+// Flips the lowest bit of every fp32 of the slices marked in `which`: a training step that
+// changes those slices only (twice restores them).
+void flip_slices(Model &m, const std::vector<std::vector<bool>> &which) {
+    for (std::size_t k = 0; k < which.size(); ++k)
+        for (std::size_t t = 0; t < which[k].size(); ++t)
+            if (which[k][t])
+                for (auto &x : m.slice[k][t]) {
+                    std::uint32_t u;
+                    std::memcpy(&u, &x, 4);
+                    u ^= 1u;
+                    std::memcpy(&x, &u, 4);
+                }
 }
 
 // The trainer's optimizer step: every rank rewrites all its buffers (flips the lowest bit of
@@ -391,7 +411,8 @@ int main(int argc, char **argv) {
                 (std::to_string(bytes >> 20) + " MiB").c_str(), c.shards, c.tensors, slices,
                 m.slice_bytes() / 1048576.0, c.dir.c_str(), c.threads, c.reps);
 
-    std::vector<double> t_raw_w, t_save, t_raw_r, t_load, t_load_nv, t_reshard, t_incr, t_incr_hint;
+    std::vector<double> t_raw_w, t_save, t_raw_r, t_load, t_load_nv, t_reshard, t_incr, t_incr_hint,
+        t_incr_track, t_rw_track;
     std::vector<double> t_stall, t_async_total, t_stall_cow, t_cow_total, t_rw_idle, t_rw_copy, t_rw_cow;
     AsyncStats cow_stats;
     std::uint64_t incr_written = 0, incr_hint_written = 0;
@@ -407,6 +428,8 @@ int main(int argc, char **argv) {
     std::vector<AsyncShardWriter> async(c.shards), async_cow(c.shards);
     for (auto &w : async_cow) w.set_snapshot(Snapshot::copy_on_write);
     Model live = m;   // the trainer's buffers, rewritten during the async persists
+    Model tracked = m;   // the trainer's buffers, checkpointed with write tracking
+    const std::string track_status = write_tracking_status();
     std::vector<char> dest(bytes, 1);   // filled once, so no read pays for page faults
     std::uint64_t step = 0;
     for (int rep = 0; rep < c.reps; ++rep) {
@@ -436,6 +459,21 @@ int main(int argc, char **argv) {
         const auto inch = our_save(c, m2, root, ++step, ck, &changed, true);
         t_incr_hint.push_back(inch.seconds);
         incr_hint_written = inch.written;
+        // Write tracking in its steady state: the previous checkpoint of these buffers (untimed;
+        // they equal the base, so it references everything) armed them, the trainer changes
+        // 1% of the slices, and the timed checkpoint hashes only what was written.
+        (void)our_save(c, tracked, root, ++step, ck, nullptr, false, true);
+        flip_slices(tracked, changed);
+        const auto inct = our_save(c, tracked, root, ++step, ck, &changed, false, true);
+        t_incr_track.push_back(inct.seconds);
+        if (inct.written != inc.written)
+            die("the write-tracked incremental wrote " + std::to_string(inct.written) +
+                " bytes, hashing found " + std::to_string(inc.written) + " bytes changed");
+        // What tracking costs the trainer: its first store to each page after a checkpoint
+        // takes a fault. Everything is armed now; the second rewrite restores the model.
+        t_rw_track.push_back(rewrite_all(c, tracked));
+        (void)rewrite_all(c, tracked);
+        flip_slices(tracked, changed);
         // The two snapshot modes, alternating which goes first.
         for (int mode = 0; mode < 2; ++mode) {
             const bool cow = (mode == 0) == (rep % 2 == 1);
@@ -469,6 +507,9 @@ int main(int argc, char **argv) {
     std::printf("  %-44s %8.3f s  %s  (%u of %u slices changed)\n", "our incremental save (detect by hash)",
                 median(t_incr), range(t_incr).c_str(), n_changed, slices);
     std::printf("  %-44s %8.3f s  %s\n", "our incremental save (caller hints)", median(t_incr_hint), range(t_incr_hint).c_str());
+    std::printf("  %-44s %8.3f s  %s%s%s\n", "our incremental save (write tracking)", median(t_incr_track),
+                range(t_incr_track).c_str(), track_status.empty() ? "" : "  (unavailable, hashed: ",
+                track_status.empty() ? "" : (track_status + ")").c_str());
     std::printf("  %-44s %8.3f s  %s  (persist finished after %.3f s)\n", "async stall, copy (memcpy to host memory)",
                 median(t_stall), range(t_stall).c_str(), median(t_async_total));
     std::printf("  %-44s %8.3f s  %s  (persist finished after %.3f s)\n", "async stall, copy-on-write (write-protect)",
@@ -480,6 +521,8 @@ int main(int argc, char **argv) {
     std::printf("  %-44s %8.3f s  %s  (last: %llu faults copied %.1f MiB)\n", "  ... right after a copy-on-write snapshot",
                 median(t_rw_cow), range(t_rw_cow).c_str(), static_cast<unsigned long long>(cow_stats.faults),
                 cow_stats.bytes_faulted / 1048576.0);
+    std::printf("  %-44s %8.3f s  %s\n", "  ... right after a write-tracked checkpoint",
+                median(t_rw_track), range(t_rw_track).c_str());
     if (cow_stats.slices_copied)
         std::printf("  copy-on-write copied %llu of %u slices instead: %s\n",
                     static_cast<unsigned long long>(cow_stats.slices_copied), slices, cow_stats.fallback.c_str());
@@ -493,9 +536,12 @@ int main(int argc, char **argv) {
     std::printf("  incremental time / full save (detect)  %6.2f%%  [<= 5%%]\n", 100.0 * median(t_incr) / median(t_save));
     std::printf("  incremental time / full save (hinted)  %6.2f%%  [<= 5%%]  (%.2f%% of bytes)\n",
                 100.0 * median(t_incr_hint) / median(t_save), 100.0 * incr_hint_written / bytes);
+    std::printf("  incremental time / full save (tracked) %6.2f%%  [<= 5%%]\n", 100.0 * median(t_incr_track) / median(t_save));
     std::printf("  async stall / sync save, copy          %6.2f%%  [<= 10%%]\n", 100.0 * median(t_stall) / median(t_save));
     std::printf("  async stall / sync save, copy-on-write %6.2f%%  [<= 10%%]\n", 100.0 * median(t_stall_cow) / median(t_save));
     std::printf("  trainer's rewrite after COW snapshot   %+6.1f ms vs after a copy snapshot, %+.1f ms vs idle\n",
                 1e3 * (median(t_rw_cow) - median(t_rw_copy)), 1e3 * (median(t_rw_cow) - median(t_rw_idle)));
+    std::printf("  trainer's rewrite after tracked save   %+6.1f ms vs idle (one fault per page written)\n",
+                1e3 * (median(t_rw_track) - median(t_rw_idle)));
     return 0;
 }

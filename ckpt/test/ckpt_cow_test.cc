@@ -28,26 +28,10 @@
 
 using namespace omni::ckpt;
 namespace t = omni::ckpt::test;
+using t::Mapping;
 using t::TempDir;
 
 namespace {
-
-// Anonymous private memory of its own mapping, as large model buffers are.
-class Mapping {
-public:
-    explicit Mapping(std::size_t bytes) : bytes_(bytes) {
-        void *p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        p_ = p == MAP_FAILED ? nullptr : static_cast<char *>(p);
-    }
-    ~Mapping() {
-        if (p_) ::munmap(p_, bytes_);
-    }
-    char *data() const { return p_; }
-
-private:
-    char *p_;
-    std::size_t bytes_;
-};
 
 // One tensor saved whole by one writer, its bytes at `at` inside a shared buffer.
 struct Slot {

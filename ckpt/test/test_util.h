@@ -4,6 +4,7 @@
 #define OMNI_CKPT_TEST_UTIL_H
 
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #include <cstdint>
 #include <cstring>
@@ -32,6 +33,25 @@ public:
 
 private:
     std::string path_;
+};
+
+// Anonymous private memory of its own mapping, as large model buffers are.
+class Mapping {
+public:
+    explicit Mapping(std::size_t bytes) : bytes_(bytes) {
+        void *p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        p_ = p == MAP_FAILED ? nullptr : static_cast<char *>(p);
+    }
+    ~Mapping() {
+        if (p_) ::munmap(p_, bytes_);
+    }
+    Mapping(const Mapping &) = delete;
+    Mapping &operator=(const Mapping &) = delete;
+    char *data() const { return p_; }
+
+private:
+    char *p_;
+    std::size_t bytes_;
 };
 
 // fp32 -> bf16 by truncation (the tests only need a deterministic bit pattern).

@@ -85,6 +85,18 @@ int omni_ckpt_writer_add_tensor(omni_ckpt_writer *w, const char *name, omni_ckpt
                                 const uint64_t *count, const void *data,
                                 omni_ckpt_change change);
 
+/* Turns write tracking on (on != 0) or off for the slices added from now on: with
+ * OMNI_CKPT_DETECT, a slice of 64 KiB or more whose pages nobody wrote since this process
+ * last checkpointed it (same address and length) is compared with the base by its remembered
+ * hash instead of being hashed again. Memory written by a device through DMA must not be
+ * tracked. See WriterOptions::track_writes in omni/ckpt_cpp.h and omni-ckpt(5). Where the
+ * kernel cannot track writes the writer hashes as usual. */
+int omni_ckpt_writer_track_writes(omni_ckpt_writer *w, int on);
+
+/* NULL if write tracking works in this process, else why not (valid until the next call
+ * from this thread). */
+const char *omni_ckpt_write_tracking_status(void);
+
 /* Records the RNG state bytes and consumed sample indices of rank `rank` (normally the
  * writer's own). Either array may be empty (pointer may then be NULL). */
 int omni_ckpt_writer_add_rank_state(omni_ckpt_writer *w, uint32_t rank, const void *rng,

@@ -142,7 +142,24 @@ struct WriterOptions {
     std::string base;
     /* fsync the shard file. Only benchmarks of the raw HDF5 path turn this off. */
     bool fsync = true;
+    /* Change::detect without hashing what was not written: the writer asks the kernel to
+     * track writes to the pages of every slice of 64 KiB or more that it is given as a
+     * buffer (userfaultfd asynchronous write protection, Linux >= 6.7) and remembers the
+     * slice's hash; at the next checkpoint of this process a slice whose pages nobody wrote
+     * in between, at the same address and length, is compared with the base by that hash.
+     * Exact like hashing, for stores by the CPU and by system calls. Costs: the first store
+     * to each 4 KiB page after a checkpoint takes a minor fault (about a microsecond), and a
+     * scan of the slice's page tables per checkpoint. Contract: memory that a device writes
+     * by DMA (cudaHostRegister'ed, RDMA-registered) must not be given to a tracking writer.
+     * Memory the kernel cannot track (another userfaultfd guards it, e.g. a copy-on-write
+     * snapshot's; file or shared mappings where the kernel refuses) is hashed. Without
+     * kernel support (write_tracking_status() says why) the writer hashes as usual.
+     * AsyncShardWriter's slices are hashed from its snapshot and are not tracked. */
+    bool track_writes = false;
 };
+
+/* "" if WriterOptions::track_writes can work in this process, else why not. */
+std::string write_tracking_status();
 
 class ShardWriter {
 public:
@@ -165,6 +182,9 @@ public:
     /* Bytes of tensor data written / reused from the base so far. */
     std::uint64_t bytes_written() const;
     std::uint64_t bytes_reused() const;
+    /* Bytes of slices that write tracking found unwritten since their hash was taken, so
+     * they were not hashed again (WriterOptions::track_writes). */
+    std::uint64_t bytes_tracked_clean() const;
     /* An unfinished writer removes its temporary file. */
     ~ShardWriter();
 

@@ -1,0 +1,322 @@
+// Write tracking (WriterOptions::track_writes, write_track.h): the kernel's written-page
+// reports against the writes these tests make, and incremental checkpoints that skip hashing
+// only what nobody wrote. Every checkpoint is read back and compared with the buffers.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "../hash.h"
+#include "../write_track.h"
+#include "omni/ckpt.h"
+#include "omni/ckpt_cpp.h"
+#include "test_util.h"
+
+using namespace omni::ckpt;
+namespace t = omni::ckpt::test;
+using t::Mapping;
+using t::TempDir;
+
+namespace {
+
+constexpr std::size_t kSlice = 256 << 10;   // bytes of one slice
+constexpr int kSlices = 4;
+
+track::Tracker *tracker_or_skip() {
+    std::string why;
+    return track::Tracker::get(&why);
+}
+
+#define REQUIRE_TRACKING()                                                                    \
+    do {                                                                                     \
+        if (!tracker_or_skip())                                                              \
+            GTEST_SKIP() << "this kernel or process cannot track writes: "                   \
+                         << write_tracking_status();                                         \
+    } while (0)
+
+// Arms, then remembers the hash of what is there now, as the writer does.
+track::Lookup arm_and_remember(track::Tracker &tr, const char *p, std::size_t n) {
+    const track::Lookup l = tr.arm(p, n);
+    if (l.tracked) tr.remember(p, n, xxh3(p, n), l.epoch);
+    return l;
+}
+
+}  // namespace
+
+TEST(WriteTrack, CleanUntilWrittenThenCleanAgain) {
+    REQUIRE_TRACKING();
+    track::Tracker &tr = *tracker_or_skip();
+    Mapping m(kSlice);
+    ASSERT_NE(m.data(), nullptr);
+    std::memset(m.data(), 7, kSlice);
+    track::Lookup l = arm_and_remember(tr, m.data(), kSlice);
+    ASSERT_TRUE(l.tracked);
+    EXPECT_FALSE(l.known);   // new memory: nothing remembered
+    l = tr.arm(m.data(), kSlice);
+    ASSERT_TRUE(l.known);
+    EXPECT_EQ(l.hash, xxh3(m.data(), kSlice));
+    m.data()[kSlice - 1] = 8;   // the last byte of the last page
+    EXPECT_FALSE(arm_and_remember(tr, m.data(), kSlice).known);
+    l = tr.arm(m.data(), kSlice);
+    ASSERT_TRUE(l.known);
+    EXPECT_EQ(l.hash, xxh3(m.data(), kSlice));
+}
+
+TEST(WriteTrack, AWriteToASharedPageIsSeenByBothSlices) {
+    // Two slices share the page around byte 100000: the scan of the first re-protects it,
+    // which must not hide the write from the second.
+    REQUIRE_TRACKING();
+    track::Tracker &tr = *tracker_or_skip();
+    Mapping m(2 * kSlice);
+    ASSERT_NE(m.data(), nullptr);
+    std::memset(m.data(), 1, 2 * kSlice);
+    const std::size_t cut = 100000;
+    char *a = m.data(), *b = m.data() + cut;
+    const std::size_t na = cut, nb = 2 * kSlice - cut;
+    for (int round = 0; round < 2; ++round) {
+        arm_and_remember(tr, a, na);
+        arm_and_remember(tr, b, nb);
+    }
+    ASSERT_TRUE(tr.arm(a, na).known);
+    ASSERT_TRUE(tr.arm(b, nb).known);
+    b[10] = 2;   // in b, on the page b shares with a
+    EXPECT_FALSE(arm_and_remember(tr, a, na).known);
+    EXPECT_FALSE(tr.arm(b, nb).known) << "the write to b was hidden by a's scan";
+}
+
+TEST(WriteTrack, DroppedUnmappedAndKernelWrittenPagesCountAsWritten) {
+    REQUIRE_TRACKING();
+    track::Tracker &tr = *tracker_or_skip();
+    Mapping m(kSlice);
+    ASSERT_NE(m.data(), nullptr);
+    std::memset(m.data(), 3, kSlice);
+    char *p = m.data();
+    auto settle = [&] {
+        arm_and_remember(tr, p, kSlice);
+        ASSERT_TRUE(tr.arm(p, kSlice).known);
+    };
+    settle();
+    // The page's content becomes zeros without a store.
+    ASSERT_EQ(::madvise(p + 8192, 4096, MADV_DONTNEED), 0);
+    EXPECT_FALSE(arm_and_remember(tr, p, kSlice).known) << "MADV_DONTNEED";
+    settle();
+    // New memory at the same address, not registered with the tracker.
+    ASSERT_EQ(::mmap(p + 4096, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0),
+              p + 4096);
+    std::memset(p + 4096, 3, 4096);   // the same bytes as before, yet new memory
+    const track::Lookup l = arm_and_remember(tr, p, kSlice);
+    EXPECT_FALSE(l.known) << "mapped again";
+    settle();
+    // A system call stores into the buffer.
+    int fds[2];
+    ASSERT_EQ(::pipe(fds), 0);
+    ASSERT_EQ(::write(fds[1], "abc", 3), 3);
+    ASSERT_EQ(::read(fds[0], p + 20000, 3), 3);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    EXPECT_FALSE(arm_and_remember(tr, p, kSlice).known) << "read(2)";
+    settle();
+}
+
+TEST(WriteTrack, AForkedChildTracksItsOwnMemory) {
+    REQUIRE_TRACKING();
+    Mapping m(kSlice);
+    ASSERT_NE(m.data(), nullptr);
+    std::memset(m.data(), 5, kSlice);
+    arm_and_remember(*tracker_or_skip(), m.data(), kSlice);
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        // The parent's descriptors describe the parent's page tables: the child must get a
+        // tracker of its own and see its own writes.
+        track::Tracker *tr = track::Tracker::get(nullptr);
+        if (!tr) ::_exit(2);
+        track::Lookup l = arm_and_remember(*tr, m.data(), kSlice);
+        if (!l.tracked || l.known) ::_exit(3);
+        if (!tr->arm(m.data(), kSlice).known) ::_exit(4);
+        m.data()[100] = 6;
+        if (tr->arm(m.data(), kSlice).known) ::_exit(5);
+        ::_exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0);
+    // The parent's tracking is untouched by the child's writes (copy-on-write pages).
+    EXPECT_TRUE(tracker_or_skip()->arm(m.data(), kSlice).known);
+}
+
+namespace {
+
+// kSlices slices of one tensor in one mapping, checkpointed incrementally with tracking.
+class TrackedWriter : public ::testing::Test {
+protected:
+    void SetUp() override {
+        REQUIRE_TRACKING();
+        ASSERT_NE(buf_.data(), nullptr);
+        for (std::size_t i = 0; i < kSlices * kSlice / 4; ++i) {
+            const float f = static_cast<float>(i) * 0.5f;
+            std::memcpy(buf_.data() + 4 * i, &f, 4);
+        }
+    }
+    // Saves every slice (detect) against `base`; returns the writer's counters.
+    struct Saved {
+        std::string path;
+        std::uint64_t written, reused, clean;
+    };
+    Saved save(std::uint64_t step, const std::string &base, bool track = true) {
+        WriterOptions o;
+        o.base = base;
+        o.track_writes = track;
+        auto w = ShardWriter::open(dir_.path(), step, 0, o);
+        EXPECT_TRUE(w) << w.error();
+        for (int k = 0; k < kSlices; ++k) {
+            auto st = w.value()->add_tensor(name(k), DType::fp32, kShape, {0, 0}, kShape,
+                                            buf_.data() + k * kSlice, Change::detect);
+            EXPECT_TRUE(st) << st.error();
+        }
+        EXPECT_TRUE(w.value()->finish());
+        Meta meta;
+        meta.step = step;
+        meta.world_size = 1;
+        auto c = commit(dir_.path(), 1, meta);
+        EXPECT_TRUE(c) << c.error();
+        return {c ? c.value() : "", w.value()->bytes_written(), w.value()->bytes_reused(),
+                w.value()->bytes_tracked_clean()};
+    }
+    // The checkpoint holds exactly the buffer's bytes.
+    void expect_holds_buffer(const std::string &ckpt) {
+        auto r = Reader::open(ckpt);
+        ASSERT_TRUE(r) << r.error();
+        std::vector<char> got(kSlice);
+        for (int k = 0; k < kSlices; ++k) {
+            auto st = r.value()->read_all(name(k), got.data(), got.size());
+            ASSERT_TRUE(st) << st.error();
+            EXPECT_EQ(std::memcmp(got.data(), buf_.data() + k * kSlice, kSlice), 0) << ckpt << " " << name(k);
+        }
+    }
+    static std::string name(int k) { return "w" + std::to_string(k); }
+    const Shape kShape{kSlice / 4 / 64, 64};   // 64 fp32 columns
+    TempDir dir_;
+    Mapping buf_{kSlices * kSlice};
+};
+
+}  // namespace
+
+TEST_F(TrackedWriter, OnlyWrittenSlicesAreHashedAndTheCheckpointsHoldTheBuffers) {
+    const Saved full = save(1, "");
+    EXPECT_EQ(full.written, kSlices * kSlice);
+    EXPECT_EQ(full.clean, 0u);
+    expect_holds_buffer(full.path);
+
+    // Nothing written: every slice is known clean, nothing hashed, nothing written.
+    const Saved none = save(2, full.path);
+    EXPECT_EQ(none.clean, kSlices * kSlice);
+    EXPECT_EQ(none.written, 0u);
+    expect_holds_buffer(none.path);
+
+    // One float of slice 2 changes: that slice is hashed and written, the rest stay clean.
+    float f;
+    std::memcpy(&f, buf_.data() + 2 * kSlice + 4000, 4);
+    f += 1.0f;
+    std::memcpy(buf_.data() + 2 * kSlice + 4000, &f, 4);
+    const Saved one = save(3, none.path);
+    EXPECT_EQ(one.written, kSlice);
+    EXPECT_EQ(one.clean, (kSlices - 1) * kSlice);
+    expect_holds_buffer(one.path);
+
+    // Slice 1 is written with the bytes it already held: hashed again, equal, reused.
+    std::vector<char> same(buf_.data() + kSlice, buf_.data() + 2 * kSlice);
+    std::memcpy(buf_.data() + kSlice, same.data(), kSlice);
+    const Saved rewrite = save(4, one.path);
+    EXPECT_EQ(rewrite.written, 0u);
+    EXPECT_EQ(rewrite.clean, (kSlices - 1) * kSlice);
+    expect_holds_buffer(rewrite.path);
+
+    // Against an older base the remembered hash is compared with that base's: slice 2
+    // differs from checkpoint 1 although nobody wrote it since checkpoint 3.
+    const Saved older = save(5, full.path);
+    EXPECT_EQ(older.clean, kSlices * kSlice);
+    EXPECT_EQ(older.written, kSlice);
+    expect_holds_buffer(older.path);
+}
+
+TEST_F(TrackedWriter, WithoutTrackingEverythingIsHashed) {
+    const Saved full = save(1, "", false);
+    const Saved none = save(2, full.path, false);
+    EXPECT_EQ(none.clean, 0u);
+    EXPECT_EQ(none.written, 0u);
+    expect_holds_buffer(none.path);
+}
+
+TEST_F(TrackedWriter, ACopyOnWriteSnapshotOfTrackedMemoryIsACopy) {
+    // The buffer is registered with the tracker's userfaultfd, so a copy-on-write snapshot
+    // cannot protect it: it copies, says why, and the checkpoint is right.
+    const Saved full = save(1, "");
+    AsyncShardWriter a(Snapshot::copy_on_write);
+    ASSERT_TRUE(a.begin(dir_.path(), 2, 0));
+    for (int k = 0; k < kSlices; ++k)
+        ASSERT_TRUE(a.add_tensor(name(k), DType::fp32, kShape, {0, 0}, kShape, buf_.data() + k * kSlice,
+                                 Change::changed));
+    std::memset(buf_.data(), 0, kSlice);   // after the snapshot: not in the checkpoint
+    ASSERT_TRUE(a.submit());
+    ASSERT_TRUE(a.wait());
+    const AsyncStats s = a.stats();
+    EXPECT_EQ(s.slices_protected, 0u);
+    EXPECT_NE(s.fallback.find("userfaultfd"), std::string::npos) << s.fallback;
+    Meta meta;
+    meta.step = 2;
+    meta.world_size = 1;
+    auto c = commit(dir_.path(), 1, meta);
+    ASSERT_TRUE(c) << c.error();
+    auto r = Reader::open(c.value());
+    ASSERT_TRUE(r);
+    std::vector<char> got(kSlice), want(kSlice);
+    ASSERT_TRUE(r.value()->read_all(name(0), got.data(), got.size()));
+    auto r1 = Reader::open(full.path);
+    ASSERT_TRUE(r1);
+    ASSERT_TRUE(r1.value()->read_all(name(0), want.data(), want.size()));
+    EXPECT_EQ(got, want);
+    // And the tracker saw the memset.
+    const Saved after = save(3, c.value());
+    EXPECT_EQ(after.written, kSlice);
+    expect_holds_buffer(after.path);
+}
+
+TEST(WriteTrack, TheCApiSwitch) {
+    REQUIRE_TRACKING();
+    EXPECT_EQ(omni_ckpt_write_tracking_status(), nullptr);
+    TempDir dir;
+    Mapping m(kSlice);
+    ASSERT_NE(m.data(), nullptr);
+    std::memset(m.data(), 9, kSlice);
+    const uint64_t shape[1] = {kSlice}, off[1] = {0};
+    std::string base;
+    for (std::uint64_t step = 1; step <= 2; ++step) {
+        omni_ckpt_writer *w = nullptr;
+        ASSERT_EQ(omni_ckpt_writer_open(dir.path().c_str(), step, 0, nullptr,
+                                        base.empty() ? nullptr : base.c_str(), &w), 0)
+            << omni_ckpt_errmsg();
+        ASSERT_EQ(omni_ckpt_writer_track_writes(w, 1), 0);
+        ASSERT_EQ(omni_ckpt_writer_add_tensor(w, "b", OMNI_CKPT_UINT8, 1, shape, off, shape, m.data(),
+                                              OMNI_CKPT_DETECT), 0)
+            << omni_ckpt_errmsg();
+        ASSERT_EQ(omni_ckpt_writer_finish(w), 0) << omni_ckpt_errmsg();
+        omni_ckpt_writer_free(w);
+        omni_ckpt_meta meta{};
+        meta.step = step;
+        meta.world_size = 1;
+        char path[4096];
+        ASSERT_EQ(omni_ckpt_commit(dir.path().c_str(), 1, nullptr, &meta, path, sizeof path), 0)
+            << omni_ckpt_errmsg();
+        base = path;
+    }
+    // The second checkpoint found the slice clean (no hash) and referenced the first.
+    EXPECT_GE(tracker_or_skip()->counters().clean, 1u);
+    EXPECT_EQ(omni_ckpt_writer_track_writes(nullptr, 1), -1);
+}
