@@ -4,6 +4,8 @@
 #ifndef OMNI_CKPT_FSIO_H
 #define OMNI_CKPT_FSIO_H
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -13,6 +15,31 @@
 namespace omni {
 namespace ckpt {
 namespace fsio {
+
+// A file descriptor closed with its owner.
+class Fd {
+public:
+    Fd() = default;
+    explicit Fd(int fd) : fd_(fd) {}
+    Fd(const Fd &) = delete;
+    Fd &operator=(const Fd &) = delete;
+    Fd(Fd &&o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+    Fd &operator=(Fd &&o) noexcept {
+        if (this != &o) {
+            if (fd_ >= 0) ::close(fd_);
+            fd_ = o.fd_;
+            o.fd_ = -1;
+        }
+        return *this;
+    }
+    ~Fd() {
+        if (fd_ >= 0) ::close(fd_);
+    }
+    int get() const { return fd_; }
+
+private:
+    int fd_ = -1;
+};
 
 std::string join(const std::string &dir, const std::string &name);
 std::string basename(const std::string &path);

@@ -31,32 +31,9 @@
 namespace omni {
 namespace ckpt {
 
+using fsio::Fd;
+
 namespace {
-
-// A file descriptor closed with its owner.
-class Fd {
-public:
-    Fd() = default;
-    explicit Fd(int fd) : fd_(fd) {}
-    Fd(const Fd &) = delete;
-    Fd &operator=(const Fd &) = delete;
-    Fd(Fd &&o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
-    Fd &operator=(Fd &&o) noexcept {
-        if (this != &o) {
-            if (fd_ >= 0) ::close(fd_);
-            fd_ = o.fd_;
-            o.fd_ = -1;
-        }
-        return *this;
-    }
-    ~Fd() {
-        if (fd_ >= 0) ::close(fd_);
-    }
-    int get() const { return fd_; }
-
-private:
-    int fd_ = -1;
-};
 
 // An open shard file: the HDF5 handle for its metadata and, for its raw data, a descriptor
 // of our own (see read_raw below) with the file's size, to bound every read by it.

@@ -2,6 +2,7 @@
 //
 // The shard is written as shard-N.h5.tmp inside the partial checkpoint directory and renamed
 // to shard-N.h5 only after it is closed and fsynced, so commit() never sees a torn shard.
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <climits>
@@ -41,6 +42,7 @@ struct ShardWriter::Impl {
     WriterOptions options;
     ShardManifest manifest;
     h5::Handle file;
+    fsio::Fd fd;   // tmp_path for plain writes of slice data (pwrite_hashed); -1: through HDF5
     // The base checkpoint's manifest (shared with other writers of this process) and its
     // tensors by name. A slice is looked up among its tensor's sources when it is added:
     // indexing every slice of every rank up front cost each writer as much as the rest of
@@ -121,6 +123,7 @@ Result<std::unique_ptr<ShardWriter>> open_shard_writer_in(const std::string &dir
     auto f = h5::create_file(impl->tmp_path);
     if (!f) return make_error(f.error());
     impl->file = std::move(f.value());
+    impl->fd = fsio::Fd(::open(impl->tmp_path.c_str(), O_WRONLY | O_CLOEXEC));
     return std::make_unique<ShardWriter>(std::move(impl));
 }
 
@@ -204,15 +207,29 @@ Status add_slice(ShardWriter::Impl &w, const std::string &name, DType dtype, con
     h5::Handle type = h5::dtype_type(dtype);
     h5::Handle space = h5::space(H5Screate_simple(rank, dims.data(), nullptr));
     h5::Handle lcpl = h5::plist(H5Pcreate(H5P_LINK_CREATE));
-    if (!type || !space || !lcpl || H5Pset_create_intermediate_group(lcpl.get(), 1) < 0)
+    // Contiguous storage allocated when the dataset is created, never filled: the slice's
+    // bytes then have a fixed place in the file that HDF5 will not write, and go there with
+    // pwrite(2), outside HDF5's global lock (the Reader reads them back the same way).
+    h5::Handle dcpl = h5::plist(H5Pcreate(H5P_DATASET_CREATE));
+    if (!type || !space || !lcpl || !dcpl || H5Pset_create_intermediate_group(lcpl.get(), 1) < 0 ||
+        H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS) < 0 ||
+        H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY) < 0 ||
+        H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER) < 0)
         return w.fail(h5::fail("tensor " + name + ": " + w.tmp_path));
     const std::string ds_name = slice_dataset_name(name);
     h5::Handle ds = h5::dataset(H5Dcreate2(w.file.get(), ds_name.c_str(), type.get(), space.get(),
-                                           lcpl.get(), H5P_DEFAULT, H5P_DEFAULT));
+                                           lcpl.get(), dcpl.get(), H5P_DEFAULT));
     if (!ds) return w.fail(h5::fail("tensor " + name + ": creating dataset in " + w.tmp_path));
+    haddr_t at = HADDR_UNDEF;
+    if (w.fd.get() >= 0 && bytes > 0) {
+        at = H5Dget_offset(ds.get());
+        if (at == HADDR_UNDEF || H5Dget_storage_size(ds.get()) != bytes) at = HADDR_UNDEF;
+        H5Eclear2(H5E_DEFAULT);   // no offset only means: write through HDF5
+    }
     // Memory and file types are identical, so HDF5 writes the buffer straight through.
-    auto written = data ? write_hashed(ds.get(), type.get(), count, elem, data)
-                        : write_hashed_from(ds.get(), type.get(), count, elem, *src, w.staging);
+    auto written = at != HADDR_UNDEF ? pwrite_hashed(w.fd.get(), at, bytes, data, src, w.staging)
+                   : data            ? write_hashed(ds.get(), type.get(), count, elem, data)
+                                     : write_hashed_from(ds.get(), type.get(), count, elem, *src, w.staging);
     if (!written) return w.fail(make_error("tensor " + name + ": writing " + w.tmp_path + ": " + written.error()));
     if (auto st = ds.close("tensor " + name + ": " + w.tmp_path); !st)
         return w.fail(make_error(st.error()));
@@ -286,6 +303,7 @@ Status ShardWriter::finish() {
     if (!st) return w.fail(make_error(w.tmp_path + ": " + st.error()));
     // Closing flushes HDF5's metadata: a full disk often surfaces here, not at H5Dwrite.
     if (auto c = w.file.close(w.tmp_path); !c) return w.fail(make_error(c.error()));
+    w.fd = fsio::Fd();
     // Only a shard that holds tensor data is fsynced. One that wrote none (an incremental
     // rank whose slices all reference the base) is read once, by commit(), which copies its
     // manifest and rank states into index.h5 and fsyncs that; after the commit nothing reads

@@ -1,7 +1,11 @@
 // Blocked, hashing transfers between memory and HDF5 datasets; see stream.h.
 #include "stream.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -90,6 +94,33 @@ Result<std::uint64_t> write_hashed_from(hid_t ds, hid_t type, const Shape &count
     });
     if (!failed) return make_error(failed.error());
     if (!st) return make_error(st.error());
+    return h.digest();
+}
+
+Result<std::uint64_t> pwrite_hashed(int fd, std::uint64_t off, std::uint64_t n, const void *data,
+                                    SliceSource *src, std::vector<char> &staging) {
+    Hasher h;
+    for (std::uint64_t done = 0; done < n;) {
+        const std::uint64_t b = std::min<std::uint64_t>(kStreamBlockBytes, n - done);
+        const char *p;
+        if (src) {
+            if (staging.size() < b) staging.resize(b);
+            if (auto st = src->read(done, b, staging.data()); !st) return make_error(st.error());
+            src->release(done + b);   // the block is ours now
+            p = staging.data();
+        } else {
+            p = static_cast<const char *>(data) + done;
+        }
+        h.update(p, b);   // brings the block into cache for the write
+        for (std::uint64_t put = 0; put < b;) {
+            const ssize_t w = ::pwrite(fd, p + put, static_cast<std::size_t>(b - put),
+                                       static_cast<off_t>(off + done + put));
+            if (w < 0 && errno == EINTR) continue;
+            if (w < 0) return make_error(std::strerror(errno));
+            put += static_cast<std::uint64_t>(w);
+        }
+        done += b;
+    }
     return h.digest();
 }
 

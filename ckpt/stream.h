@@ -46,6 +46,13 @@ public:
 Result<std::uint64_t> write_hashed_from(hid_t ds, hid_t type, const Shape &count,
                                         std::size_t elem, SliceSource &src,
                                         std::vector<char> &staging);
+// Writes the n bytes of a slice with plain pwrite(2) to `fd` at file offset `off` (the
+// storage HDF5 allocated for a contiguous dataset, which HDF5 then never touches) and returns
+// their XXH3-64. The bytes come from `data`, or from `src` through `staging` as in
+// write_hashed_from. Outside HDF5, so the writers of a process do not queue on HDF5's global
+// lock while the kernel copies their bytes.
+Result<std::uint64_t> pwrite_hashed(int fd, std::uint64_t off, std::uint64_t n, const void *data,
+                                    SliceSource *src, std::vector<char> &staging);
 // The XXH3-64 of a SliceSource's bytes, read through `staging` (nothing released).
 Result<std::uint64_t> hash_from(const Shape &count, std::size_t elem, SliceSource &src,
                                 std::vector<char> &staging);
