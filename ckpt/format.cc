@@ -8,6 +8,7 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <set>
 
 #include "omni/parse.h"
@@ -599,6 +600,46 @@ std::string shard_manifest_to_json(const ShardManifest &m) {
     return o;
 }
 
+namespace {
+
+// The "rank_states" array of a manifest (`what` names it in errors).
+void rank_states_from(Fields &f, const std::string &what, std::vector<RankStateInfo> &out,
+                      std::string *err) {
+    const json *ranks = f.array("rank_states", kMaxWriters);
+    if (!ranks) return;
+    std::size_t i = 0;
+    for (const auto &r : *ranks) {
+        out.push_back(rank_state_from_json(r, what + ".rank_states[" + std::to_string(i++) + "]", err));
+        if (!err->empty()) return;
+    }
+}
+
+// The "tensors" array of a manifest: each entry parsed, names unique, then `rule` (the kind
+// of manifest's own constraints; it returns "" for a tensor that keeps them).
+void tensors_from(Fields &f, const std::string &what, std::vector<TensorInfo> &out,
+                  std::string *err, const std::function<std::string(const TensorInfo &)> &rule) {
+    const json *tensors = f.array("tensors", std::size_t(1) << 24);
+    if (!tensors) return;
+    std::set<std::string> names;
+    std::size_t i = 0;
+    for (const auto &tj : *tensors) {
+        const std::string where = what + ".tensors[" + std::to_string(i++) + "]";
+        TensorInfo t = tensor_from_json(tj, where, err);
+        if (!err->empty()) return;
+        if (!names.insert(t.name).second) {
+            *err = where + ": tensor " + t.name + " appears twice";
+            return;
+        }
+        if (std::string broken = rule(t); !broken.empty()) {
+            *err = where + ": " + broken;
+            return;
+        }
+        out.push_back(std::move(t));
+    }
+}
+
+}  // namespace
+
 Result<Manifest> parse_manifest(const std::string &text) {
     auto parsed = parse_json(text, "manifest");
     if (!parsed) return make_error(parsed.error());
@@ -630,39 +671,14 @@ Result<Manifest> parse_manifest(const std::string &text) {
         m.meta.ledger.epoch = l.u64("epoch");
         m.meta.ledger.seed = l.u64("seed");
     }
-    if (const json *ranks = f.array("rank_states", kMaxWriters)) {
-        std::size_t i = 0;
-        for (const auto &r : *ranks) {
-            m.rank_states.push_back(
-                rank_state_from_json(r, "manifest.rank_states[" + std::to_string(i++) + "]", &err));
-            if (!err.empty()) break;
-        }
-    }
-    if (const json *tensors = f.array("tensors", std::size_t(1) << 24)) {
-        std::set<std::string> names;
-        std::size_t i = 0;
-        for (const auto &tj : *tensors) {
-            const std::string where = "manifest.tensors[" + std::to_string(i++) + "]";
-            TensorInfo t = tensor_from_json(tj, where, &err);
-            if (!err.empty()) break;
-            if (!names.insert(t.name).second) {
-                err = where + ": tensor " + t.name + " appears twice";
-                break;
-            }
-            for (const auto &s : t.sources)
-                if (s.writer >= m.writers) {
-                    err = where + ": writer " + std::to_string(s.writer) + " >= writers " +
-                          std::to_string(m.writers);
-                    break;
-                }
-            if (!err.empty()) break;
-            if (auto st = check_tiling(t); !st) {
-                err = where + ": " + st.error();
-                break;
-            }
-            m.tensors.push_back(std::move(t));
-        }
-    }
+    rank_states_from(f, "manifest", m.rank_states, &err);
+    tensors_from(f, "manifest", m.tensors, &err, [&](const TensorInfo &t) -> std::string {
+        for (const auto &s : t.sources)
+            if (s.writer >= m.writers)
+                return "writer " + std::to_string(s.writer) + " >= writers " + std::to_string(m.writers);
+        if (auto st = check_tiling(t); !st) return st.error();
+        return "";
+    });
     if (!err.empty()) return make_error(err);
     if (auto st = check_unique_ranks(m.rank_states); !st)
         return make_error("manifest: " + st.error());
@@ -682,36 +698,12 @@ Result<ShardManifest> parse_shard_manifest(const std::string &text) {
     m.step = f.u64("step");
     m.rank = static_cast<std::uint32_t>(f.u64("rank", kMaxWriters - 1));
     m.attempt = f.str("attempt", 32);
-    if (const json *ranks = f.array("rank_states", kMaxWriters)) {
-        std::size_t i = 0;
-        for (const auto &r : *ranks) {
-            m.rank_states.push_back(rank_state_from_json(
-                r, "shard manifest.rank_states[" + std::to_string(i++) + "]", &err));
-            if (!err.empty()) break;
-        }
-    }
-    if (const json *tensors = f.array("tensors", std::size_t(1) << 24)) {
-        std::set<std::string> names;
-        std::size_t i = 0;
-        for (const auto &tj : *tensors) {
-            const std::string where = "shard manifest.tensors[" + std::to_string(i++) + "]";
-            TensorInfo t = tensor_from_json(tj, where, &err);
-            if (!err.empty()) break;
-            if (t.sources.size() != 1) {
-                err = where + ": a shard holds exactly one slice per tensor";
-                break;
-            }
-            if (t.sources[0].writer != m.rank) {
-                err = where + ": slice writer differs from the shard's rank";
-                break;
-            }
-            if (!names.insert(t.name).second) {
-                err = where + ": tensor " + t.name + " appears twice";
-                break;
-            }
-            m.tensors.push_back(std::move(t));
-        }
-    }
+    rank_states_from(f, "shard manifest", m.rank_states, &err);
+    tensors_from(f, "shard manifest", m.tensors, &err, [&](const TensorInfo &t) -> std::string {
+        if (t.sources.size() != 1) return "a shard holds exactly one slice per tensor";
+        if (t.sources[0].writer != m.rank) return "slice writer differs from the shard's rank";
+        return "";
+    });
     if (!err.empty()) return make_error(err);
     if (auto st = check_attempt(m.attempt); !st) return make_error("shard manifest: " + st.error());
     if (auto st = check_unique_ranks(m.rank_states); !st)
