@@ -18,6 +18,8 @@
 #include "cow.h"
 #include "format.h"
 #include "h5.h"
+#include "index.h"
+#include "write_track.h"
 #include "writer_internal.h"
 
 namespace omni {
@@ -51,8 +53,11 @@ struct Pending {
     DType dtype;
     Shape shape, offset, count;
     const char *data;      // the copy in the arena, or null for a protected slice:
-    cow::Region *region;   // the slice read through its copy-on-write region
+    cow::Region *region;   // the slice read through its copy-on-write region; both null: a
+                           // slice the base holds unchanged, not snapshotted at all
     Change change;
+    const char *live = nullptr;   // the caller's buffer, armed by write tracking at `epoch`
+    std::uint64_t epoch = 0;
 };
 }  // namespace
 
@@ -65,6 +70,8 @@ struct AsyncShardWriter::Impl {
     std::uint64_t step = 0;
     std::uint32_t rank = 0;
     WriterOptions options;
+    BaseSlices base;                      // options.base's slices, read at begin()
+    track::Tracker *tracker = nullptr;    // options.track_writes where the kernel can
     bool open = false;
     pthread_t worker{};
     bool running = false;   // worker started and not joined yet
@@ -139,7 +146,11 @@ struct AsyncShardWriter::Impl {
     }
 
     Status persist() {
-        auto w = ShardWriter::open(root, step, rank, options);
+        // The writer reads snapshots, not the caller's memory: what tracking knows about the
+        // caller's buffers is recorded here, from each slice's checksum.
+        WriterOptions wo = options;
+        wo.track_writes = false;
+        auto w = ShardWriter::open(root, step, rank, wo);
         if (!w) return make_error(w.error());
         for (const auto &p : pending) {
             Status st;
@@ -151,6 +162,10 @@ struct AsyncShardWriter::Impl {
                 st = w.value()->add_tensor(p.name, p.dtype, p.shape, p.offset, p.count, p.data, p.change);
             }
             if (!st) return st;
+            // The snapshot holds the buffer's bytes as of the arm, so its checksum is theirs.
+            if (p.live)
+                tracker->remember(p.live, element_count(p.count) * dtype_size(p.dtype),
+                                  last_slice_hash(*w.value()), p.epoch);
         }
         for (const auto &s : states)
             if (auto st = w.value()->add_rank_state(s); !st) return st;
@@ -207,6 +222,15 @@ Status AsyncShardWriter::begin(const std::string &root, std::uint64_t step, std:
         return make_error("the previous checkpoint's persist failed: " + a.result.error());
     }
     if (auto st = check_attempt(options.attempt); !st) return st;
+    // The base's slices, so that add_tensor can leave the ones it holds unchanged without a
+    // snapshot (its index is cached in the process); the persist's writer checks the base
+    // as a ShardWriter always does.
+    BaseSlices base;
+    if (!options.base.empty()) {
+        auto bm = read_index_cached(options.base);
+        if (!bm) return make_error("base checkpoint " + options.base + ": " + bm.error());
+        base = BaseSlices(std::move(bm.value()));
+    }
     // A snapshot begun and never submitted still protects the caller's memory.
     if (a.guard) a.guard->release_all();
     a.pending.clear();
@@ -227,6 +251,8 @@ Status AsyncShardWriter::begin(const std::string &root, std::uint64_t step, std:
     a.step = step;
     a.rank = rank;
     a.options = options;
+    a.base = std::move(base);
+    a.tracker = options.track_writes ? track::Tracker::get(nullptr) : nullptr;
     a.open = true;
     a.result = Status::success();
     return Status::success();
@@ -243,6 +269,22 @@ Status AsyncShardWriter::add_tensor(const std::string &name, DType dtype, const 
     if (auto st = check_slice(shape, offset, count, "tensor " + name); !st) return st;
     if (!data) return make_error("tensor " + name + ": data is null");
     const std::size_t bytes = element_count(count) * dtype_size(dtype);
+    // A slice the base holds unchanged needs no snapshot: by the caller's word, or because
+    // write tracking saw no store to it since its checksum was taken and that equals the
+    // base's. Tracked memory is armed before it is copied or protected, so a store that
+    // follows counts for the next checkpoint.
+    track::Lookup tracked;
+    const SourceRef *in_base = a.base ? a.base.find(name, dtype, shape, offset, count) : nullptr;
+    if (!(in_base && change == Change::unchanged) && a.tracker && bytes >= track::kMinBytes)
+        tracked = a.tracker->arm(data, bytes);
+    if (in_base && change != Change::changed &&
+        (change == Change::unchanged || (tracked.known && tracked.hash == in_base->xxh3))) {
+        a.stats.slices_referenced++;
+        a.stats.bytes_referenced += bytes;
+        a.pending.push_back({name, dtype, shape, offset, count, nullptr, nullptr, Change::unchanged});
+        return Status::success();
+    }
+    const char *live = tracked.tracked ? static_cast<const char *>(data) : nullptr;
     char *copy = a.alloc(bytes);
     if (!copy)
         return make_error("tensor " + name + ": out of memory for a snapshot of " +
@@ -258,13 +300,13 @@ Status AsyncShardWriter::add_tensor(const std::string &name, DType dtype, const 
         a.stats.slices_protected++;
         a.stats.bytes_protected += region->protected_bytes();
         a.stats.bytes_copied += head + tail;
-        a.pending.push_back({name, dtype, shape, offset, count, nullptr, region, change});
+        a.pending.push_back({name, dtype, shape, offset, count, nullptr, region, change, live, tracked.epoch});
         return Status::success();
     }
     cow::snapshot_copy(copy, src, bytes);
     a.stats.slices_copied++;
     a.stats.bytes_copied += bytes;
-    a.pending.push_back({name, dtype, shape, offset, count, copy, nullptr, change});
+    a.pending.push_back({name, dtype, shape, offset, count, copy, nullptr, change, live, tracked.epoch});
     return Status::success();
 }
 

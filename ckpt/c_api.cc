@@ -17,6 +17,7 @@ struct omni_ckpt_writer {
 struct omni_ckpt_async {
     AsyncShardWriter a;
     std::string fallback;   // what omni_ckpt_async_get_stats hands out
+    bool track_writes = false;
 };
 struct omni_ckpt_reader {
     std::unique_ptr<Reader> r;
@@ -229,6 +230,16 @@ int omni_ckpt_async_get_stats(omni_ckpt_async *a, omni_ckpt_async_stats *out) {
         out->bytes_faulted = s.bytes_faulted;
         out->kernel_writes_fail = s.kernel_writes_fail ? 1 : 0;
         out->fallback = a->fallback.c_str();
+        out->slices_referenced = s.slices_referenced;
+        out->bytes_referenced = s.bytes_referenced;
+        return 0;
+    });
+}
+
+int omni_ckpt_async_track_writes(omni_ckpt_async *a, int on) {
+    return guard("omni_ckpt_async_track_writes", [&] {
+        if (!a) return fail("omni_ckpt_async_track_writes: handle is NULL");
+        a->track_writes = on != 0;
         return 0;
     });
 }
@@ -240,6 +251,7 @@ int omni_ckpt_async_begin(omni_ckpt_async *a, const char *root, uint64_t step, u
         WriterOptions o;
         if (attempt) o.attempt = attempt;
         if (base) o.base = base;
+        o.track_writes = a->track_writes;
         return check(a->a.begin(root, step, rank, o));
     });
 }

@@ -47,9 +47,8 @@ struct ShardWriter::Impl {
     // tensors by name. A slice is looked up among its tensor's sources when it is added:
     // indexing every slice of every rank up front cost each writer as much as the rest of
     // opening it, for the 1/K of the entries it ever looks at.
-    std::shared_ptr<const Manifest> base_manifest;
+    BaseSlices base;
     std::string base_name;   // the base's directory name, for rebasing references
-    std::unordered_map<std::string, const TensorInfo *> base_tensors;
     std::set<std::string> names;
     std::uint64_t written = 0, reused = 0, tracked_clean = 0;
     track::Tracker *tracker = nullptr;   // WriterOptions::track_writes where the kernel can
@@ -116,8 +115,7 @@ Result<std::unique_ptr<ShardWriter>> open_shard_writer_in(const std::string &dir
         auto bm = read_index_cached(base_real);
         if (!bm) return make_error("base checkpoint: " + bm.error());
         impl->base_name = fsio::basename(base_real);
-        impl->base_manifest = std::move(bm.value());
-        for (const auto &t : impl->base_manifest->tensors) impl->base_tensors.emplace(t.name, &t);
+        impl->base = BaseSlices(std::move(bm.value()));
     }
     if (auto st = fsio::make_dirs(dir); !st) return make_error(st.error());
     auto f = h5::create_file(impl->tmp_path);
@@ -136,6 +134,24 @@ Result<std::unique_ptr<ShardWriter>> ShardWriter::open(const std::string &root, 
                                 rank, options);
 }
 
+BaseSlices::BaseSlices(std::shared_ptr<const Manifest> m) : manifest_(std::move(m)) {
+    for (const auto &t : manifest_->tensors) tensors_.emplace(t.name, &t);
+}
+
+const SourceRef *BaseSlices::find(const std::string &name, DType dtype, const Shape &shape,
+                                  const Shape &offset, const Shape &count) const {
+    auto it = tensors_.find(name);
+    if (it == tensors_.end() || it->second->dtype != dtype || it->second->shape != shape) return nullptr;
+    for (const auto &s : it->second->sources)
+        if (s.offset == offset && s.count == count) return &s;
+    return nullptr;
+}
+
+std::uint64_t last_slice_hash(ShardWriter &w) {
+    const auto &tensors = ShardWriterAccess::impl(w).manifest.tensors;
+    return tensors.empty() ? 0 : tensors.back().sources[0].xxh3;
+}
+
 namespace {
 
 // ShardWriter::add_tensor for a slice in one buffer (`data`) or read from `src`.
@@ -150,7 +166,6 @@ Status add_slice(ShardWriter::Impl &w, const std::string &name, DType dtype, con
     if (!w.names.insert(name).second)
         return make_error("tensor " + name + ": added twice to the shard of rank " +
                           std::to_string(w.manifest.rank));
-    if (!data && !src) return make_error("tensor " + name + ": data is null");
     const std::size_t elem = dtype_size(dtype);
     const std::uint64_t bytes = element_count(count) * elem;
 
@@ -161,16 +176,10 @@ Status add_slice(ShardWriter::Impl &w, const std::string &name, DType dtype, con
     // The base's slice with the same tensor, dtype, global shape and extent, referenced
     // from the new checkpoint's directory.
     std::optional<SourceRef> base;
-    if (w.base_manifest) {
-        auto it = w.base_tensors.find(name);
-        if (it != w.base_tensors.end() && it->second->dtype == dtype && it->second->shape == shape)
-            for (const auto &s : it->second->sources)
-                if (s.offset == offset && s.count == count) {
-                    base = s;
-                    base->file = rebase_file_ref(s.file, w.base_name);
-                    base->writer = w.manifest.rank;
-                    break;
-                }
+    if (const SourceRef *b = w.base.find(name, dtype, shape, offset, count)) {
+        base = *b;
+        base->file = rebase_file_ref(b->file, w.base_name);
+        base->writer = w.manifest.rank;
     }
     auto reuse = [&] {
         t.sources.push_back(*base);
@@ -180,6 +189,10 @@ Status add_slice(ShardWriter::Impl &w, const std::string &name, DType dtype, con
     };
     // The caller vouches for it; verify and load still check the base's checksum.
     if (base && change == Change::unchanged) return reuse();
+    if (!data && !src) {
+        w.names.erase(name);   // nothing was added
+        return make_error("tensor " + name + ": data is null");
+    }
     // Tracked memory is armed before it is read (hashed or written), so a store that lands
     // while it is read counts for the next checkpoint.
     track::Lookup tracked;

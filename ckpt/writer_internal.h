@@ -4,12 +4,30 @@
 
 #include <memory>
 #include <string>
+#include <unordered_map>
 
 #include "omni/ckpt_cpp.h"
 #include "stream.h"
 
 namespace omni {
 namespace ckpt {
+
+// A base checkpoint's manifest with its tensors by name: where an incremental writer looks up
+// the base's slice of what it is given.
+class BaseSlices {
+public:
+    BaseSlices() = default;
+    explicit BaseSlices(std::shared_ptr<const Manifest> m);
+    explicit operator bool() const { return manifest_ != nullptr; }
+    // The base's source of exactly this slice (same tensor, dtype, global shape and extent),
+    // or null.
+    const SourceRef *find(const std::string &name, DType dtype, const Shape &shape,
+                          const Shape &offset, const Shape &count) const;
+
+private:
+    std::shared_ptr<const Manifest> manifest_;
+    std::unordered_map<std::string, const TensorInfo *> tensors_;
+};
 
 // A ShardWriter writing into an explicit directory (merge/reshard write next to their output
 // path rather than into ROOT/.step-N.partial-A).
@@ -25,6 +43,9 @@ Status add_tensor_from(ShardWriter &w, const std::string &name, DType dtype, con
 
 // WriterOptions::track_writes for the slices added from now on (the C API's switch).
 void set_track_writes(ShardWriter &w, bool on);
+
+// The checksum of the slice most recently added to `w` (written or referenced).
+std::uint64_t last_slice_hash(ShardWriter &w);
 
 // Access to a ShardWriter's internals for the functions above (a friend of ShardWriter).
 struct ShardWriterAccess {

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <thread>
 #include <string>
@@ -347,6 +348,127 @@ TEST_F(TrackedWriter, ACopyOnWriteSnapshotOfTrackedMemoryIsACopy) {
     expect_holds_buffer(after.path);
 }
 
+namespace {
+
+// The fixture's slices through an AsyncShardWriter against `base`; `change(k)` is what the
+// caller says of slice k. Returns the checkpoint's path and the snapshot's statistics.
+struct AsyncSaved {
+    std::string path;
+    AsyncStats stats;
+};
+
+}  // namespace
+
+class TrackedAsyncWriter : public TrackedWriter {
+protected:
+    AsyncSaved save_async(std::uint64_t step, const std::string &base, bool track,
+                          const std::function<Change(int)> &change, Snapshot mode = Snapshot::copy) {
+        AsyncShardWriter a(mode);
+        WriterOptions o;
+        o.base = base;
+        o.track_writes = track;
+        EXPECT_TRUE(a.begin(dir_.path(), step, 0, o));
+        for (int k = 0; k < kSlices; ++k) {
+            auto st = a.add_tensor(name(k), DType::fp32, kShape, {0, 0}, kShape, buf_.data() + k * kSlice,
+                                   change(k));
+            EXPECT_TRUE(st) << st.error();
+        }
+        EXPECT_TRUE(a.submit());
+        auto st = a.wait();
+        EXPECT_TRUE(st) << st.error();
+        Meta meta;
+        meta.step = step;
+        meta.world_size = 1;
+        auto c = commit(dir_.path(), 1, meta);
+        EXPECT_TRUE(c) << c.error();
+        return {c ? c.value() : "", a.stats()};
+    }
+    void bump(int k) {   // one store into slice k: a different value
+        float f;
+        std::memcpy(&f, buf_.data() + k * kSlice + 512, 4);
+        f += 1.0f;
+        std::memcpy(buf_.data() + k * kSlice + 512, &f, 4);
+    }
+};
+
+TEST_F(TrackedAsyncWriter, SlicesTheCallerCallsUnchangedAreNotSnapshotted) {
+    const Saved full = save(1, "", false);
+    bump(2);
+    const AsyncSaved inc = save_async(2, full.path, false, [](int k) {
+        return k == 2 ? Change::changed : Change::unchanged;
+    });
+    EXPECT_EQ(inc.stats.slices_referenced, unsigned(kSlices - 1));
+    EXPECT_EQ(inc.stats.bytes_referenced, (kSlices - 1) * kSlice);
+    EXPECT_EQ(inc.stats.slices_copied, 1u);
+    expect_holds_buffer(inc.path);
+    // A slice called unchanged that the base does not hold (another shape) is snapshotted.
+    AsyncShardWriter a;
+    WriterOptions o;
+    o.base = full.path;
+    ASSERT_TRUE(a.begin(dir_.path(), 3, 0, o));
+    ASSERT_TRUE(a.add_tensor("other", DType::fp32, {16}, {0}, {16}, buf_.data(), Change::unchanged));
+    EXPECT_EQ(a.stats().slices_referenced, 0u);
+    EXPECT_EQ(a.stats().slices_copied, 1u);
+    ASSERT_TRUE(a.submit());
+    EXPECT_TRUE(a.wait());
+}
+
+TEST_F(TrackedAsyncWriter, WriteTrackingLeavesUnwrittenSlicesOutOfTheSnapshot) {
+    auto detect = [](int) { return Change::detect; };
+    // The first tracked checkpoint snapshots everything and remembers the checksums its
+    // persist takes.
+    const AsyncSaved full = save_async(1, "", true, detect);
+    EXPECT_EQ(full.stats.slices_copied, unsigned(kSlices));
+    expect_holds_buffer(full.path);
+    bump(1);
+    const AsyncSaved inc = save_async(2, full.path, true, detect);
+    EXPECT_EQ(inc.stats.slices_referenced, unsigned(kSlices - 1));
+    EXPECT_EQ(inc.stats.slices_copied, 1u);
+    expect_holds_buffer(inc.path);
+    // Against the older base, slice 1 differs although nobody wrote it since checkpoint 2:
+    // its remembered checksum is not the base's, so it is snapshotted.
+    const AsyncSaved older = save_async(3, full.path, true, detect);
+    EXPECT_EQ(older.stats.slices_referenced, unsigned(kSlices - 1));
+    EXPECT_EQ(older.stats.slices_copied, 1u);
+    expect_holds_buffer(older.path);
+    // A synchronous tracked writer knows what the asynchronous persists remembered.
+    const Saved sync = save(4, inc.path);
+    EXPECT_EQ(sync.clean, kSlices * kSlice);
+    EXPECT_EQ(sync.written, 0u);
+    expect_holds_buffer(sync.path);
+}
+
+TEST_F(TrackedAsyncWriter, StoresAfterTheSnapshotAreNotInTheCheckpointButCountNextTime) {
+    auto detect = [](int) { return Change::detect; };
+    const AsyncSaved full = save_async(1, "", true, detect);
+    // The snapshot of checkpoint 2 is taken, then the trainer writes slice 0 while the
+    // persist runs: checkpoint 2 holds the old value, checkpoint 3 sees the store.
+    AsyncShardWriter a;
+    WriterOptions o;
+    o.base = full.path;
+    o.track_writes = true;
+    ASSERT_TRUE(a.begin(dir_.path(), 2, 0, o));
+    for (int k = 0; k < kSlices; ++k)
+        ASSERT_TRUE(a.add_tensor(name(k), DType::fp32, kShape, {0, 0}, kShape, buf_.data() + k * kSlice));
+    std::vector<char> before(buf_.data(), buf_.data() + kSlice);
+    ASSERT_TRUE(a.submit());
+    bump(0);
+    ASSERT_TRUE(a.wait());
+    Meta meta;
+    meta.step = 2;
+    meta.world_size = 1;
+    auto c = commit(dir_.path(), 1, meta);
+    ASSERT_TRUE(c) << c.error();
+    auto r = Reader::open(c.value());
+    ASSERT_TRUE(r);
+    std::vector<char> got(kSlice);
+    ASSERT_TRUE(r.value()->read_all(name(0), got.data(), got.size()));
+    EXPECT_EQ(got, before);
+    const AsyncSaved next = save_async(3, c.value(), true, detect);
+    EXPECT_EQ(next.stats.slices_copied, 1u);
+    expect_holds_buffer(next.path);
+}
+
 TEST(WriteTrack, TheCApiSwitch) {
     REQUIRE_TRACKING();
     EXPECT_EQ(omni_ckpt_write_tracking_status(), nullptr);
@@ -378,4 +500,22 @@ TEST(WriteTrack, TheCApiSwitch) {
     // The second checkpoint found the slice clean (no hash) and referenced the first.
     EXPECT_GE(tracker_or_skip()->counters().clean, 1u);
     EXPECT_EQ(omni_ckpt_writer_track_writes(nullptr, 1), -1);
+
+    // The asynchronous writer: the unwritten slice is not snapshotted.
+    omni_ckpt_async *a = nullptr;
+    ASSERT_EQ(omni_ckpt_async_create(&a), 0);
+    ASSERT_EQ(omni_ckpt_async_track_writes(a, 1), 0);
+    ASSERT_EQ(omni_ckpt_async_begin(a, dir.path().c_str(), 3, 0, nullptr, base.c_str()), 0) << omni_ckpt_errmsg();
+    ASSERT_EQ(omni_ckpt_async_add_tensor(a, "b", OMNI_CKPT_UINT8, 1, shape, off, shape, m.data(),
+                                         OMNI_CKPT_DETECT), 0)
+        << omni_ckpt_errmsg();
+    omni_ckpt_async_stats st{};
+    ASSERT_EQ(omni_ckpt_async_get_stats(a, &st), 0);
+    EXPECT_EQ(st.slices_referenced, 1u);
+    EXPECT_EQ(st.bytes_referenced, kSlice);
+    EXPECT_EQ(st.slices_copied, 0u);
+    ASSERT_EQ(omni_ckpt_async_submit(a), 0);
+    ASSERT_EQ(omni_ckpt_async_wait(a), 0) << omni_ckpt_errmsg();
+    omni_ckpt_async_free(a);
+    EXPECT_EQ(omni_ckpt_async_track_writes(nullptr, 1), -1);
 }

@@ -149,6 +149,9 @@ typedef struct {
     const char *fallback;        /* why a slice of a copy-on-write snapshot was copied (the
                                   * first one), "" if none; valid until the next call on the
                                   * handle */
+    uint64_t slices_referenced;  /* not snapshotted: the base holds them unchanged (by the
+                                  * caller's OMNI_CKPT_UNCHANGED, or by write tracking) */
+    uint64_t bytes_referenced;
 } omni_ckpt_async_stats;
 
 /* A writer that snapshots the slices (by default into reusable host memory) and persists in
@@ -156,6 +159,10 @@ typedef struct {
 int omni_ckpt_async_create(omni_ckpt_async **out);
 /* Sets the snapshot mode of the checkpoints begun from now on. */
 int omni_ckpt_async_set_snapshot(omni_ckpt_async *a, omni_ckpt_snapshot mode);
+/* Write tracking (see omni_ckpt_writer_track_writes) for the checkpoints begun from now on:
+ * a tracked slice that nobody wrote since its checksum was taken, and that equals the
+ * base's, is not snapshotted at all. */
+int omni_ckpt_async_track_writes(omni_ckpt_async *a, int on);
 /* Fills *out with the statistics of the current (or last) snapshot. */
 int omni_ckpt_async_get_stats(omni_ckpt_async *a, omni_ckpt_async_stats *out);
 /* Like omni_ckpt_writer_open; waits for the previous persist of this handle first and fails

@@ -154,7 +154,9 @@ struct WriterOptions {
      * Memory the kernel cannot track (another userfaultfd guards it, e.g. a copy-on-write
      * snapshot's; file or shared mappings where the kernel refuses) is hashed. Without
      * kernel support (write_tracking_status() says why) the writer hashes as usual.
-     * AsyncShardWriter's slices are hashed from its snapshot and are not tracked. */
+     * AsyncShardWriter: a tracked slice that nobody wrote and whose checksum equals the
+     * base's is not snapshotted at all (nor is one the caller calls Change::unchanged); the
+     * others are snapshotted, and their checksums, taken by the persist, are remembered. */
     bool track_writes = false;
 };
 
@@ -169,8 +171,10 @@ public:
                                                      const WriterOptions &options = {});
     /* Adds this rank's slice [offset, offset+count) of the logical tensor `name` (global shape
      * `shape`). `data` holds prod(count) elements in row-major order and is only read during
-     * the call. Names are '/'-separated components of [A-Za-z0-9_.:+-], <= 255 bytes. Every
-     * element of every tensor must be added by exactly one rank; commit() checks. */
+     * the call (with Change::unchanged and a base that holds exactly this slice it is not
+     * read at all and may be null). Names are '/'-separated components of [A-Za-z0-9_.:+-],
+     * <= 255 bytes. Every element of every tensor must be added by exactly one rank; commit()
+     * checks. */
     Status add_tensor(const std::string &name, DType dtype, const Shape &shape,
                       const Shape &offset, const Shape &count, const void *data,
                       Change change = Change::detect);
@@ -243,6 +247,9 @@ struct AsyncStats {
     std::uint64_t bytes_copied = 0;        // by add_tensor (with the partial pages around
                                            // protected slices)
     std::uint64_t bytes_protected = 0;     // write-protected in place
+    std::uint64_t slices_referenced = 0;   // not snapshotted at all: the base holds them
+    std::uint64_t bytes_referenced = 0;    // unchanged (Change::unchanged, or write tracking
+                                           // saw no store and the checksum equals the base's)
     std::uint64_t faults = 0;              // writes that stopped for a copy (one per chunk)
     std::uint64_t bytes_faulted = 0;       // copied by those faults
     std::string fallback;                  // why a slice of a copy_on_write snapshot was
@@ -252,7 +259,9 @@ struct AsyncStats {
 };
 
 /* Asynchronous persist: add_tensor takes a snapshot of the slice (see Snapshot; the only
- * training stall); submit() hands the snapshot to a background thread that runs a
+ * training stall), except of a slice that the base holds unchanged (Change::unchanged, or
+ * write tracking found it unwritten and equal to the base's), which is referenced without
+ * a snapshot; submit() hands the snapshot to a background thread that runs a
  * ShardWriter; wait() returns its status (call it before the commit barrier). A new begin()
  * waits for the previous persist and fails if that persist failed and nobody collected it
  * with wait(). With an HDF5 library built without thread safety, submit() persists
