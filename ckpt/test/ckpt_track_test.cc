@@ -260,6 +260,51 @@ protected:
             EXPECT_EQ(std::memcmp(got.data(), buf_.data() + k * kSlice, kSlice), 0) << ckpt << " " << name(k);
         }
     }
+    // The same through an AsyncShardWriter; `change(k)` is what the caller says of slice k,
+    // `while_persisting` runs between submit and wait.
+    struct AsyncSaved {
+        std::string path;
+        AsyncStats stats;
+    };
+    AsyncSaved save_async(std::uint64_t step, const std::string &base, bool track,
+                          const std::function<Change(int)> &change, Snapshot mode = Snapshot::copy,
+                          const std::function<void()> &while_persisting = {}) {
+        AsyncShardWriter a(mode);
+        WriterOptions o;
+        o.base = base;
+        o.track_writes = track;
+        EXPECT_TRUE(a.begin(dir_.path(), step, 0, o));
+        for (int k = 0; k < kSlices; ++k) {
+            auto st = a.add_tensor(name(k), DType::fp32, kShape, {0, 0}, kShape, buf_.data() + k * kSlice,
+                                   change(k));
+            EXPECT_TRUE(st) << st.error();
+        }
+        EXPECT_TRUE(a.submit());
+        if (while_persisting) while_persisting();
+        auto st = a.wait();
+        EXPECT_TRUE(st) << st.error();
+        Meta meta;
+        meta.step = step;
+        meta.world_size = 1;
+        auto c = commit(dir_.path(), 1, meta);
+        EXPECT_TRUE(c) << c.error();
+        return {c ? c.value() : "", a.stats()};
+    }
+    std::vector<char> read_slice(const std::string &ckpt, int k) {
+        std::vector<char> got(kSlice);
+        auto r = Reader::open(ckpt);
+        EXPECT_TRUE(r) << r.error();
+        if (r) {
+            EXPECT_TRUE(r.value()->read_all(name(k), got.data(), got.size()));
+        }
+        return got;
+    }
+    void bump(int k) {   // one store into slice k: a different value
+        float f;
+        std::memcpy(&f, buf_.data() + k * kSlice + 512, 4);
+        f += 1.0f;
+        std::memcpy(buf_.data() + k * kSlice + 512, &f, 4);
+    }
     static std::string name(int k) { return "w" + std::to_string(k); }
     const Shape kShape{kSlice / 4 / 64, 64};   // 64 fp32 columns
     TempDir dir_;
@@ -318,80 +363,19 @@ TEST_F(TrackedWriter, ACopyOnWriteSnapshotOfTrackedMemoryIsACopy) {
     // The buffer is registered with the tracker's userfaultfd, so a copy-on-write snapshot
     // cannot protect it: it copies, says why, and the checkpoint is right.
     const Saved full = save(1, "");
-    AsyncShardWriter a(Snapshot::copy_on_write);
-    ASSERT_TRUE(a.begin(dir_.path(), 2, 0));
-    for (int k = 0; k < kSlices; ++k)
-        ASSERT_TRUE(a.add_tensor(name(k), DType::fp32, kShape, {0, 0}, kShape, buf_.data() + k * kSlice,
-                                 Change::changed));
-    std::memset(buf_.data(), 0, kSlice);   // after the snapshot: not in the checkpoint
-    ASSERT_TRUE(a.submit());
-    ASSERT_TRUE(a.wait());
-    const AsyncStats s = a.stats();
-    EXPECT_EQ(s.slices_protected, 0u);
-    EXPECT_NE(s.fallback.find("userfaultfd"), std::string::npos) << s.fallback;
-    Meta meta;
-    meta.step = 2;
-    meta.world_size = 1;
-    auto c = commit(dir_.path(), 1, meta);
-    ASSERT_TRUE(c) << c.error();
-    auto r = Reader::open(c.value());
-    ASSERT_TRUE(r);
-    std::vector<char> got(kSlice), want(kSlice);
-    ASSERT_TRUE(r.value()->read_all(name(0), got.data(), got.size()));
-    auto r1 = Reader::open(full.path);
-    ASSERT_TRUE(r1);
-    ASSERT_TRUE(r1.value()->read_all(name(0), want.data(), want.size()));
-    EXPECT_EQ(got, want);
+    const AsyncSaved cow = save_async(
+        2, "", false, [](int) { return Change::changed; }, Snapshot::copy_on_write,
+        [&] { std::memset(buf_.data(), 0, kSlice); });   // after the snapshot: not in it
+    EXPECT_EQ(cow.stats.slices_protected, 0u);
+    EXPECT_NE(cow.stats.fallback.find("userfaultfd"), std::string::npos) << cow.stats.fallback;
+    EXPECT_EQ(read_slice(cow.path, 0), read_slice(full.path, 0));
     // And the tracker saw the memset.
-    const Saved after = save(3, c.value());
+    const Saved after = save(3, cow.path);
     EXPECT_EQ(after.written, kSlice);
     expect_holds_buffer(after.path);
 }
 
-namespace {
-
-// The fixture's slices through an AsyncShardWriter against `base`; `change(k)` is what the
-// caller says of slice k. Returns the checkpoint's path and the snapshot's statistics.
-struct AsyncSaved {
-    std::string path;
-    AsyncStats stats;
-};
-
-}  // namespace
-
-class TrackedAsyncWriter : public TrackedWriter {
-protected:
-    AsyncSaved save_async(std::uint64_t step, const std::string &base, bool track,
-                          const std::function<Change(int)> &change, Snapshot mode = Snapshot::copy) {
-        AsyncShardWriter a(mode);
-        WriterOptions o;
-        o.base = base;
-        o.track_writes = track;
-        EXPECT_TRUE(a.begin(dir_.path(), step, 0, o));
-        for (int k = 0; k < kSlices; ++k) {
-            auto st = a.add_tensor(name(k), DType::fp32, kShape, {0, 0}, kShape, buf_.data() + k * kSlice,
-                                   change(k));
-            EXPECT_TRUE(st) << st.error();
-        }
-        EXPECT_TRUE(a.submit());
-        auto st = a.wait();
-        EXPECT_TRUE(st) << st.error();
-        Meta meta;
-        meta.step = step;
-        meta.world_size = 1;
-        auto c = commit(dir_.path(), 1, meta);
-        EXPECT_TRUE(c) << c.error();
-        return {c ? c.value() : "", a.stats()};
-    }
-    void bump(int k) {   // one store into slice k: a different value
-        float f;
-        std::memcpy(&f, buf_.data() + k * kSlice + 512, 4);
-        f += 1.0f;
-        std::memcpy(buf_.data() + k * kSlice + 512, &f, 4);
-    }
-};
-
-TEST_F(TrackedAsyncWriter, SlicesTheCallerCallsUnchangedAreNotSnapshotted) {
+TEST_F(TrackedWriter, SlicesTheCallerCallsUnchangedAreNotSnapshotted) {
     const Saved full = save(1, "", false);
     bump(2);
     const AsyncSaved inc = save_async(2, full.path, false, [](int k) {
@@ -413,7 +397,7 @@ TEST_F(TrackedAsyncWriter, SlicesTheCallerCallsUnchangedAreNotSnapshotted) {
     EXPECT_TRUE(a.wait());
 }
 
-TEST_F(TrackedAsyncWriter, WriteTrackingLeavesUnwrittenSlicesOutOfTheSnapshot) {
+TEST_F(TrackedWriter, WriteTrackingLeavesUnwrittenSlicesOutOfTheSnapshot) {
     auto detect = [](int) { return Change::detect; };
     // The first tracked checkpoint snapshots everything and remembers the checksums its
     // persist takes.
@@ -438,33 +422,15 @@ TEST_F(TrackedAsyncWriter, WriteTrackingLeavesUnwrittenSlicesOutOfTheSnapshot) {
     expect_holds_buffer(sync.path);
 }
 
-TEST_F(TrackedAsyncWriter, StoresAfterTheSnapshotAreNotInTheCheckpointButCountNextTime) {
+TEST_F(TrackedWriter, StoresAfterTheSnapshotAreNotInTheCheckpointButCountNextTime) {
     auto detect = [](int) { return Change::detect; };
     const AsyncSaved full = save_async(1, "", true, detect);
     // The snapshot of checkpoint 2 is taken, then the trainer writes slice 0 while the
     // persist runs: checkpoint 2 holds the old value, checkpoint 3 sees the store.
-    AsyncShardWriter a;
-    WriterOptions o;
-    o.base = full.path;
-    o.track_writes = true;
-    ASSERT_TRUE(a.begin(dir_.path(), 2, 0, o));
-    for (int k = 0; k < kSlices; ++k)
-        ASSERT_TRUE(a.add_tensor(name(k), DType::fp32, kShape, {0, 0}, kShape, buf_.data() + k * kSlice));
-    std::vector<char> before(buf_.data(), buf_.data() + kSlice);
-    ASSERT_TRUE(a.submit());
-    bump(0);
-    ASSERT_TRUE(a.wait());
-    Meta meta;
-    meta.step = 2;
-    meta.world_size = 1;
-    auto c = commit(dir_.path(), 1, meta);
-    ASSERT_TRUE(c) << c.error();
-    auto r = Reader::open(c.value());
-    ASSERT_TRUE(r);
-    std::vector<char> got(kSlice);
-    ASSERT_TRUE(r.value()->read_all(name(0), got.data(), got.size()));
-    EXPECT_EQ(got, before);
-    const AsyncSaved next = save_async(3, c.value(), true, detect);
+    const std::vector<char> before(buf_.data(), buf_.data() + kSlice);
+    const AsyncSaved during = save_async(2, full.path, true, detect, Snapshot::copy, [&] { bump(0); });
+    EXPECT_EQ(read_slice(during.path, 0), before);
+    const AsyncSaved next = save_async(3, during.path, true, detect);
     EXPECT_EQ(next.stats.slices_copied, 1u);
     expect_holds_buffer(next.path);
 }
