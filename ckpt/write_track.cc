@@ -214,6 +214,9 @@ Lookup Tracker::arm(const void *p, std::uint64_t n) {
     const std::uintptr_t ps = page_size();
     const std::uintptr_t addr = reinterpret_cast<std::uintptr_t>(p);
     if (n == 0 || addr + n < addr) return out;
+    // A tracker used by a forked child (a writer opened before the fork) would scan the
+    // parent's page tables: in a child, nothing is tracked through it.
+    if (::getpid() != pid_) return out;
     const std::uintptr_t lo = addr / ps * ps, hi = (addr + n + ps - 1) / ps * ps;
     std::lock_guard<std::mutex> lock(mu_);
     ++counters_.arms;

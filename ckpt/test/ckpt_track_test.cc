@@ -133,7 +133,8 @@ TEST(WriteTrack, AForkedChildTracksItsOwnMemory) {
     Mapping m(kSlice);
     ASSERT_NE(m.data(), nullptr);
     std::memset(m.data(), 5, kSlice);
-    arm_and_remember(*tracker_or_skip(), m.data(), kSlice);
+    track::Tracker &parent = *tracker_or_skip();
+    arm_and_remember(parent, m.data(), kSlice);
     const pid_t pid = ::fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
@@ -146,6 +147,8 @@ TEST(WriteTrack, AForkedChildTracksItsOwnMemory) {
         if (!tr->arm(m.data(), kSlice).known) ::_exit(4);
         m.data()[100] = 6;
         if (tr->arm(m.data(), kSlice).known) ::_exit(5);
+        // The parent's tracker, kept from before the fork, tracks nothing here.
+        if (parent.arm(m.data(), kSlice).tracked) ::_exit(6);
         ::_exit(0);
     }
     int status = 0;
