@@ -29,8 +29,12 @@
 // is shared here too, as in a single-controller trainer writing all its shards from one
 // process: the parsed index of a checkpoint (every Reader, and every ShardWriter naming it as
 // base) and the manifests that finished ShardWriters hand to commit(). The output says so.
+// The full save and the hinted incremental are measured a second time with the ranks as
+// processes, as omni-launch runs them: each rank reads the base's index itself, and the
+// commit reads every shard's manifest from its file.
 #include <boost/program_options.hpp>
 #include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -196,6 +200,32 @@ struct SaveStats {
     std::uint64_t written;
 };
 
+// Rank k's shard of a checkpoint: its bytes written, or the error.
+omni::Result<std::uint64_t> save_shard(const Config &c, const Model &m, const std::string &root,
+                                 std::uint64_t step, std::uint32_t k, const WriterOptions &wo,
+                                 const std::vector<std::vector<bool>> *changed, bool hinted) {
+    auto w = ShardWriter::open(root, step, k, wo);
+    if (!w) return omni::make_error(w.error());
+    for (std::uint32_t t = 0; t < c.tensors; ++t) {
+        Change ch = Change::detect;
+        if (hinted && changed) ch = (*changed)[k][t] ? Change::changed : Change::unchanged;
+        auto st = w.value()->add_tensor(tensor_name(t), DType::fp32, m.shape(), {k * m.rows, 0},
+                                        {m.rows, m.cols}, m.slice[k][t].data(), ch);
+        if (!st) return omni::make_error(st.error());
+    }
+    if (auto st = w.value()->finish(); !st) return omni::make_error(st.error());
+    return w.value()->bytes_written();
+}
+
+// The commit that follows the shards of a save (what one rank of a job does).
+void commit_save(const Config &c, const std::string &root, std::uint64_t step) {
+    Meta meta;
+    meta.step = step;
+    meta.world_size = c.shards;
+    auto r = commit(root, c.shards, meta);
+    if (!r) die(r.error());
+}
+
 SaveStats our_save(const Config &c, const Model &m, const std::string &root, std::uint64_t step,
                    const std::string &base, const std::vector<std::vector<bool>> *changed,
                    bool hinted, bool track = false) {
@@ -207,29 +237,135 @@ SaveStats our_save(const Config &c, const Model &m, const std::string &root, std
     const auto t0 = Clock::now();
     // The K ranks write concurrently, as in a job.
     parallel_for(c.shards, c.threads, [&](std::uint32_t k) {
-            auto w = ShardWriter::open(root, step, k, wo);
-            if (!w) return void(errors[k] = w.error());
-            for (std::uint32_t t = 0; t < c.tensors; ++t) {
-                Change ch = Change::detect;
-                if (hinted && changed) ch = (*changed)[k][t] ? Change::changed : Change::unchanged;
-                auto st = w.value()->add_tensor(tensor_name(t), DType::fp32, m.shape(), {k * m.rows, 0},
-                                                {m.rows, m.cols}, m.slice[k][t].data(), ch);
-                if (!st) return void(errors[k] = st.error());
-            }
-            if (auto st = w.value()->finish(); !st) return void(errors[k] = st.error());
-            written[k] = w.value()->bytes_written();
+            auto n = save_shard(c, m, root, step, k, wo, changed, hinted);
+            if (!n) return void(errors[k] = n.error());
+            written[k] = n.value();
         });
     for (const auto &e : errors)
         if (!e.empty()) die(e);
-    Meta meta;
-    meta.step = step;
-    meta.world_size = c.shards;
-    auto r = commit(root, c.shards, meta);
-    if (!r) die(r.error());
+    commit_save(c, root, step);
     std::uint64_t total = 0;
     for (auto w : written) total += w;
     return {seconds_since(t0), total};
 }
+
+// The ranks as processes, as omni-launch runs them under srun: one worker process per shard,
+// forked before this process uses HDF5, each with the models in its (copy-on-write shared)
+// memory. A save sends every worker a command and waits for all replies; the commit then
+// runs here and, as in a job, reads the shards' manifests from their files. Unlike threads
+// of one process, the ranks do not queue on HDF5's global lock.
+class RankProcesses {
+public:
+    RankProcesses(const Config &c, std::vector<const Model *> models,
+                  const std::vector<std::vector<bool>> &changed)
+        : c_(c) {
+        for (std::uint32_t k = 0; k < c.shards; ++k) {
+            int cmd[2], res[2];
+            if (::pipe(cmd) != 0 || ::pipe(res) != 0) die(std::string("pipe: ") + std::strerror(errno));
+            const pid_t pid = ::fork();
+            if (pid < 0) die(std::string("fork: ") + std::strerror(errno));
+            if (pid == 0) {
+                ::close(cmd[1]);
+                ::close(res[0]);
+                for (const auto &w : workers_) {   // the earlier workers' pipes
+                    ::close(w.cmd);
+                    ::close(w.res);
+                }
+                serve(c, k, models, changed, cmd[0], res[1]);
+            }
+            ::close(cmd[0]);
+            ::close(res[1]);
+            workers_.push_back({pid, cmd[1], res[0]});
+        }
+    }
+    ~RankProcesses() {
+        for (const auto &w : workers_) ::close(w.cmd);   // EOF: the worker exits
+        for (const auto &w : workers_) {
+            int status = 0;
+            ::waitpid(w.pid, &status, 0);
+            ::close(w.res);
+        }
+    }
+    RankProcesses(const RankProcesses &) = delete;
+    RankProcesses &operator=(const RankProcesses &) = delete;
+
+    SaveStats save(const std::string &root, std::uint64_t step, const std::string &base, int model,
+                   bool hinted) {
+        Command cmd{};
+        cmd.step = step;
+        cmd.model = model;
+        cmd.hinted = hinted ? 1 : 0;
+        if (root.size() >= sizeof cmd.root || base.size() >= sizeof cmd.base) die("path too long: " + root);
+        std::memcpy(cmd.root, root.data(), root.size());
+        std::memcpy(cmd.base, base.data(), base.size());
+        const auto t0 = Clock::now();
+        for (const auto &w : workers_)
+            if (!put(w.cmd, &cmd, sizeof cmd)) die("a rank process is gone");
+        std::uint64_t total = 0;
+        for (const auto &w : workers_) {
+            Reply r{};
+            if (!get(w.res, &r, sizeof r)) die("a rank process is gone");
+            if (!r.ok) die(std::string(r.error, strnlen(r.error, sizeof r.error)));
+            total += r.written;
+        }
+        commit_save(c_, root, step);
+        return {seconds_since(t0), total};
+    }
+
+private:
+    struct Command {
+        std::uint64_t step;
+        std::int32_t model, hinted;
+        char root[2048], base[2048];
+    };
+    struct Reply {
+        std::int32_t ok;
+        std::uint64_t written;
+        char error[512];
+    };
+    struct Worker {
+        pid_t pid;
+        int cmd, res;
+    };
+    static bool put(int fd, const void *p, std::size_t n) {
+        for (std::size_t done = 0; done < n;) {
+            const ssize_t w = ::write(fd, static_cast<const char *>(p) + done, n - done);
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) return false;
+            done += static_cast<std::size_t>(w);
+        }
+        return true;
+    }
+    static bool get(int fd, void *p, std::size_t n) {
+        for (std::size_t done = 0; done < n;) {
+            const ssize_t r = ::read(fd, static_cast<char *>(p) + done, n - done);
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0) return false;
+            done += static_cast<std::size_t>(r);
+        }
+        return true;
+    }
+    [[noreturn]] static void serve(const Config &c, std::uint32_t k, const std::vector<const Model *> &models,
+                                   const std::vector<std::vector<bool>> &changed, int in, int out) {
+        Command cmd;
+        while (get(in, &cmd, sizeof cmd)) {
+            WriterOptions wo;
+            wo.base = std::string(cmd.base, strnlen(cmd.base, sizeof cmd.base));
+            const std::string root(cmd.root, strnlen(cmd.root, sizeof cmd.root));
+            auto n = save_shard(c, *models.at(static_cast<std::size_t>(cmd.model)), root, cmd.step, k,
+                                wo, &changed, cmd.hinted != 0);
+            Reply r{};
+            r.ok = n ? 1 : 0;
+            if (n) r.written = n.value();
+            else std::snprintf(r.error, sizeof r.error, "rank %u: %s", k, n.error().c_str());
+            if (!put(out, &r, sizeof r)) break;
+        }
+        ::_exit(0);
+    }
+
+    const Config &c_;
+    std::vector<Worker> workers_;
+};
 
 double our_load(const Config &c, const Model &m, const std::string &ckpt, std::uint32_t ranks,
                 bool verify, std::vector<char> &dest) {
@@ -466,6 +602,9 @@ int main(int argc, char **argv) {
         changed[idx % c.shards][idx / c.shards] = true;
         for (auto &x : m2.slice[idx % c.shards][idx / c.shards]) x += 1.0f;
     }
+    // Forked now: before this process starts threads or opens anything with HDF5.
+    RankProcesses procs(c, {&m, &m2}, changed);
+    std::vector<double> t_save_p, t_incr_hint_p;
     std::vector<AsyncShardWriter> async(c.shards), async_cow(c.shards);
     for (auto &w : async_cow) w.set_snapshot(Snapshot::copy_on_write);
     Model live = m;   // the trainer's buffers, rewritten during the async persists
@@ -501,6 +640,12 @@ int main(int argc, char **argv) {
         const auto inch = our_save(c, m2, root, ++step, ck, &changed, true);
         t_incr_hint.push_back(inch.seconds);
         incr_hint_written = inch.written;
+        // The same two saves with the ranks as processes.
+        t_save_p.push_back(procs.save(root, ++step, "", 0, false).seconds);
+        const std::string ckp = fsio::join(root, step_dir_name(step));
+        const auto inchp = procs.save(root, ++step, ckp, 1, true);
+        if (inchp.written != inch.written) die("the incremental of the rank processes wrote other bytes");
+        t_incr_hint_p.push_back(inchp.seconds);
         // Write tracking in its steady state: the previous checkpoint of these buffers (untimed;
         // they equal the base, so it references everything) armed them, the trainer changes
         // 1% of the slices, and the timed checkpoint hashes only what was written.
@@ -564,6 +709,9 @@ int main(int argc, char **argv) {
     std::printf("  %-44s %8.3f s  %s  (%u of %u slices changed)\n", "our incremental save (detect by hash)",
                 median(t_incr), range(t_incr).c_str(), n_changed, slices);
     std::printf("  %-44s %8.3f s  %s\n", "our incremental save (caller hints)", median(t_incr_hint), range(t_incr_hint).c_str());
+    line("our save, ranks as processes", t_save_p);
+    std::printf("  %-44s %8.3f s  %s\n", "our incremental save (hints), as processes", median(t_incr_hint_p),
+                range(t_incr_hint_p).c_str());
     std::printf("  %-44s %8.3f s  %s%s%s\n", "our incremental save (write tracking)", median(t_incr_track),
                 range(t_incr_track).c_str(), track_status.empty() ? "" : "  (unavailable, hashed: ",
                 track_status.empty() ? "" : (track_status + ")").c_str());
@@ -600,6 +748,8 @@ int main(int argc, char **argv) {
     std::printf("  incremental time / full save (hinted)  %6.2f%%  [<= 5%%]  (%.2f%% of bytes)\n",
                 100.0 * median(t_incr_hint) / median(t_save), 100.0 * incr_hint_written / bytes);
     std::printf("  incremental time / full save (tracked) %6.2f%%  [<= 5%%]\n", 100.0 * median(t_incr_track) / median(t_save));
+    std::printf("  ranks as processes: save / raw write %5.2fx, incremental (hinted) / full save %.2f%%\n",
+                median(t_raw_w) / median(t_save_p), 100.0 * median(t_incr_hint_p) / median(t_save_p));
     std::printf("  async stall / sync save, copy          %6.2f%%  [<= 10%%]\n", 100.0 * median(t_stall) / median(t_save));
     std::printf("  async stall / sync save, copy-on-write %6.2f%%  [<= 10%%]\n", 100.0 * median(t_stall_cow) / median(t_save));
     std::printf("  async 1%% incremental stall / sync save %5.2f%% hinted, %.2f%% tracked\n",
