@@ -128,6 +128,37 @@ TEST(WriteTrack, DroppedUnmappedAndKernelWrittenPagesCountAsWritten) {
     settle();
 }
 
+TEST(WriteTrack, TransparentHugePages) {
+    // Memory the kernel may back with 2 MiB pages (MADV_HUGEPAGE): slices that cover part of
+    // a huge page and all of one behave like any other.
+    REQUIRE_TRACKING();
+    track::Tracker &tr = *tracker_or_skip();
+    const std::size_t huge = 2 << 20, bytes = 3 * huge;
+    Mapping m(bytes + huge);
+    ASSERT_NE(m.data(), nullptr);
+    char *p = reinterpret_cast<char *>((reinterpret_cast<std::uintptr_t>(m.data()) + huge - 1) / huge * huge);
+    (void)::madvise(p, bytes, MADV_HUGEPAGE);   // a hint; where THP is off, 4 KiB pages
+    std::memset(p, 4, bytes);
+    char *part = p + 100000;                    // inside the first huge page
+    const std::size_t n_part = 300000, n_whole = huge;
+    char *whole = p + huge;                     // exactly the second one
+    for (int round = 0; round < 2; ++round) {
+        arm_and_remember(tr, part, n_part);
+        arm_and_remember(tr, whole, n_whole);
+    }
+    EXPECT_TRUE(tr.arm(part, n_part).known);
+    EXPECT_TRUE(tr.arm(whole, n_whole).known);
+    whole[huge - 1] = 5;
+    part[n_part + 10] = 5;   // after `part`, on a page it shares
+    EXPECT_FALSE(arm_and_remember(tr, whole, n_whole).known);
+    EXPECT_FALSE(arm_and_remember(tr, part, n_part).known);
+    EXPECT_TRUE(tr.arm(whole, n_whole).known);
+    EXPECT_TRUE(tr.arm(part, n_part).known);
+    p[2 * huge + 5] = 1;     // the third huge page: neither slice
+    EXPECT_TRUE(tr.arm(whole, n_whole).known);
+    EXPECT_TRUE(tr.arm(part, n_part).known);
+}
+
 TEST(WriteTrack, AForkedChildTracksItsOwnMemory) {
     REQUIRE_TRACKING();
     Mapping m(kSlice);
