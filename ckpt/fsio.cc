@@ -126,6 +126,40 @@ Result<std::vector<std::string>> list_dir(const std::string &path) {
     return out;
 }
 
+Status write_file(const std::string &path, const std::string &bytes) {
+    Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666));
+    if (fd.get() < 0) return sys_error("creating", path, errno);
+    for (std::size_t done = 0; done < bytes.size();) {
+        const ssize_t w = ::write(fd.get(), bytes.data() + done, bytes.size() - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) return sys_error("writing", path, errno);
+        done += static_cast<std::size_t>(w);
+    }
+    // Where a file system reports a failed write-back only at close (NFS), it is an error.
+    if (::close(fd.release()) != 0) return sys_error("closing", path, errno);
+    return Status::success();
+}
+
+Result<std::string> read_file(const std::string &path, std::uint64_t max_bytes) {
+    Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (fd.get() < 0) return sys_error("opening", path, errno);
+    struct stat st;
+    if (::fstat(fd.get(), &st) != 0) return sys_error("stat of", path, errno);
+    if (st.st_size < 0 || static_cast<std::uint64_t>(st.st_size) > max_bytes)
+        return make_error(path + ": " + std::to_string(st.st_size) + " bytes, more than the " +
+                          std::to_string(max_bytes) + " expected at most");
+    std::string out(static_cast<std::size_t>(st.st_size), '\0');
+    std::size_t got = 0;
+    while (got < out.size()) {
+        const ssize_t r = ::read(fd.get(), &out[got], out.size() - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return sys_error("reading", path, errno);
+        if (r == 0) return make_error(path + ": shorter than its size while being read");
+        got += static_cast<std::size_t>(r);
+    }
+    return out;
+}
+
 Status remove_file(const std::string &path) {
     if (::unlink(path.c_str()) != 0 && errno != ENOENT) return sys_error("removing", path, errno);
     return Status::success();

@@ -36,6 +36,12 @@ public:
         if (fd_ >= 0) ::close(fd_);
     }
     int get() const { return fd_; }
+    // Gives up ownership (for a close whose result matters).
+    int release() {
+        const int fd = fd_;
+        fd_ = -1;
+        return fd;
+    }
 
 private:
     int fd_ = -1;
@@ -59,6 +65,11 @@ Result<std::uint64_t> file_size(const std::string &path);
 Result<std::uint64_t> age_seconds(const std::string &path);
 // Names in a directory except "." and "..", sorted.
 Result<std::vector<std::string>> list_dir(const std::string &path);
+// Creates (or truncates) `path` with exactly `bytes`; not fsynced.
+Status write_file(const std::string &path, const std::string &bytes);
+// The whole file; an error naming the path when it cannot be read or is larger than
+// `max_bytes` (nothing is allocated for it then).
+Result<std::string> read_file(const std::string &path, std::uint64_t max_bytes);
 Status remove_file(const std::string &path);
 Status remove_tree(const std::string &path);
 // Drops a file's pages from the page cache (benchmarks measure the disk, not memory).

@@ -18,6 +18,7 @@
 #include "fsio.h"
 #include "h5.h"
 #include "hash.h"
+#include "ref_shard.h"
 
 namespace omni {
 namespace ckpt {
@@ -80,15 +81,15 @@ constexpr std::size_t kIndexCacheEntries = 8;
 constexpr std::size_t kRememberedShards = 4096;
 
 std::mutex shard_mu;
-std::unordered_map<std::string, std::pair<FileIdentity, ShardManifest>> remembered;
+std::unordered_map<std::string, std::pair<FileIdentity, ShardRecord>> remembered;
 std::deque<std::string> remembered_order;   // oldest first, may name entries taken since
 }  // namespace
 
-void remember_shard_manifest(const std::string &shard_path, const ShardManifest &m) {
+void remember_shard(const std::string &shard_path, ShardRecord shard) {
     const auto id = identity_of(shard_path);
     if (!id) return;
     std::lock_guard<std::mutex> lock(shard_mu);
-    remembered[shard_path] = {*id, m};
+    remembered[shard_path] = {*id, std::move(shard)};
     remembered_order.push_back(shard_path);
     while (remembered_order.size() > kRememberedShards) {
         remembered.erase(remembered_order.front());
@@ -96,8 +97,8 @@ void remember_shard_manifest(const std::string &shard_path, const ShardManifest 
     }
 }
 
-Result<ShardManifest> take_shard_manifest(const std::string &shard_path) {
-    std::optional<std::pair<FileIdentity, ShardManifest>> entry;
+Result<ShardRecord> take_shard(const std::string &shard_path) {
+    std::optional<std::pair<FileIdentity, ShardRecord>> entry;
     {
         std::lock_guard<std::mutex> lock(shard_mu);
         auto it = remembered.find(shard_path);
@@ -110,12 +111,23 @@ Result<ShardManifest> take_shard_manifest(const std::string &shard_path) {
         // The writer checked names, shapes and slices as they were added; a reference to a
         // base file is the one thing it took on trust, and the parser would reject a bad one.
         bool refs_ok = true;
-        for (const auto &t : entry->second.tensors)
+        for (const auto &t : entry->second.manifest.tensors)
             for (const auto &s : t.sources) refs_ok = refs_ok && check_file_ref(s.file).ok();
         const auto id = identity_of(shard_path);
         if (refs_ok && id && *id == entry->first) return std::move(entry->second);
     }
-    return read_shard_manifest(shard_path);
+    if (is_ref_shard_file_name(fsio::basename(shard_path))) {
+        auto bytes = fsio::read_file(shard_path, kMaxRefShardBytes);
+        if (!bytes) return make_error(bytes.error());
+        auto parsed = parse_ref_shard(bytes.value());
+        if (!parsed) return make_error(shard_path + ": " + parsed.error());
+        return parsed;
+    }
+    auto m = read_shard_manifest(shard_path);
+    if (!m) return make_error(m.error());
+    ShardRecord out;
+    out.manifest = std::move(m.value());
+    return out;
 }
 
 namespace {
@@ -128,24 +140,10 @@ namespace {
 constexpr std::uint64_t kIndexCacheMaxBytes = std::uint64_t(64) << 20;
 
 std::optional<std::pair<std::uint64_t, std::uint64_t>> content_key(const std::string &path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return std::nullopt;
-    std::optional<std::pair<std::uint64_t, std::uint64_t>> out;
-    struct stat st;
-    if (::fstat(fd, &st) == 0 && st.st_size >= 0 &&
-        static_cast<std::uint64_t>(st.st_size) <= kIndexCacheMaxBytes) {
-        std::string buf(static_cast<std::size_t>(st.st_size), '\0');
-        std::size_t got = 0;
-        while (got < buf.size()) {
-            const ssize_t n = ::read(fd, &buf[got], buf.size() - got);
-            if (n < 0 && errno == EINTR) continue;
-            if (n <= 0) break;
-            got += static_cast<std::size_t>(n);
-        }
-        if (got == buf.size()) out = std::make_pair(std::uint64_t(got), xxh3(buf.data(), got));
-    }
-    ::close(fd);
-    return out;
+    auto bytes = fsio::read_file(path, kIndexCacheMaxBytes);
+    if (!bytes) return std::nullopt;
+    const std::string &b = bytes.value();
+    return std::make_pair(std::uint64_t(b.size()), xxh3(b.data(), b.size()));
 }
 }  // namespace
 
@@ -213,6 +211,10 @@ Result<RankState> read_rank_state(const std::string &file, const RankStateInfo &
                           s.consumed.data());
         !st)
         return make_error(file + ": " + st.error());
+    return check_rank_state(file, info, std::move(s));
+}
+
+Result<RankState> check_rank_state(const std::string &file, const RankStateInfo &info, RankState s) {
     const std::uint64_t h = rank_state_hash(s);
     if (h != info.xxh3)
         return make_error(file + ": rank state of rank " + std::to_string(info.rank) +
@@ -305,12 +307,16 @@ Result<std::string> commit_partial(const CommitRequest &req) {
     if (fsio::exists(req.final_dir))
         return make_error("commit: " + req.final_dir + " already exists");
 
-    // The directory must hold exactly the expected shard files: a stray shard means the
-    // writer count is wrong or something else writes here.
+    // The directory must hold exactly the expected shard files, each rank's HDF5 shard or
+    // its reference shard: a stray shard means the writer count is wrong or something else
+    // writes here.
     auto names = fsio::list_dir(req.partial_dir);
     if (!names) return make_error(names.error());
     std::set<std::string> expected;
-    for (std::uint32_t r = 0; r < req.writers; ++r) expected.insert(shard_file_name(r));
+    for (std::uint32_t r = 0; r < req.writers; ++r) {
+        expected.insert(shard_file_name(r));
+        expected.insert(ref_shard_file_name(r));
+    }
     for (const auto &n : names.value()) {
         if (n == kIndexFile || (n.size() > 4 && n.compare(n.size() - 4, 4, ".tmp") == 0) ||
             n.find(".tmp-") != std::string::npos) {
@@ -323,7 +329,7 @@ Result<std::string> commit_partial(const CommitRequest &req) {
         if (!expected.count(n))
             return make_error("commit: " + fsio::join(req.partial_dir, n) +
                               " is not one of the " + std::to_string(req.writers) +
-                              " expected shard files (shard-00000.h5..)");
+                              " expected shard files (shard-00000.h5 or shard-00000.ref, ..)");
     }
 
     Manifest m;
@@ -335,13 +341,17 @@ Result<std::string> commit_partial(const CommitRequest &req) {
     std::set<std::uint32_t> state_ranks;
     std::set<std::string> sources_seen;
     for (std::uint32_t r = 0; r < req.writers; ++r) {
-        const std::string path = fsio::join(req.partial_dir, shard_file_name(r));
-        if (!fsio::exists(path))
-            return make_error("commit: shard " + path + " is missing; rank " + std::to_string(r) +
-                              " did not finish");
-        auto sm = take_shard_manifest(path);
-        if (!sm) return make_error("commit: " + sm.error());
-        const ShardManifest &s = sm.value();
+        const std::string h5_path = fsio::join(req.partial_dir, shard_file_name(r));
+        const std::string ref_path = fsio::join(req.partial_dir, ref_shard_file_name(r));
+        const bool is_h5 = fsio::exists(h5_path), is_ref = fsio::exists(ref_path);
+        if (is_h5 == is_ref)
+            return make_error("commit: shard " + h5_path + (is_h5 ? " and " : " is missing (and ") +
+                              ref_shard_file_name(r) + (is_h5 ? " both exist" : ")") + "; rank " +
+                              std::to_string(r) + (is_h5 ? " finished twice" : " did not finish"));
+        const std::string path = is_h5 ? h5_path : ref_path;
+        auto shard = take_shard(path);
+        if (!shard) return make_error("commit: " + shard.error());
+        const ShardManifest &s = shard.value().manifest;
         if (s.rank != r || s.step != req.meta.step || s.attempt != req.attempt)
             return make_error("commit: " + path + " belongs to rank " + std::to_string(s.rank) +
                               ", step " + std::to_string(s.step) + ", attempt '" + s.attempt +
@@ -369,11 +379,14 @@ Result<std::string> commit_partial(const CommitRequest &req) {
                                   " in shard of writer " + std::to_string(known.sources[0].writer));
             known.sources.push_back(t.sources[0]);
         }
-        for (const auto &info : s.rank_states) {
+        for (std::size_t i = 0; i < s.rank_states.size(); ++i) {
+            const RankStateInfo &info = s.rank_states[i];
             if (!state_ranks.insert(info.rank).second)
                 return make_error("commit: rank state of rank " + std::to_string(info.rank) +
                                   " was added by more than one writer");
-            auto rs = read_rank_state(path, info);
+            // A reference shard carries its rank states; an HDF5 shard's are in the file.
+            auto rs = is_h5 ? read_rank_state(path, info)
+                            : check_rank_state(path, info, std::move(shard.value().states[i]));
             if (!rs) return make_error("commit: " + rs.error());
             states.push_back(std::move(rs.value()));
             m.rank_states.push_back(info);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "format.h"
+#include "ref_shard.h"
 #include "omni/ckpt_cpp.h"
 #include "omni/result.h"
 
@@ -32,21 +33,27 @@ Result<std::shared_ptr<const Manifest>> read_index_cached(const std::string &ckp
 // Reads a shard file's own manifest.
 Result<ShardManifest> read_shard_manifest(const std::string &shard_path);
 
-// A ShardWriter that has finished (closed, fsynced and renamed) its shard leaves the manifest
-// it wrote here, keyed by the shard's path and identity (device, inode, size, modification
-// and change times); commit in the same process takes it instead of opening the file and
-// parsing the manifest again. Any change to the file since gives it a new identity, and
-// commit then reads the file as it would from another process.
-void remember_shard_manifest(const std::string &shard_path, const ShardManifest &m);
-// The remembered manifest of `shard_path` if the file still has the identity it had when
-// remembered, else read_shard_manifest(). Forgets the entry either way.
-Result<ShardManifest> take_shard_manifest(const std::string &shard_path);
+// A ShardWriter that has finished (closed, fsynced if needed, and renamed) its shard leaves
+// what it wrote here (the manifest, and a reference shard's rank states), keyed by the
+// shard's path and identity (device, inode, size, modification and change times); commit in
+// the same process takes it instead of opening the file and parsing it again. Any change to
+// the file since gives it a new identity, and commit then reads the file as it would from
+// another process.
+void remember_shard(const std::string &shard_path, ShardRecord shard);
+// The remembered record of `shard_path` if the file still has the identity it had when
+// remembered, else the file read: a reference shard (shard-N.ref, parse_ref_shard), or an
+// HDF5 shard's manifest (read_shard_manifest; its rank states stay in the file, for
+// read_rank_state). Forgets the entry either way.
+Result<ShardRecord> take_shard(const std::string &shard_path);
 
 // Reads one rank's state from a file holding /state/rank-N (index or shard) and checks it
 // against `info`.
 Result<RankState> read_rank_state(const std::string &file, const RankStateInfo &info);
+// `s` (read from `file`) if its checksum is info.xxh3, else an error naming the file.
+Result<RankState> check_rank_state(const std::string &file, const RankStateInfo &info, RankState s);
 
-// Turns `partial_dir` (holding shard-0..writers-1, finished) into the committed checkpoint
+// Turns `partial_dir` (holding shard-0..writers-1, finished: each an HDF5 shard or a
+// reference shard, ref_shard.h) into the committed checkpoint
 // `final_dir`: checks the shards, writes index.h5, fsyncs, renames. When `latest_root` is
 // not empty, ROOT/latest is pointed at the new checkpoint afterwards.
 struct CommitRequest {

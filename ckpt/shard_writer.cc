@@ -2,6 +2,9 @@
 //
 // The shard is written as shard-N.h5.tmp inside the partial checkpoint directory and renamed
 // to shard-N.h5 only after it is closed and fsynced, so commit() never sees a torn shard.
+// The HDF5 file is created with the first slice that has to be written: a rank that writes
+// none (every slice references the base) finishes with a plain shard-N.ref instead
+// (ref_shard.h), which costs a fraction of an HDF5 file's creation.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -17,6 +20,7 @@
 #include "h5.h"
 #include "hash.h"
 #include "index.h"
+#include "ref_shard.h"
 #include "stream.h"
 #include "write_track.h"
 #include "omni/ckpt_cpp.h"
@@ -41,7 +45,8 @@ struct ShardWriter::Impl {
     std::string tmp_path;     // dir/shard-N.h5.tmp
     WriterOptions options;
     ShardManifest manifest;
-    h5::Handle file;
+    std::vector<RankState> states;   // written by finish(), into the HDF5 file or the .ref
+    h5::Handle file;                 // created with the first slice written (ensure_file)
     fsio::Fd fd;   // tmp_path for plain writes of slice data (pwrite_hashed); -1: through HDF5
     // The base checkpoint's manifest (shared with other writers of this process) and its
     // tensors by name. A slice is looked up among its tensor's sources when it is added:
@@ -60,6 +65,17 @@ struct ShardWriter::Impl {
         if (failed.empty()) failed = e.message;
         return Status(std::move(e));
     }
+
+    Status ensure_file() {
+        if (file) return Status::success();
+        auto f = h5::create_file(tmp_path);
+        if (!f) return fail(make_error(f.error()));
+        file = std::move(f.value());
+        fd = fsio::Fd(::open(tmp_path.c_str(), O_WRONLY | O_CLOEXEC));
+        return Status::success();
+    }
+
+    std::string ref_path() const { return fsio::join(dir, ref_shard_file_name(manifest.rank)); }
 };
 
 ShardWriter::ShardWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -68,6 +84,7 @@ ShardWriter::~ShardWriter() {
     if (impl_ && !impl_->finished) {
         impl_->file.reset();
         ::unlink(impl_->tmp_path.c_str());
+        ::unlink((impl_->ref_path() + ".tmp").c_str());
     }
 }
 
@@ -118,10 +135,6 @@ Result<std::unique_ptr<ShardWriter>> open_shard_writer_in(const std::string &dir
         impl->base = BaseSlices(std::move(bm.value()));
     }
     if (auto st = fsio::make_dirs(dir); !st) return make_error(st.error());
-    auto f = h5::create_file(impl->tmp_path);
-    if (!f) return make_error(f.error());
-    impl->file = std::move(f.value());
-    impl->fd = fsio::Fd(::open(impl->tmp_path.c_str(), O_WRONLY | O_CLOEXEC));
     return std::make_unique<ShardWriter>(std::move(impl));
 }
 
@@ -215,6 +228,7 @@ Status add_slice(ShardWriter::Impl &w, const std::string &name, DType dtype, con
         if (base->xxh3 == hash) return reuse();
     }
 
+    if (auto st = w.ensure_file(); !st) return st;
     const int rank = static_cast<int>(count.size());
     std::vector<hsize_t> dims(count.begin(), count.end());
     h5::Handle type = h5::dtype_type(dtype);
@@ -289,27 +303,50 @@ Status ShardWriter::add_rank_state(const RankState &state) {
     for (const auto &r : w.manifest.rank_states)
         if (r.rank == state.rank)
             return make_error("rank state of rank " + std::to_string(state.rank) + " added twice");
-    const std::string g = rank_state_group(state.rank);
-    Status st = h5::write_1d(w.file.get(), g + "/rng", H5T_STD_U8LE, H5T_NATIVE_UINT8,
-                             state.rng.size(), state.rng.data());
-    if (st)
-        st = h5::write_1d(w.file.get(), g + "/consumed", H5T_STD_I64LE, H5T_NATIVE_INT64,
-                          state.consumed.size(), state.consumed.data());
-    if (!st) return w.fail(make_error("rank state: " + w.tmp_path + ": " + st.error()));
     RankStateInfo info;
     info.rank = state.rank;
     info.rng_bytes = state.rng.size();
     info.consumed = state.consumed.size();
     info.xxh3 = rank_state_hash(state);
     w.manifest.rank_states.push_back(info);
+    // Kept until finish(): only then is it known whether this rank's shard is an HDF5 file.
+    w.states.push_back(state);
     return Status::success();
 }
+
+namespace {
+
+// finish() of a writer that wrote no slice: shard-N.ref, renamed into place like an HDF5
+// shard and, holding no tensor data, not fsynced (see finish()).
+Status finish_ref(ShardWriter::Impl &w) {
+    const std::string path = w.ref_path(), tmp = path + ".tmp";
+    if (auto st = fsio::write_file(tmp, encode_ref_shard(w.manifest, w.states)); !st) {
+        (void)fsio::remove_file(tmp);   // best effort: frees space on ENOSPC
+        return w.fail(make_error(st.error()));
+    }
+    if (auto st = fsio::rename_path(tmp, path); !st) return w.fail(make_error(st.error()));
+    w.finished = true;
+    remember_shard(path, ShardRecord{w.manifest, std::move(w.states)});
+    return Status::success();
+}
+
+}  // namespace
 
 Status ShardWriter::finish() {
     Impl &w = *impl_;
     if (!w.failed.empty()) return make_error("shard writer failed earlier: " + w.failed);
     if (w.finished) return Status::success();
+    if (!w.file) return finish_ref(w);
     Status st = h5::write_attr_u64(w.file.get(), kVersionAttr, kFormatVersion);
+    for (std::size_t i = 0; st && i < w.states.size(); ++i) {
+        const RankState &rs = w.states[i];
+        const std::string g = rank_state_group(rs.rank);
+        st = h5::write_1d(w.file.get(), g + "/rng", H5T_STD_U8LE, H5T_NATIVE_UINT8, rs.rng.size(),
+                          rs.rng.data());
+        if (st)
+            st = h5::write_1d(w.file.get(), g + "/consumed", H5T_STD_I64LE, H5T_NATIVE_INT64,
+                              rs.consumed.size(), rs.consumed.data());
+    }
     if (st)
         st = h5::write_string_dataset(w.file.get(), kShardManifestDataset,
                                       shard_manifest_to_json(w.manifest));
@@ -318,11 +355,11 @@ Status ShardWriter::finish() {
     if (auto c = w.file.close(w.tmp_path); !c) return w.fail(make_error(c.error()));
     w.fd = fsio::Fd();
     // Only a shard that holds tensor data is fsynced. One that wrote none (an incremental
-    // rank whose slices all reference the base) is read once, by commit(), which copies its
-    // manifest and rank states into index.h5 and fsyncs that; after the commit nothing reads
-    // the shard (no source names it, rank states are read from the index), so a crash that
-    // loses or truncates it loses nothing. In an incremental checkpoint where few ranks
-    // changed anything this saves most of the checkpoint's fsyncs.
+    // rank whose slices all reference the base: a .ref, finish_ref) is read once, by
+    // commit(), which copies its manifest and rank states into index.h5 and fsyncs that;
+    // after the commit nothing reads it (no source names it, rank states are read from the
+    // index), so a crash that loses or truncates it loses nothing. In an incremental
+    // checkpoint where few ranks changed anything this saves most of the checkpoint's fsyncs.
     if (w.options.fsync && w.written > 0)
         if (auto s = fsio::fsync_path(w.tmp_path); !s) return w.fail(make_error(s.error()));
     // No fsync of the directory here: the new name only has to be durable once the
@@ -332,7 +369,7 @@ Status ShardWriter::finish() {
         return w.fail(make_error(s.error()));
     w.finished = true;
     // For commit() in this process: it need not open the shard again to learn what it holds.
-    remember_shard_manifest(w.final_path, w.manifest);
+    remember_shard(w.final_path, ShardRecord{w.manifest, {}});
     return Status::success();
 }
 

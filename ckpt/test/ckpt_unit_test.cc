@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <string>
 
@@ -14,6 +15,7 @@
 #include "../format.h"
 #include "../fsio.h"
 #include "../hash.h"
+#include "../ref_shard.h"
 #include "omni/ckpt_cpp.h"
 #include "test_util.h"
 
@@ -309,8 +311,8 @@ TEST(Incremental, BaseGivenAsLatestLinkIsReferencedByItsRealName) {
     EXPECT_FALSE(ShardWriter::open(d / "other", 4, 0, WriterOptions{"0", d / "root/latest", true}).ok());
 }
 
-// A rank whose slices are all references writes a shard that is not fsynced (omni-ckpt(5)):
-// once committed, nothing may need it, so a crash that loses it loses nothing.
+// A rank whose slices are all references writes a reference shard, not fsynced
+// (omni-ckpt(5)): once committed, nothing may need it, so a crash that loses it loses nothing.
 TEST(Incremental, ShardHoldingOnlyReferencesIsNotNeededAfterCommit) {
     TempDir d;
     const std::string root = d / "root";
@@ -321,7 +323,12 @@ TEST(Incremental, ShardHoldingOnlyReferencesIsNotNeededAfterCommit) {
     std::uint64_t written = 0;
     const std::string inc = write_ckpt(root, 2, 2, specs, base, &written);
     ASSERT_EQ(written, 8u);
-    ASSERT_TRUE(fsio::remove_file(inc + "/shard-00001.h5").ok());   // as a power loss might
+    // Writer 0 wrote "v" into an HDF5 shard; writer 1 wrote nothing, so it left a .ref only.
+    EXPECT_TRUE(fsio::exists(inc + "/shard-00000.h5"));
+    EXPECT_FALSE(fsio::exists(inc + "/shard-00000.ref"));
+    EXPECT_FALSE(fsio::exists(inc + "/shard-00001.h5"));
+    ASSERT_TRUE(fsio::exists(inc + "/shard-00001.ref"));
+    ASSERT_TRUE(fsio::remove_file(inc + "/shard-00001.ref").ok());   // as a power loss might
 
     auto v = verify(inc);
     ASSERT_TRUE(v.ok()) << v.error();
@@ -332,6 +339,7 @@ TEST(Incremental, ShardHoldingOnlyReferencesIsNotNeededAfterCommit) {
     auto rs = r.value()->rank_state(1);   // read from the index
     ASSERT_TRUE(rs.ok()) << rs.error();
     EXPECT_EQ(rs.value().consumed, (std::vector<std::int64_t>{1, 3}));
+    EXPECT_EQ(rs.value().rng, (std::vector<std::uint8_t>{1, 2, 0xab}));
     auto entries = list(root);
     ASSERT_TRUE(entries.ok());
     ASSERT_EQ(entries.value().size(), 2u);
@@ -638,6 +646,180 @@ TEST(Manifest, ParserRejectsHostileInput) {
     EXPECT_FALSE(parse_manifest(std::string(100000, '[')).ok());
     EXPECT_NE(parse_manifest(mutate("\"format_version\":1", "\"format_version\":2")).error().find("version 2"),
               std::string::npos);
+}
+
+namespace {
+
+// A partial checkpoint of step `step` with two ranks: rank 0 writes all of tensor "x", rank 1
+// no slice, only its rank state (so it finishes with shard-00001.ref). Returns that state.
+RankState two_ranks_one_without_data(const std::string &root, std::uint64_t step) {
+    const std::vector<float> data(4, 2.5f);
+    RankState rs;
+    rs.rank = 1;
+    rs.rng = {7, 0, 255, 1};
+    for (std::int64_t i = 0; i < 1000; ++i) rs.consumed.push_back(i * 3 - 5);   // negatives too
+    for (std::uint32_t w = 0; w < 2; ++w) {
+        auto sw = ShardWriter::open(root, step, w);
+        EXPECT_TRUE(sw.ok()) << sw.error();
+        if (!sw.ok()) return rs;
+        if (w == 0) EXPECT_TRUE(sw.value()->add_tensor("x", DType::fp32, {4}, {0}, {4}, data.data()).ok());
+        else EXPECT_TRUE(sw.value()->add_rank_state(rs).ok());
+        auto st = sw.value()->finish();
+        EXPECT_TRUE(st.ok()) << st.error();
+    }
+    return rs;
+}
+
+std::string read_all_bytes(const std::string &path) {
+    auto b = fsio::read_file(path, 1 << 20);
+    EXPECT_TRUE(b.ok()) << b.error();
+    return b.ok() ? b.value() : std::string();
+}
+
+}  // namespace
+
+// The rank states of a reference shard reach the index, whether commit takes them from the
+// writer of this process or, once the file has changed identity, reads them from the file.
+TEST(RefShard, RankStatesReachTheIndexFromMemoryAndFromTheFile) {
+    TempDir d;
+    const std::string root = d / "root";
+    for (std::uint64_t step : {1, 2}) {
+        const RankState want = two_ranks_one_without_data(root, step);
+        const std::string ref = root + "/" + partial_dir_name(step, "0") + "/shard-00001.ref";
+        ASSERT_TRUE(fsio::exists(ref));
+        ASSERT_FALSE(fsio::exists(root + "/" + partial_dir_name(step, "0") + "/shard-00001.h5"));
+        if (step == 2) {
+            // Same bytes, new identity (another inode): commit must read and check the file.
+            const std::string bytes = read_all_bytes(ref);
+            ASSERT_TRUE(fsio::remove_file(ref).ok());
+            ASSERT_TRUE(fsio::write_file(ref, bytes).ok());
+        }
+        auto c = commit(root, 2, meta_for(step, 2));
+        ASSERT_TRUE(c.ok()) << c.error();
+        auto r = Reader::open(c.value());
+        ASSERT_TRUE(r.ok()) << r.error();
+        auto got = r.value()->rank_state(1);
+        ASSERT_TRUE(got.ok()) << got.error();
+        EXPECT_EQ(got.value().rng, want.rng) << "step " << step;
+        EXPECT_EQ(got.value().consumed, want.consumed) << "step " << step;
+    }
+}
+
+// A damaged reference shard, or a rank that left both kinds of shard, fails the commit with
+// the file named; putting the right file back lets the same commit succeed (nothing lost).
+TEST(RefShard, CommitRefusesDamagedAndDuplicateShards) {
+    TempDir d;
+    const std::string root = d / "root";
+    (void)two_ranks_one_without_data(root, 1);
+    const std::string dir = root + "/" + partial_dir_name(1, "0");
+    const std::string ref = dir + "/shard-00001.ref";
+    const std::string good = read_all_bytes(ref);
+    ASSERT_GT(good.size(), 100u);
+    auto commit_with = [&](const std::string &bytes) {
+        EXPECT_TRUE(fsio::remove_file(ref).ok());
+        EXPECT_TRUE(fsio::write_file(ref, bytes).ok());
+        auto c = commit(root, 2, meta_for(1, 2));
+        return c.ok() ? std::string() : c.error();
+    };
+    std::string flipped = good;
+    flipped[40] ^= 0x20;   // inside the manifest
+    std::string e = commit_with(flipped);
+    EXPECT_NE(e.find("shard-00001.ref"), std::string::npos) << e;
+    EXPECT_NE(e.find("checksum mismatch"), std::string::npos) << e;
+    e = commit_with(good.substr(0, good.size() - 9));
+    EXPECT_NE(e.find("shard-00001.ref: lengths do not match"), std::string::npos) << e;
+    e = commit_with("");
+    EXPECT_NE(e.find("not a reference shard"), std::string::npos) << e;
+
+    // A rank state whose bytes are not what its manifest entry says: a consistent file
+    // (trailer right) with one consumed index changed.
+    auto parsed = parse_ref_shard(good);
+    ASSERT_TRUE(parsed.ok()) << parsed.error();
+    ShardRecord bad = parsed.value();
+    bad.states[0].consumed[10] += 1;
+    e = commit_with(encode_ref_shard(bad.manifest, bad.states));
+    EXPECT_NE(e.find("shard-00001.ref: rank state of rank 1: checksum mismatch"), std::string::npos) << e;
+
+    // Rank 1 also left an HDF5 shard (a writer run twice).
+    {
+        const std::vector<float> one(1, 1.0f);
+        auto sw = ShardWriter::open(root, 1, 1);
+        ASSERT_TRUE(sw.ok());
+        ASSERT_TRUE(fsio::rename_path(ref, ref + ".keep").ok());   // the writer would replace it
+        ASSERT_TRUE(sw.value()->add_tensor("y", DType::fp32, {1}, {0}, {1}, one.data()).ok());
+        ASSERT_TRUE(sw.value()->finish().ok());
+        ASSERT_TRUE(fsio::rename_path(ref + ".keep", ref).ok());
+    }
+    e = commit_with(good);
+    EXPECT_NE(e.find("shard-00001.ref both exist; rank 1 finished twice"), std::string::npos) << e;
+    ASSERT_TRUE(fsio::remove_file(dir + "/shard-00001.h5").ok());
+    EXPECT_EQ(commit_with(good), "");
+    EXPECT_TRUE(Reader::open_latest(root).ok());
+}
+
+TEST(RefShard, ParserRejectsHostileInput) {
+    ShardManifest m;
+    m.step = 9;
+    m.rank = 3;
+    m.attempt = "g1";
+    RankState a, b;
+    a.rank = 3;
+    a.rng = {1, 2, 3};
+    a.consumed = {-1, 0, std::numeric_limits<std::int64_t>::max()};
+    b.rank = 4;   // a writer may carry other ranks' states
+    b.consumed = {5};
+    for (const RankState *s : {&a, &b}) {
+        RankStateInfo info;
+        info.rank = s->rank;
+        info.rng_bytes = s->rng.size();
+        info.consumed = s->consumed.size();
+        m.rank_states.push_back(info);
+    }
+    const std::string good = encode_ref_shard(m, {a, b});
+    auto p = parse_ref_shard(good);
+    ASSERT_TRUE(p.ok()) << p.error();
+    ASSERT_EQ(p.value().states.size(), 2u);
+    EXPECT_EQ(p.value().manifest.rank, 3u);
+    EXPECT_EQ(p.value().states[0].rng, a.rng);
+    EXPECT_EQ(p.value().states[0].consumed, a.consumed);
+    EXPECT_EQ(p.value().states[1].consumed, b.consumed);
+    // Every truncation, and every single-byte change, is refused.
+    for (std::size_t n = 0; n < good.size(); ++n) EXPECT_FALSE(parse_ref_shard(good.substr(0, n)).ok()) << n;
+    for (std::size_t i = 0; i < good.size(); ++i) {
+        std::string s = good;
+        s[i] ^= 0x01;
+        EXPECT_FALSE(parse_ref_shard(s).ok()) << "byte " << i;
+    }
+    // Consistent files (trailer recomputed) whose contents lie.
+    auto resealed = [](std::string s) {
+        s.resize(s.size() - 8);
+        const std::uint64_t h = xxh3(s.data(), s.size());
+        for (int i = 0; i < 8; ++i) s.push_back(static_cast<char>((h >> (8 * i)) & 0xff));
+        return s;
+    };
+    auto put = [](std::string s, std::size_t at, std::uint64_t v) {
+        for (int i = 0; i < 8; ++i) s[at + i] = static_cast<char>((v >> (8 * i)) & 0xff);
+        return s;
+    };
+    auto e = parse_ref_shard(resealed(put(good, 8, 2)));
+    ASSERT_FALSE(e.ok());
+    EXPECT_NE(e.error().find("format version 2"), std::string::npos) << e.error();
+    e = parse_ref_shard(resealed(put(good, 16, std::uint64_t(1) << 62)));   // manifest length
+    ASSERT_FALSE(e.ok());
+    EXPECT_NE(e.error().find("lengths do not match"), std::string::npos) << e.error();
+    ShardManifest more = m;
+    more.rank_states[1].consumed = 2;   // says 16 bytes; 8 are stored
+    e = parse_ref_shard(encode_ref_shard(more, {a, b}));
+    ASSERT_FALSE(e.ok());
+    EXPECT_NE(e.error().find("do not add up"), std::string::npos) << e.error();
+    more.rank_states[1].consumed = std::uint64_t(1) << 61;   // 8 * this overflows
+    EXPECT_FALSE(parse_ref_shard(encode_ref_shard(more, {a, b})).ok());
+    // Names.
+    EXPECT_EQ(ref_shard_file_name(3), "shard-00003.ref");
+    EXPECT_TRUE(is_ref_shard_file_name("shard-1234567.ref"));
+    for (const char *bad_name : {"shard-0003.ref", "shard-12345678.ref", "shard-00003.h5", "shard-0000a.ref",
+                                 "shard-00003.ref.tmp"})
+        EXPECT_FALSE(is_ref_shard_file_name(bad_name)) << bad_name;
 }
 
 TEST(Hash, DispatchAndStreamingEqualPlainXxh3) {

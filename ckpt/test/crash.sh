@@ -23,17 +23,28 @@ t0=$(date +%s%N)
 window_ms=$(( ($(date +%s%N) - t0) / 1000000 + 5 ))
 echo "a full write takes about $window_ms ms; killing at random points in it"
 
+# What the --seed iterations below write: an incremental checkpoint with its base's values,
+# in which every rank leaves a reference shard and no HDF5 shard.
+"$MAKE_TEST_CKPT" "$tmp/refs" 0 4 >/dev/null && "$MAKE_TEST_CKPT" "$tmp/refs" 1 4 --seed 0 \
+    --base "$tmp/refs/step-0000000000" >/dev/null || { echo "cannot write the reference-shard checkpoint" >&2; exit 1; }
+n_ref=$(ls "$tmp/refs/step-0000000001" | grep -c '^shard-.*\.ref$')
+n_h5=$(ls "$tmp/refs/step-0000000001" | grep -c '^shard-.*\.h5$')
+[ "$n_ref" -eq 4 ] && [ "$n_h5" -eq 0 ] || fail "an unchanged incremental left $n_ref reference and $n_h5 HDF5 shards, expected 4 and 0"
+"$OMNI_CKPT" verify --quiet "$tmp/refs/step-0000000001" || fail "the reference-shard checkpoint does not verify"
+
 RANDOM=${CRASH_SEED:-$$}
 partial_seen=0 committed=0 i=0
 while [ "$partial_seen" -lt "$KILLS" ] && [ "$i" -lt "$MAX_ITERATIONS" ]; do
     i=$((i + 1))
     step=$((i + 1))
-    prev=$($PY -c 'import json,sys; print([e["path"] for e in json.load(sys.stdin) if e["complete"]][-1])' \
+    read -r prev prev_step < <($PY -c 'import json,sys; e=[e for e in json.load(sys.stdin) if e["complete"]][-1]; print(e["path"], e["step"])' \
            < <("$OMNI_CKPT" ls --json "$root"))
     args=("$root" "$step" 4 --rows "$ROWS" --attempt "a$i")
-    # Every other write is incremental on the previous checkpoint; every third goes through
-    # a copy-on-write asynchronous writer.
+    # Every other write is incremental on the previous checkpoint, and every other of those
+    # has its base's values (no rank writes a slice: reference shards only); every third
+    # goes through a copy-on-write asynchronous writer.
     [ $((i % 2)) -eq 0 ] && args+=(--base "$prev")
+    [ $((i % 4)) -eq 0 ] && args+=(--seed "$prev_step")
     [ $((i % 3)) -eq 0 ] && args+=(--cow)
     "$MAKE_TEST_CKPT" "${args[@]}" >/dev/null 2>&1 &
     pid=$!

@@ -1,7 +1,7 @@
 // Test helper: writes a checkpoint of deterministic content with W writers (one process
 // playing every rank, then the commit), for the h5py, CLI and crash tests.
 //
-//   make_test_ckpt ROOT STEP WRITERS [--base CKPT] [--rows N] [--attempt A] [--async | --cow]
+//   make_test_ckpt ROOT STEP WRITERS [--base CKPT] [--rows N] [--seed S] [--attempt A] [--async | --cow]
 //                  [--only-rank R | --commit-only]
 //
 // --async writes through an AsyncShardWriter taking copies, --cow through one taking
@@ -9,7 +9,9 @@
 // --only-rank R writes just rank R's shard and exits (several processes can then play the
 // ranks of one job concurrently); --commit-only writes nothing and commits.
 //
-// Tensors (values from test_util.h, seed = step unless noted):
+// Tensors (values from test_util.h, seed = --seed, by default the step, unless noted; an
+// incremental checkpoint with --seed of its base's step changes nothing, so every rank
+// writes a reference shard):
 //   model/embed       fp32  [37,5]
 //   model/layers.0/w  bf16  [10,3]
 //   model/frozen      fp32  [N,256]  seed 7 at every step (N = --rows, default 64): reused
@@ -30,7 +32,7 @@ using namespace omni::ckpt;
 
 int main(int argc, char **argv) {
     if (argc < 4 || std::strcmp(argv[1], "--help") == 0) {
-        std::fprintf(stderr, "usage: make_test_ckpt ROOT STEP WRITERS [--base CKPT] [--rows N] "
+        std::fprintf(stderr, "usage: make_test_ckpt ROOT STEP WRITERS [--base CKPT] [--rows N] [--seed S] "
                              "[--attempt A] [--async | --cow] [--only-rank R | --commit-only]\n");
         return argc >= 2 && std::strcmp(argv[1], "--help") == 0 ? 0 : 2;
     }
@@ -43,6 +45,7 @@ int main(int argc, char **argv) {
     }
     WriterOptions wo;
     std::uint64_t rows = 64;
+    std::uint64_t seed = step.value();
     bool async = false, cow = false, commit_only = false;
     long only_rank = -1;
     for (int i = 4; i < argc; ++i) {
@@ -56,6 +59,11 @@ int main(int argc, char **argv) {
             auto r = omni::parse_uint(argv[++i], 0, 63, "--only-rank");
             if (!r) return std::fprintf(stderr, "make_test_ckpt: %s\n", r.error().c_str()), 2;
             only_rank = static_cast<long>(r.value());
+        }
+        else if (a == "--seed" && i + 1 < argc) {
+            auto r = omni::parse_uint(argv[++i], 0, UINT64_MAX, "--seed");
+            if (!r) return std::fprintf(stderr, "make_test_ckpt: %s\n", r.error().c_str()), 2;
+            seed = r.value();
         }
         else if (a == "--rows" && i + 1 < argc) {
             auto r = omni::parse_uint(argv[++i], 1, 1u << 24, "--rows");
@@ -73,10 +81,10 @@ int main(int argc, char **argv) {
         std::uint64_t seed;
     };
     const std::uint64_t s = step.value();
-    const T tensors[] = {{"model/embed", DType::fp32, {37, 5}, s},
-                         {"model/layers.0/w", DType::bf16, {10, 3}, s},
+    const T tensors[] = {{"model/embed", DType::fp32, {37, 5}, seed},
+                         {"model/layers.0/w", DType::bf16, {10, 3}, seed},
                          {"model/frozen", DType::fp32, {rows, 256}, 7},
-                         {"optim/step", DType::int64, {1}, s}};
+                         {"optim/step", DType::int64, {1}, seed}};
     const auto W = static_cast<std::uint32_t>(writers.value());
     AsyncShardWriter aw(cow ? Snapshot::copy_on_write : Snapshot::copy);
     std::deque<std::vector<char>> kept;   // the slices' buffers, alive until the persist is done
