@@ -53,6 +53,7 @@ bool dtype_from_c(omni_ckpt_dtype d, DType *out) {
     case OMNI_CKPT_FP16: *out = DType::fp16; return true;
     case OMNI_CKPT_INT64: *out = DType::int64; return true;
     case OMNI_CKPT_UINT8: *out = DType::uint8; return true;
+    case OMNI_CKPT_DTYPE_FORCE_INT: break;   // not a dtype
     }
     return false;
 }
@@ -62,6 +63,7 @@ bool change_from_c(omni_ckpt_change c, Change *out) {
     case OMNI_CKPT_DETECT: *out = Change::detect; return true;
     case OMNI_CKPT_CHANGED: *out = Change::changed; return true;
     case OMNI_CKPT_UNCHANGED: *out = Change::unchanged; return true;
+    case OMNI_CKPT_CHANGE_FORCE_INT: break;   // not a mode
     }
     return false;
 }
@@ -211,6 +213,7 @@ int omni_ckpt_async_set_snapshot(omni_ckpt_async *a, omni_ckpt_snapshot mode) {
         switch (mode) {
         case OMNI_CKPT_SNAPSHOT_COPY: a->a.set_snapshot(Snapshot::copy); return 0;
         case OMNI_CKPT_SNAPSHOT_COPY_ON_WRITE: a->a.set_snapshot(Snapshot::copy_on_write); return 0;
+        case OMNI_CKPT_SNAPSHOT_FORCE_INT: break;   // not a mode
         }
         return fail("omni_ckpt_async_set_snapshot: mode " + std::to_string(int(mode)) +
                     " is not an omni_ckpt_snapshot");

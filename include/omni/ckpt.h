@@ -35,14 +35,19 @@ typedef enum {
     OMNI_CKPT_BF16 = 1,
     OMNI_CKPT_FP16 = 2,
     OMNI_CKPT_INT64 = 3,
-    OMNI_CKPT_UINT8 = 4
+    OMNI_CKPT_UINT8 = 4,
+    /* Not a dtype. It makes every int a value of the type, so that a wrong value from a
+     * caller is refused with an error (-1) instead of being undefined behaviour inside the
+     * library, which is C++; the same in the other enums below. */
+    OMNI_CKPT_DTYPE_FORCE_INT = 0x7fffffff
 } omni_ckpt_dtype;
 
 /* How an incremental writer decides whether a slice changed since the base checkpoint. */
 typedef enum {
     OMNI_CKPT_DETECT = 0,     /* hash and compare with the base (always correct) */
     OMNI_CKPT_CHANGED = 1,    /* caller knows it changed: write it */
-    OMNI_CKPT_UNCHANGED = 2   /* caller knows it is unchanged: reuse the base's slice */
+    OMNI_CKPT_UNCHANGED = 2,  /* caller knows it is unchanged: reuse the base's slice */
+    OMNI_CKPT_CHANGE_FORCE_INT = 0x7fffffff   /* not a mode (see omni_ckpt_dtype) */
 } omni_ckpt_change;
 
 typedef struct {
@@ -134,7 +139,8 @@ typedef enum {
      * 64 KiB and memory userfaultfd cannot protect (file or shared mappings, huge pages) are
      * copied; so is everything with OMNI_CKPT_NO_UFFD=1 in the environment. See
      * omni-ckpt(5). */
-    OMNI_CKPT_SNAPSHOT_COPY_ON_WRITE = 1
+    OMNI_CKPT_SNAPSHOT_COPY_ON_WRITE = 1,
+    OMNI_CKPT_SNAPSHOT_FORCE_INT = 0x7fffffff   /* not a mode (see omni_ckpt_dtype) */
 } omni_ckpt_snapshot;
 
 /* What the current (or last) snapshot of a handle did; see omni_ckpt_async_get_stats. */
