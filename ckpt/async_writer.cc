@@ -223,13 +223,13 @@ Status AsyncShardWriter::begin(const std::string &root, std::uint64_t step, std:
     }
     if (auto st = check_attempt(options.attempt); !st) return st;
     // The base's slices, so that add_tensor can leave the ones it holds unchanged without a
-    // snapshot (its index is cached in the process); the persist's writer checks the base
-    // as a ShardWriter always does.
+    // snapshot (this rank's own shard of the base, or its index, cached in the process); the
+    // persist's writer checks the base as a ShardWriter always does.
     BaseSlices base;
     if (!options.base.empty()) {
-        auto bm = read_index_cached(options.base);
-        if (!bm) return make_error("base checkpoint " + options.base + ": " + bm.error());
-        base = BaseSlices(std::move(bm.value()));
+        auto bs = BaseSlices::open(options.base, rank);
+        if (!bs) return make_error("base checkpoint " + options.base + ": " + bs.error());
+        base = std::move(bs.value());
     }
     // A snapshot begun and never submitted still protects the caller's memory.
     if (a.guard) a.guard->release_all();
@@ -274,7 +274,10 @@ Status AsyncShardWriter::add_tensor(const std::string &name, DType dtype, const 
     // base's. Tracked memory is armed before it is copied or protected, so a store that
     // follows counts for the next checkpoint.
     track::Lookup tracked;
-    const SourceRef *in_base = a.base ? a.base.find(name, dtype, shape, offset, count) : nullptr;
+    Result<const SourceRef *> found = static_cast<const SourceRef *>(nullptr);
+    if (a.base) found = a.base.find(name, dtype, shape, offset, count);
+    if (!found) return make_error("tensor " + name + ": base checkpoint " + a.options.base + ": " + found.error());
+    const SourceRef *in_base = found.value();
     if (!(in_base && change == Change::unchanged) && a.tracker && bytes >= track::kMinBytes)
         tracked = a.tracker->arm(data, bytes);
     if (in_base && change != Change::changed &&

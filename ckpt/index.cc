@@ -131,6 +131,47 @@ Result<ShardRecord> take_shard(const std::string &shard_path) {
 }
 
 namespace {
+// The newest shards this process wrote, for written_shard(): a process writes one shard per
+// rank it runs per checkpoint, and only the latest checkpoints are bases.
+constexpr std::size_t kWrittenShards = 256;
+
+std::mutex written_mu;
+// By device and inode; the entry's identity must still match, see written_shard().
+std::map<std::pair<dev_t, ino_t>, std::pair<FileIdentity, std::shared_ptr<const ShardManifest>>> written;
+std::deque<std::pair<dev_t, ino_t>> written_order;   // oldest first
+}  // namespace
+
+void remember_written_shard(const std::string &path, const ShardManifest &m) {
+    const auto id = identity_of(path);
+    if (!id) return;
+    const auto key = std::make_pair(id->dev, id->ino);
+    auto shared = std::make_shared<const ShardManifest>(m);
+    std::lock_guard<std::mutex> lock(written_mu);
+    if (written.count(key) == 0) written_order.push_back(key);
+    written[key] = {*id, std::move(shared)};
+    while (written_order.size() > kWrittenShards) {
+        written.erase(written_order.front());
+        written_order.pop_front();
+    }
+}
+
+std::shared_ptr<const ShardManifest> written_shard(const std::string &ckpt_dir, std::uint32_t rank) {
+    // Committed: the index is there (gc retires a checkpoint by removing it first).
+    if (!fsio::exists(fsio::join(ckpt_dir, kIndexFile))) return nullptr;
+    for (const std::string &name : {shard_file_name(rank), ref_shard_file_name(rank)}) {
+        const auto id = identity_of(fsio::join(ckpt_dir, name));
+        if (!id) continue;
+        std::lock_guard<std::mutex> lock(written_mu);
+        auto it = written.find(std::make_pair(id->dev, id->ino));
+        if (it == written.end() || !(it->second.first == *id)) return nullptr;
+        const ShardManifest &m = *it->second.second;
+        // The file as this process left it, under the name of the rank it wrote it as.
+        return m.rank == rank ? it->second.second : nullptr;
+    }
+    return nullptr;
+}
+
+namespace {
 // Identifies an index by its bytes: size and XXH3 of the whole file, read with plain reads
 // (an index is a few hundred bytes per tensor; hashing it costs microseconds, parsing it
 // about a millisecond per thousand slices). Timestamps and inode numbers would not do: a

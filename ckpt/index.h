@@ -46,6 +46,16 @@ void remember_shard(const std::string &shard_path, ShardRecord shard);
 // read_rank_state). Forgets the entry either way.
 Result<ShardRecord> take_shard(const std::string &shard_path);
 
+// What this process wrote: a ShardWriter that finishes records its shard's manifest here by
+// the file's identity, which the commit's rename of the checkpoint directory keeps. A writer
+// of the same rank given that checkpoint as its base then finds its slices' sources there
+// instead of reading the base's index: commit copies every shard's sources into the index
+// unchanged, so for this rank's slices they are the index's. Bounded (the newest 256).
+void remember_written_shard(const std::string &path, const ShardManifest &m);
+// The manifest this process wrote as rank `rank`'s shard of the committed checkpoint
+// `ckpt_dir`, if that shard file (shard-R.h5 or shard-R.ref) still has the identity it had
+// then; else null (another process wrote it, it changed, or `ckpt_dir` has no index).
+std::shared_ptr<const ShardManifest> written_shard(const std::string &ckpt_dir, std::uint32_t rank);
 // Reads one rank's state from a file holding /state/rank-N (index or shard) and checks it
 // against `info`.
 Result<RankState> read_rank_state(const std::string &file, const RankStateInfo &info);

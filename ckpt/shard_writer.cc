@@ -129,10 +129,10 @@ Result<std::unique_ptr<ShardWriter>> open_shard_writer_in(const std::string &dir
             return make_error("base checkpoint " + options.base +
                               " is not in the checkpoint root " + fsio::dirname(dir) +
                               "; an incremental checkpoint must sit next to its base");
-        auto bm = read_index_cached(base_real);
-        if (!bm) return make_error("base checkpoint: " + bm.error());
+        auto bs = BaseSlices::open(base_real, rank);
+        if (!bs) return make_error("base checkpoint: " + bs.error());
         impl->base_name = fsio::basename(base_real);
-        impl->base = BaseSlices(std::move(bm.value()));
+        impl->base = std::move(bs.value());
     }
     if (auto st = fsio::make_dirs(dir); !st) return make_error(st.error());
     return std::make_unique<ShardWriter>(std::move(impl));
@@ -147,17 +147,40 @@ Result<std::unique_ptr<ShardWriter>> ShardWriter::open(const std::string &root, 
                                 rank, options);
 }
 
-BaseSlices::BaseSlices(std::shared_ptr<const Manifest> m) : manifest_(std::move(m)) {
-    for (const auto &t : manifest_->tensors) tensors_.emplace(t.name, &t);
+Result<BaseSlices> BaseSlices::open(const std::string &dir, std::uint32_t rank) {
+    BaseSlices b;
+    b.dir_ = dir;
+    b.own_ = written_shard(dir, rank);
+    if (b.own_)
+        for (const auto &t : b.own_->tensors) b.own_tensors_.emplace(t.name, &t);
+    else if (auto st = b.read_index(); !st)
+        return make_error(st.error());
+    return b;
 }
 
-const SourceRef *BaseSlices::find(const std::string &name, DType dtype, const Shape &shape,
-                                  const Shape &offset, const Shape &count) const {
-    auto it = tensors_.find(name);
-    if (it == tensors_.end() || it->second->dtype != dtype || it->second->shape != shape) return nullptr;
+Status BaseSlices::read_index() {
+    auto m = read_index_cached(dir_);
+    if (!m) return make_error(m.error());
+    index_ = std::move(m.value());
+    for (const auto &t : index_->tensors) index_tensors_.emplace(t.name, &t);
+    return Status::success();
+}
+
+const SourceRef *BaseSlices::search(const ByName &tensors, const std::string &name, DType dtype,
+                                    const Shape &shape, const Shape &offset, const Shape &count) {
+    auto it = tensors.find(name);
+    if (it == tensors.end() || it->second->dtype != dtype || it->second->shape != shape) return nullptr;
     for (const auto &s : it->second->sources)
         if (s.offset == offset && s.count == count) return &s;
     return nullptr;
+}
+
+Result<const SourceRef *> BaseSlices::find(const std::string &name, DType dtype, const Shape &shape,
+                                           const Shape &offset, const Shape &count) {
+    if (const SourceRef *s = search(own_tensors_, name, dtype, shape, offset, count)) return s;
+    if (!index_)
+        if (auto st = read_index(); !st) return make_error(st.error());
+    return search(index_tensors_, name, dtype, shape, offset, count);
 }
 
 std::uint64_t last_slice_hash(ShardWriter &w) {
@@ -189,7 +212,10 @@ Status add_slice(ShardWriter::Impl &w, const std::string &name, DType dtype, con
     // The base's slice with the same tensor, dtype, global shape and extent, referenced
     // from the new checkpoint's directory.
     std::optional<SourceRef> base;
-    if (const SourceRef *b = w.base.find(name, dtype, shape, offset, count)) {
+    Result<const SourceRef *> found = static_cast<const SourceRef *>(nullptr);
+    if (w.base) found = w.base.find(name, dtype, shape, offset, count);
+    if (!found) return w.fail(make_error("tensor " + name + ": base checkpoint: " + found.error()));
+    if (const SourceRef *b = found.value()) {
         base = *b;
         base->file = rebase_file_ref(b->file, w.base_name);
         base->writer = w.manifest.rank;
@@ -327,6 +353,7 @@ Status finish_ref(ShardWriter::Impl &w) {
     if (auto st = fsio::rename_path(tmp, path); !st) return w.fail(make_error(st.error()));
     w.finished = true;
     remember_shard(path, ShardRecord{w.manifest, std::move(w.states)});
+    remember_written_shard(path, w.manifest);
     return Status::success();
 }
 
@@ -370,6 +397,7 @@ Status ShardWriter::finish() {
     w.finished = true;
     // For commit() in this process: it need not open the shard again to learn what it holds.
     remember_shard(w.final_path, ShardRecord{w.manifest, {}});
+    remember_written_shard(w.final_path, w.manifest);
     return Status::success();
 }
 

@@ -80,6 +80,12 @@ std::string write_ckpt(const std::string &root, std::uint64_t step, std::uint32_
     return c.ok() ? c.value() : "";
 }
 
+std::string read_all_bytes(const std::string &path) {
+    auto b = fsio::read_file(path, 1 << 20);
+    EXPECT_TRUE(b.ok()) << b.error();
+    return b.ok() ? b.value() : std::string();
+}
+
 void expect_logical(Reader &r, const Spec &s) {
     const auto want = t::logical(s.dtype, s.shape, s.seed);
     std::vector<char> got(want.size());
@@ -380,6 +386,75 @@ TEST(Incremental, UnchangedHintSkipsHashingButNeverLies) {
     ASSERT_TRUE(commit(d / "root", 1, meta_for(2, 1)).ok());
 }
 
+// An incremental writer whose process wrote its rank's shard of the base takes the base's
+// slices from that shard's manifest, without reading the base's index (BaseSlices). Shown by
+// damaging the index after the commit: the writer that may use its own shard does not notice,
+// and every writer that may not (the shard file replaced, another rank, a slice the own
+// shard lacks) reads the index and fails on it. With the index intact, every path gives a
+// checkpoint that reads back right.
+TEST(Incremental, WriterUsesItsOwnShardOfTheBaseInsteadOfTheIndex) {
+    for (bool damage : {true, false}) {
+        TempDir d;
+        const std::string root = d / "root";
+        std::vector<Spec> specs = {{"w", DType::fp32, {8, 3}, 1}, {"v", DType::int64, {6}, 2}};
+        const std::string base = write_ckpt(root, 1, 2, specs);
+        ASSERT_FALSE(base.empty());
+        // Writer 1's shard gets a new identity with the same bytes: no longer "as written".
+        const std::string shard1 = base + "/shard-00001.h5";
+        const std::string bytes = read_all_bytes(shard1);
+        ASSERT_TRUE(fsio::remove_file(shard1).ok());
+        ASSERT_TRUE(fsio::write_file(shard1, bytes).ok());
+        if (damage) {
+            std::string idx = read_all_bytes(base + "/index.h5");
+            ASSERT_TRUE(fsio::write_file(base + "/index.h5", std::string(idx.size(), 'x')).ok());
+        }
+        WriterOptions wo;
+        wo.base = base;
+        auto add_all = [&](ShardWriter &w, std::uint32_t rank, std::uint32_t writers) {
+            for (const auto &s : specs) {
+                const auto all = t::logical(s.dtype, s.shape, s.seed);
+                const auto part = t::uneven_split(s.shape[0], writers)[rank];
+                Shape off(s.shape.size(), 0), cnt = s.shape;
+                off[0] = part.first;
+                cnt[0] = part.second;
+                const auto data = t::rows_of(all, s.shape, s.dtype, part.first, part.second);
+                auto st = w.add_tensor(s.name, s.dtype, s.shape, off, cnt, data.data());
+                if (!st) return st;
+            }
+            return omni::Status::success();
+        };
+        // Rank 0, same layout, its own shard unchanged: no index needed.
+        auto w0 = ShardWriter::open(root, 2, 0, wo);
+        ASSERT_TRUE(w0.ok()) << w0.error();
+        ASSERT_TRUE(add_all(*w0.value(), 0, 2).ok());
+        EXPECT_EQ(w0.value()->bytes_written(), 0u);
+        ASSERT_TRUE(w0.value()->finish().ok());
+        // Rank 1, whose shard file was replaced: reads the index when it opens.
+        auto w1 = ShardWriter::open(root, 2, 1, wo);
+        EXPECT_EQ(w1.ok(), !damage) << (w1.ok() ? std::string() : w1.error());
+        // Rank 0 of 3 writers: its slices differ from its own shard's, so the first lookup
+        // that misses reads the index.
+        auto w3 = ShardWriter::open(root, 3, 0, wo);
+        ASSERT_TRUE(w3.ok()) << w3.error();
+        const omni::Status st3 = add_all(*w3.value(), 0, 3);
+        EXPECT_EQ(st3.ok(), !damage) << (st3.ok() ? std::string() : st3.error());
+        if (damage) continue;
+        ASSERT_TRUE(add_all(*w1.value(), 1, 2).ok());
+        EXPECT_EQ(w1.value()->bytes_written(), 0u);
+        ASSERT_TRUE(w1.value()->finish().ok());
+        auto c = commit(root, 2, meta_for(2, 2));
+        ASSERT_TRUE(c.ok()) << c.error();
+        auto v = verify(c.value());
+        ASSERT_TRUE(v.ok()) << v.error();
+        EXPECT_TRUE(v.value().ok()) << v.value().issues[0].problem;
+        auto r = Reader::open(c.value());
+        ASSERT_TRUE(r.ok()) << r.error();
+        for (const auto &s : specs) expect_logical(*r.value(), s);
+        for (const auto &t2 : r.value()->manifest().tensors)
+            for (const auto &src : t2.sources) EXPECT_EQ(src.file.rfind("../step-0000000001/", 0), 0u) << src.file;
+    }
+}
+
 TEST(Corruption, FlippedByteAndMissingFileNameTensorAndFile) {
     TempDir d;
     const std::vector<Spec> specs = {{"a", DType::fp32, {64, 4}, 1}, {"b", DType::int64, {8}, 2}};
@@ -668,12 +743,6 @@ RankState two_ranks_one_without_data(const std::string &root, std::uint64_t step
         EXPECT_TRUE(st.ok()) << st.error();
     }
     return rs;
-}
-
-std::string read_all_bytes(const std::string &path) {
-    auto b = fsio::read_file(path, 1 << 20);
-    EXPECT_TRUE(b.ok()) << b.error();
-    return b.ok() ? b.value() : std::string();
 }
 
 }  // namespace
