@@ -27,11 +27,13 @@
 //
 // The ranks are threads of this one process, so what the library shares within a process
 // is shared here too, as in a single-controller trainer writing all its shards from one
-// process: the parsed index of a checkpoint (every Reader, and every ShardWriter naming it as
-// base) and the manifests that finished ShardWriters hand to commit(). The output says so.
+// process: the parsed index of a checkpoint (every Reader), the shards this process wrote of
+// a base (every incremental ShardWriter) and the manifests that finished ShardWriters hand
+// to commit(). The output says so.
 // The full save and the hinted incremental are measured a second time with the ranks as
-// processes, as omni-launch runs them: each rank reads the base's index itself, and the
-// commit reads every shard's manifest from its file.
+// processes, as omni-launch runs them: the commit reads every shard's manifest from its file,
+// and each rank finds its slices of the base in the shard it wrote of it (as a long-lived
+// rank process of a job does; a rank that did not write the base reads the base's index).
 #include <boost/program_options.hpp>
 #include <fcntl.h>
 #include <sys/wait.h>
@@ -698,7 +700,8 @@ int main(int argc, char **argv) {
     };
     std::printf("\npage cache: dropped (fdatasync + POSIX_FADV_DONTNEED) before every timed read, raw and ours;\n"
                 "  one untimed read of both first; raw and ours alternate which goes first\n"
-                "ranks: threads of this process; shared in-process: parsed index, manifests handed to commit\n");
+                "ranks: threads of this process; shared in-process: parsed index, manifests handed to commit;\n"
+                "  every rank, threads or processes, finds the base's slices in the shard it wrote of it\n");
     std::printf("\nmedian times (min..max over %d):\n", c.reps);
     line("raw write + fsync (K files)", t_raw_w);
     line("our save (K shards + index + commit)", t_save);
