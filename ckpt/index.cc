@@ -17,6 +17,7 @@
 
 #include "fsio.h"
 #include "h5.h"
+#include "bounded_map.h"
 #include "hash.h"
 #include "ref_shard.h"
 
@@ -77,35 +78,43 @@ std::optional<FileIdentity> identity_of(const std::string &path) {
 }
 
 constexpr std::size_t kIndexCacheEntries = 8;
-// Bounds memory when shards are finished but never committed (a failed step).
-constexpr std::size_t kRememberedShards = 4096;
 
+// What a remembered manifest and rank states hold in memory, roughly.
+std::uint64_t approx_bytes(const ShardManifest &m) {
+    std::uint64_t n = sizeof m + m.attempt.size() + m.rank_states.size() * sizeof(RankStateInfo);
+    for (const auto &t : m.tensors) {
+        n += sizeof t + t.name.size() + 8 * t.shape.size();
+        for (const auto &src : t.sources)
+            n += sizeof src + src.file.size() + src.dataset.size() + 8 * (src.offset.size() + src.count.size());
+    }
+    return n;
+}
+
+std::uint64_t approx_bytes(const ShardRecord &r) {
+    std::uint64_t n = approx_bytes(r.manifest);
+    for (const auto &st : r.states) n += sizeof st + st.rng.size() + 8 * st.consumed.size();
+    return n;
+}
+
+// Finished shards for commit() in this process, by path. Entries are taken by the commit, or
+// forgotten: a step that failed, or a rank whose commit runs in another process.
 std::mutex shard_mu;
-std::unordered_map<std::string, std::pair<FileIdentity, ShardRecord>> remembered;
-std::deque<std::string> remembered_order;   // oldest first, may name entries taken since
+BoundedMap<std::string, std::pair<FileIdentity, ShardRecord>> remembered(4096, std::uint64_t(64) << 20);
 }  // namespace
 
 void remember_shard(const std::string &shard_path, ShardRecord shard) {
     const auto id = identity_of(shard_path);
     if (!id) return;
+    const std::uint64_t bytes = approx_bytes(shard);
     std::lock_guard<std::mutex> lock(shard_mu);
-    remembered[shard_path] = {*id, std::move(shard)};
-    remembered_order.push_back(shard_path);
-    while (remembered_order.size() > kRememberedShards) {
-        remembered.erase(remembered_order.front());
-        remembered_order.pop_front();
-    }
+    remembered.put(shard_path, {*id, std::move(shard)}, bytes);
 }
 
 Result<ShardRecord> take_shard(const std::string &shard_path) {
     std::optional<std::pair<FileIdentity, ShardRecord>> entry;
     {
         std::lock_guard<std::mutex> lock(shard_mu);
-        auto it = remembered.find(shard_path);
-        if (it != remembered.end()) {
-            entry = std::move(it->second);
-            remembered.erase(it);
-        }
+        entry = remembered.take(shard_path);
     }
     if (entry) {
         // The writer checked names, shapes and slices as they were added; a reference to a
@@ -131,28 +140,21 @@ Result<ShardRecord> take_shard(const std::string &shard_path) {
 }
 
 namespace {
-// The newest shards this process wrote, for written_shard(): a process writes one shard per
-// rank it runs per checkpoint, and only the latest checkpoints are bases.
-constexpr std::size_t kWrittenShards = 256;
-
+// The newest shards this process wrote, for written_shard(), by device and inode (the
+// entry's identity must still match): a process writes one shard per rank it runs per
+// checkpoint, and the bases of incremental checkpoints are the latest ones.
 std::mutex written_mu;
-// By device and inode; the entry's identity must still match, see written_shard().
-std::map<std::pair<dev_t, ino_t>, std::pair<FileIdentity, std::shared_ptr<const ShardManifest>>> written;
-std::deque<std::pair<dev_t, ino_t>> written_order;   // oldest first
+BoundedMap<std::pair<dev_t, ino_t>, std::pair<FileIdentity, std::shared_ptr<const ShardManifest>>>
+    written(256, std::uint64_t(64) << 20);
 }  // namespace
 
 void remember_written_shard(const std::string &path, const ShardManifest &m) {
     const auto id = identity_of(path);
     if (!id) return;
-    const auto key = std::make_pair(id->dev, id->ino);
     auto shared = std::make_shared<const ShardManifest>(m);
+    const std::uint64_t bytes = approx_bytes(m);
     std::lock_guard<std::mutex> lock(written_mu);
-    if (written.count(key) == 0) written_order.push_back(key);
-    written[key] = {*id, std::move(shared)};
-    while (written_order.size() > kWrittenShards) {
-        written.erase(written_order.front());
-        written_order.pop_front();
-    }
+    written.put(std::make_pair(id->dev, id->ino), {*id, std::move(shared)}, bytes);
 }
 
 std::shared_ptr<const ShardManifest> written_shard(const std::string &ckpt_dir, std::uint32_t rank) {
@@ -162,11 +164,10 @@ std::shared_ptr<const ShardManifest> written_shard(const std::string &ckpt_dir, 
         const auto id = identity_of(fsio::join(ckpt_dir, name));
         if (!id) continue;
         std::lock_guard<std::mutex> lock(written_mu);
-        auto it = written.find(std::make_pair(id->dev, id->ino));
-        if (it == written.end() || !(it->second.first == *id)) return nullptr;
-        const ShardManifest &m = *it->second.second;
+        const auto *entry = written.find(std::make_pair(id->dev, id->ino));
+        if (!entry || !(entry->first == *id)) return nullptr;
         // The file as this process left it, under the name of the rank it wrote it as.
-        return m.rank == rank ? it->second.second : nullptr;
+        return entry->second->rank == rank ? entry->second : nullptr;
     }
     return nullptr;
 }

@@ -11,6 +11,7 @@
 #include <map>
 #include <string>
 
+#include "../bounded_map.h"
 #include "../box.h"
 #include "../format.h"
 #include "../fsio.h"
@@ -889,6 +890,42 @@ TEST(RefShard, ParserRejectsHostileInput) {
     for (const char *bad_name : {"shard-0003.ref", "shard-12345678.ref", "shard-00003.h5", "shard-0000a.ref",
                                  "shard-00003.ref.tmp"})
         EXPECT_FALSE(is_ref_shard_file_name(bad_name)) << bad_name;
+}
+
+// What a process remembers of the shards it wrote is bounded in entries and bytes, oldest
+// forgotten first, so a rank whose commits run elsewhere does not grow with the job.
+TEST(BoundedMap, ForgetsOldestBeyondEntriesOrBytes) {
+    BoundedMap<int, std::string> m(3, 100);
+    m.put(1, "a", 10);
+    m.put(2, "b", 10);
+    m.put(3, "c", 10);
+    m.put(4, "d", 10);   // four entries: 1 goes
+    EXPECT_EQ(m.find(1), nullptr);
+    ASSERT_NE(m.find(2), nullptr);
+    EXPECT_EQ(*m.find(2), "b");
+    EXPECT_EQ(m.size(), 3u);
+    EXPECT_EQ(m.bytes(), 30u);
+    m.put(2, "B", 10);   // replaced: now the newest
+    m.put(5, "e", 75);   // 105 bytes: the oldest (3) goes, then 95 remain with 4, 2, 5
+    EXPECT_EQ(m.find(3), nullptr);
+    ASSERT_NE(m.find(2), nullptr);
+    EXPECT_EQ(*m.find(2), "B");
+    EXPECT_EQ(m.bytes(), 95u);
+    auto t = m.take(4);
+    ASSERT_TRUE(t.has_value());
+    EXPECT_EQ(*t, "d");
+    EXPECT_FALSE(m.take(4).has_value());
+    EXPECT_EQ(m.bytes(), 85u);
+    m.put(6, "huge", 101);   // larger than the budget: everything goes, itself included
+    EXPECT_EQ(m.size(), 0u);
+    EXPECT_EQ(m.bytes(), 0u);
+    // Entries taken or replaced leave nothing behind: many rounds stay within bounds.
+    for (int i = 0; i < 10000; ++i) {
+        m.put(i % 7, std::to_string(i), 1);
+        if (i % 3 == 0) (void)m.take((i + 1) % 7);
+    }
+    EXPECT_LE(m.size(), 3u);
+    EXPECT_EQ(m.bytes(), m.size());
 }
 
 TEST(Hash, DispatchAndStreamingEqualPlainXxh3) {
