@@ -387,9 +387,11 @@ Result<std::string> commit_partial(const CommitRequest &req) {
         const std::string ref_path = fsio::join(req.partial_dir, ref_shard_file_name(r));
         const bool is_h5 = fsio::exists(h5_path), is_ref = fsio::exists(ref_path);
         if (is_h5 == is_ref)
-            return make_error("commit: shard " + h5_path + (is_h5 ? " and " : " is missing (and ") +
-                              ref_shard_file_name(r) + (is_h5 ? " both exist" : ")") + "; rank " +
-                              std::to_string(r) + (is_h5 ? " finished twice" : " did not finish"));
+            return make_error("commit: shard " + h5_path +
+                              (is_h5 ? " and " + ref_shard_file_name(r) + " both exist; rank " +
+                                           std::to_string(r) + " finished twice"
+                                     : " is missing, and so is " + ref_shard_file_name(r) + "; rank " +
+                                           std::to_string(r) + " did not finish"));
         const std::string path = is_h5 ? h5_path : ref_path;
         auto shard = take_shard(path);
         if (!shard) return make_error("commit: " + shard.error());

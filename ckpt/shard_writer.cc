@@ -48,8 +48,9 @@ struct ShardWriter::Impl {
     std::vector<RankState> states;   // written by finish(), into the HDF5 file or the .ref
     h5::Handle file;                 // created with the first slice written (ensure_file)
     fsio::Fd fd;   // tmp_path for plain writes of slice data (pwrite_hashed); -1: through HDF5
-    // The base checkpoint's manifest (shared with other writers of this process) and its
-    // tensors by name. A slice is looked up among its tensor's sources when it is added:
+    // The base checkpoint's slices: this rank's own shard of it, or its index (shared with
+    // other writers of this process), by tensor name. A slice is looked up among its
+    // tensor's sources when it is added:
     // indexing every slice of every rank up front cost each writer as much as the rest of
     // opening it, for the 1/K of the entries it ever looks at.
     BaseSlices base;
