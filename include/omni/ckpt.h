@@ -108,7 +108,8 @@ int omni_ckpt_writer_add_rank_state(omni_ckpt_writer *w, uint32_t rank, const vo
                                     size_t rng_bytes, const int64_t *consumed,
                                     size_t n_consumed);
 
-/* Writes, fsyncs and publishes the shard. After success the writer can only be freed. */
+/* Writes and publishes the shard (shard-R.h5, fsynced; or shard-R.ref for a rank that wrote no
+ * slice, see omni-ckpt(5)). After success the writer can only be freed. */
 int omni_ckpt_writer_finish(omni_ckpt_writer *w);
 
 /* Frees a writer; an unfinished one removes its temporary file. NULL is a no-op. */

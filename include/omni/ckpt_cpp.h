@@ -6,11 +6,13 @@
  *   ROOT/.step-0000000100.partial-G/ being written, or left behind by a crash (incomplete)
  *   ROOT/latest -> step-0000000100   convenience symlink for tools, replaced atomically
  *
- * Every writing rank writes one shard file (ShardWriter); once all ranks have finished (the
- * caller's barrier), one process calls commit(), which checks that the shards tile every
- * logical tensor exactly, writes index.h5 (metadata plus one HDF5 virtual dataset per tensor,
- * so h5dump/h5ls/h5py read whole logical tensors), fsyncs and renames. The on-disk format is
- * documented in omni-ckpt(5).
+ * Every writing rank writes one shard file (ShardWriter): an HDF5 file with its slices, or, for
+ * a rank that wrote no slice (an incremental checkpoint's rank whose slices all reference the
+ * base), a small reference shard that only carries its manifest and rank states. Once all
+ * ranks have finished (the caller's barrier), one process calls commit(), which checks that
+ * the shards tile every logical tensor exactly, writes index.h5 (metadata plus one HDF5
+ * virtual dataset per tensor, so h5dump/h5ls/h5py read whole logical tensors), fsyncs and
+ * renames. The on-disk format is documented in omni-ckpt(5).
  *
  * Loading at any data-parallel size is a matter of asking Reader::read for another slice.
  * Every function reports failures through omni::Result/omni::Status with a message naming the
@@ -165,7 +167,10 @@ std::string write_tracking_status();
 
 class ShardWriter {
 public:
-    /* Starts rank `rank`'s shard of checkpoint `step` under `root` (created if missing). */
+    /* Starts rank `rank`'s shard of checkpoint `step` under `root` (created if missing). With
+     * WriterOptions::base, the base must be a committed checkpoint: its slices are looked up
+     * in the shard this process wrote as this rank of it, if it did and the file is unchanged,
+     * else in its index (read here). */
     static Result<std::unique_ptr<ShardWriter>> open(const std::string &root, std::uint64_t step,
                                                      std::uint32_t rank,
                                                      const WriterOptions &options = {});
@@ -178,10 +183,12 @@ public:
     Status add_tensor(const std::string &name, DType dtype, const Shape &shape,
                       const Shape &offset, const Shape &count, const void *data,
                       Change change = Change::detect);
-    /* Records a rank's RNG state and consumed indices; normally the writer's own rank. */
+    /* Records a rank's RNG state and consumed indices (copied; written by finish()); normally
+     * the writer's own rank. */
     Status add_rank_state(const RankState &state);
-    /* Writes the shard's manifest, closes, fsyncs and publishes the shard in the partial
-     * checkpoint directory. Must succeed on every rank before commit(). */
+    /* Writes the shard's manifest and rank states, closes, fsyncs (a shard with slices) and
+     * publishes the shard in the partial checkpoint directory: shard-R.h5, or shard-R.ref
+     * when no slice was written. Must succeed on every rank before commit(). */
     Status finish();
     /* Bytes of tensor data written / reused from the base so far. */
     std::uint64_t bytes_written() const;
