@@ -40,12 +40,21 @@ bool name_char(char c) {
            c == '_' || c == '.' || c == '-' || c == ':' || c == '+';
 }
 
-bool is_shard_file_name(const std::string &s) {
-    // shard-<5..7 digits>.h5
-    if (s.size() < 14 || s.compare(0, 6, "shard-") != 0 || s.compare(s.size() - 3, 3, ".h5") != 0)
+// "shard-<5..7 digits><ext>": an HDF5 shard (".h5") or a reference shard (".ref").
+bool is_shard_name(const std::string &s, const std::string &ext) {
+    const std::size_t e = ext.size();
+    if (s.size() < 11 + e || s.compare(0, 6, "shard-") != 0 || s.compare(s.size() - e, e, ext) != 0)
         return false;
-    const std::size_t digits = s.size() - 9;
-    return digits >= 5 && digits <= 7 && is_digits(s, 6, s.size() - 3);
+    const std::size_t digits = s.size() - 6 - e;
+    return digits >= 5 && digits <= 7 && is_digits(s, 6, s.size() - e);
+}
+
+bool is_shard_file_name(const std::string &s) { return is_shard_name(s, ".h5"); }
+
+std::string shard_name(std::uint32_t rank, const char *ext) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "shard-%05u%s", rank, ext);
+    return buf;
 }
 
 bool is_sibling_name(const std::string &s) {
@@ -279,11 +288,9 @@ std::optional<std::uint64_t> parse_partial_dir_name(const std::string &name) {
     return parse_step_digits(name.substr(6, dot - 6));
 }
 
-std::string shard_file_name(std::uint32_t rank) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "shard-%05u.h5", rank);
-    return buf;
-}
+std::string shard_file_name(std::uint32_t rank) { return shard_name(rank, ".h5"); }
+std::string ref_shard_file_name(std::uint32_t rank) { return shard_name(rank, ".ref"); }
+bool is_ref_shard_file_name(const std::string &name) { return is_shard_name(name, ".ref"); }
 
 std::string slice_dataset_name(const std::string &tensor) { return "/t/" + tensor; }
 std::string virtual_dataset_name(const std::string &tensor) { return "/tensors/" + tensor; }

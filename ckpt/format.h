@@ -32,6 +32,10 @@ std::optional<std::uint64_t> parse_step_dir_name(const std::string &name);
 std::optional<std::uint64_t> parse_partial_dir_name(const std::string &name);
 // "shard-00003.h5"
 std::string shard_file_name(std::uint32_t rank);
+// "shard-00003.ref", a reference shard (ref_shard.h), and whether a name is one (5 to 7
+// digits, nothing else).
+std::string ref_shard_file_name(std::uint32_t rank);
+bool is_ref_shard_file_name(const std::string &name);
 // "/t/<tensor name>": where a slice lives inside a shard file.
 std::string slice_dataset_name(const std::string &tensor);
 // "/tensors/<tensor name>": the virtual dataset inside index.h5.

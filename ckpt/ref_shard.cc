@@ -1,7 +1,6 @@
 // Reference shards (plain files for ranks without tensor data); see ref_shard.h.
 #include "ref_shard.h"
 
-#include <cstdio>
 #include <cstring>
 
 #include "hash.h"
@@ -35,22 +34,6 @@ std::uint64_t state_bytes(const RankStateInfo &info, bool &ok) {
 }
 
 }  // namespace
-
-std::string ref_shard_file_name(std::uint32_t rank) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "shard-%05u.ref", rank);
-    return buf;
-}
-
-bool is_ref_shard_file_name(const std::string &name) {
-    // shard-<5..7 digits>.ref
-    if (name.size() < 15 || name.size() > 17 || name.compare(0, 6, "shard-") != 0 ||
-        name.compare(name.size() - 4, 4, ".ref") != 0)
-        return false;
-    for (std::size_t i = 6; i < name.size() - 4; ++i)
-        if (name[i] < '0' || name[i] > '9') return false;
-    return true;
-}
 
 std::string encode_ref_shard(const ShardManifest &m, const std::vector<RankState> &states) {
     const std::string json = shard_manifest_to_json(m);

@@ -31,12 +31,6 @@
 namespace omni {
 namespace ckpt {
 
-// "shard-00003.ref"
-std::string ref_shard_file_name(std::uint32_t rank);
-
-// "shard-00003.ref" and the like (5 to 7 digits), nothing else.
-bool is_ref_shard_file_name(const std::string &name);
-
 // What commit() takes from a finished rank: its manifest and, for a reference shard, its
 // rank states in the order of manifest.rank_states (an HDF5 shard's stay in its file).
 struct ShardRecord {
