@@ -126,15 +126,21 @@ Result<std::vector<std::string>> list_dir(const std::string &path) {
     return out;
 }
 
+int pwrite_all(int fd, const void *p, std::size_t n, std::uint64_t off) {
+    for (std::size_t done = 0; done < n;) {
+        const ssize_t w = ::pwrite(fd, static_cast<const char *>(p) + done, n - done,
+                                   static_cast<off_t>(off + done));
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) return errno;
+        done += static_cast<std::size_t>(w);
+    }
+    return 0;
+}
+
 Status write_file(const std::string &path, const std::string &bytes) {
     Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666));
     if (fd.get() < 0) return sys_error("creating", path, errno);
-    for (std::size_t done = 0; done < bytes.size();) {
-        const ssize_t w = ::write(fd.get(), bytes.data() + done, bytes.size() - done);
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0) return sys_error("writing", path, errno);
-        done += static_cast<std::size_t>(w);
-    }
+    if (const int err = pwrite_all(fd.get(), bytes.data(), bytes.size(), 0)) return sys_error("writing", path, err);
     // Where a file system reports a failed write-back only at close (NFS), it is an error.
     if (::close(fd.release()) != 0) return sys_error("closing", path, errno);
     return Status::success();

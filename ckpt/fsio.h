@@ -65,6 +65,8 @@ Result<std::uint64_t> file_size(const std::string &path);
 Result<std::uint64_t> age_seconds(const std::string &path);
 // Names in a directory except "." and "..", sorted.
 Result<std::vector<std::string>> list_dir(const std::string &path);
+// pwrite(2) of all n bytes at `off`, retrying short writes and EINTR: 0, or the errno.
+int pwrite_all(int fd, const void *p, std::size_t n, std::uint64_t off);
 // Creates (or truncates) `path` with exactly `bytes`; not fsynced.
 Status write_file(const std::string &path, const std::string &bytes);
 // The whole file; an error naming the path when it cannot be read or is larger than

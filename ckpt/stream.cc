@@ -1,15 +1,13 @@
 // Blocked, hashing transfers between memory and HDF5 datasets; see stream.h.
 #include "stream.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <memory>
 #include <vector>
 
 #include "format.h"
+#include "fsio.h"
 #include "h5.h"
 #include "hash.h"
 
@@ -112,13 +110,8 @@ Result<std::uint64_t> pwrite_hashed(int fd, std::uint64_t off, std::uint64_t n, 
             p = static_cast<const char *>(data) + done;
         }
         h.update(p, b);   // brings the block into cache for the write
-        for (std::uint64_t put = 0; put < b;) {
-            const ssize_t w = ::pwrite(fd, p + put, static_cast<std::size_t>(b - put),
-                                       static_cast<off_t>(off + done + put));
-            if (w < 0 && errno == EINTR) continue;
-            if (w < 0) return make_error(std::strerror(errno));
-            put += static_cast<std::uint64_t>(w);
-        }
+        if (const int err = fsio::pwrite_all(fd, p, static_cast<std::size_t>(b), off + done))
+            return make_error(std::strerror(err));
         done += b;
     }
     return h.digest();
