@@ -274,8 +274,7 @@ Status AsyncShardWriter::add_tensor(const std::string &name, DType dtype, const 
     // base's. Tracked memory is armed before it is copied or protected, so a store that
     // follows counts for the next checkpoint.
     track::Lookup tracked;
-    Result<const SourceRef *> found = static_cast<const SourceRef *>(nullptr);
-    if (a.base) found = a.base.find(name, dtype, shape, offset, count);
+    const auto found = a.base.find(name, dtype, shape, offset, count);
     if (!found) return make_error("tensor " + name + ": base checkpoint " + a.options.base + ": " + found.error());
     const SourceRef *in_base = found.value();
     if (!(in_base && change == Change::unchanged) && a.tracker && bytes >= track::kMinBytes)

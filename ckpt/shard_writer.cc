@@ -178,6 +178,7 @@ const SourceRef *BaseSlices::search(const ByName &tensors, const std::string &na
 
 Result<const SourceRef *> BaseSlices::find(const std::string &name, DType dtype, const Shape &shape,
                                            const Shape &offset, const Shape &count) {
+    if (!*this) return static_cast<const SourceRef *>(nullptr);   // no base
     if (const SourceRef *s = search(own_tensors_, name, dtype, shape, offset, count)) return s;
     if (!index_)
         if (auto st = read_index(); !st) return make_error(st.error());
@@ -213,8 +214,7 @@ Status add_slice(ShardWriter::Impl &w, const std::string &name, DType dtype, con
     // The base's slice with the same tensor, dtype, global shape and extent, referenced
     // from the new checkpoint's directory.
     std::optional<SourceRef> base;
-    Result<const SourceRef *> found = static_cast<const SourceRef *>(nullptr);
-    if (w.base) found = w.base.find(name, dtype, shape, offset, count);
+    const auto found = w.base.find(name, dtype, shape, offset, count);
     if (!found) return w.fail(make_error("tensor " + name + ": base checkpoint: " + found.error()));
     if (const SourceRef *b = found.value()) {
         base = *b;

@@ -28,7 +28,8 @@ public:
     static Result<BaseSlices> open(const std::string &dir, std::uint32_t rank);
     explicit operator bool() const { return !dir_.empty(); }
     // The base's source of exactly this slice (same tensor, dtype, global shape and extent),
-    // or null; an error only when the index had to be read for it and could not be.
+    // or null (always, without a base); an error only when the index had to be read for it
+    // and could not be.
     Result<const SourceRef *> find(const std::string &name, DType dtype, const Shape &shape,
                                    const Shape &offset, const Shape &count);
 
