@@ -1,12 +1,12 @@
 // AsyncShardWriter: the training loop pays for a memcpy into host memory (Snapshot::copy) or
 // for write-protecting its buffers (Snapshot::copy_on_write, cow.h); hashing, HDF5 and fsync
-// happen in a background thread.
+// happen in a background thread, which in copy-on-write mode first makes the copy.
 //
 // The snapshot arena is a list of large blocks reused from one checkpoint to the next: after
 // the first checkpoint the copy touches no fresh pages, so the stall is bounded by memory
 // bandwidth rather than by page faults. A copy-on-write slice gets an arena range of its
-// size too, its shadow: it receives the partial pages around the protected part and the
-// chunks the fault handler copies; the rest of it is never touched.
+// size too, its shadow: the partial pages around the protected part are copied there at
+// once, the protected part by the fault handler or the persist's drain (cow.h).
 #include <pthread.h>
 #include <sched.h>
 
@@ -52,9 +52,9 @@ struct Pending {
     std::string name;
     DType dtype;
     Shape shape, offset, count;
-    const char *data;      // the copy in the arena, or null for a protected slice:
-    cow::Region *region;   // the slice read through its copy-on-write region; both null: a
-                           // slice the base holds unchanged, not snapshotted at all
+    const char *data;      // the copy in the arena; null: a slice the base holds unchanged,
+                           // not snapshotted at all
+    cow::Region *region;   // a protected slice: `data` is whole once the region is drained
     Change change;
     const char *live = nullptr;   // the caller's buffer, armed by write tracking at `epoch`
     std::uint64_t epoch = 0;
@@ -83,7 +83,8 @@ struct AsyncShardWriter::Impl {
     std::unique_ptr<cow::Guard> guard;
     std::string guard_error;
     AsyncStats stats;
-    std::uint64_t faults_before = 0, faulted_before = 0;   // the guard's counters at begin
+    std::uint64_t faults_before = 0, faulted_before = 0, drained_before = 0;   // the guard's
+                                                                             // counters at begin
 
     char *alloc(std::size_t n) {
         while (block < blocks.size() && blocks[block].size - used < n) {
@@ -148,20 +149,20 @@ struct AsyncShardWriter::Impl {
     Status persist() {
         // The writer reads snapshots, not the caller's memory: what tracking knows about the
         // caller's buffers is recorded here, from each slice's checksum.
+        // Copy-on-write: make the copies first, at memory speed, so that the caller's memory
+        // is protected only that long rather than until the last byte reaches storage.
+        for (const auto &p : pending)
+            if (p.region) {
+                p.region->drain();
+                p.region->finish();
+            }
         WriterOptions wo = options;
         wo.track_writes = false;
         auto w = ShardWriter::open(root, step, rank, wo);
         if (!w) return make_error(w.error());
         for (const auto &p : pending) {
-            Status st;
-            if (p.region) {
-                st = add_tensor_from(*w.value(), p.name, p.dtype, p.shape, p.offset, p.count,
-                                     *p.region, p.change);
-                p.region->finish();   // written or reused: no more faults for this slice
-            } else {
-                st = w.value()->add_tensor(p.name, p.dtype, p.shape, p.offset, p.count, p.data, p.change);
-            }
-            if (!st) return st;
+            if (auto st = w.value()->add_tensor(p.name, p.dtype, p.shape, p.offset, p.count, p.data, p.change); !st)
+                return st;
             // The snapshot holds the buffer's bytes as of the arm, so its checksum is theirs.
             if (p.live)
                 tracker->remember(p.live, element_count(p.count) * dtype_size(p.dtype),
@@ -206,6 +207,7 @@ AsyncStats AsyncShardWriter::stats() const {
     if (a.guard && s.snapshot == Snapshot::copy_on_write) {
         s.faults = a.guard->faults() - a.faults_before;
         s.bytes_faulted = a.guard->bytes_faulted() - a.faulted_before;
+        s.bytes_drained = a.guard->bytes_drained() - a.drained_before;
         s.kernel_writes_fail = a.guard->user_mode_only();
     }
     return s;
@@ -246,6 +248,7 @@ Status AsyncShardWriter::begin(const std::string &root, std::uint64_t step, std:
     if (a.guard) {
         a.faults_before = a.guard->faults();
         a.faulted_before = a.guard->bytes_faulted();
+        a.drained_before = a.guard->bytes_drained();
     }
     a.root = root;
     a.step = step;
@@ -302,7 +305,7 @@ Status AsyncShardWriter::add_tensor(const std::string &name, DType dtype, const 
         a.stats.slices_protected++;
         a.stats.bytes_protected += region->protected_bytes();
         a.stats.bytes_copied += head + tail;
-        a.pending.push_back({name, dtype, shape, offset, count, nullptr, region, change, live, tracked.epoch});
+        a.pending.push_back({name, dtype, shape, offset, count, copy, region, change, live, tracked.epoch});
         return Status::success();
     }
     cow::snapshot_copy(copy, src, bytes);

@@ -235,6 +235,7 @@ int omni_ckpt_async_get_stats(omni_ckpt_async *a, omni_ckpt_async_stats *out) {
         out->fallback = a->fallback.c_str();
         out->slices_referenced = s.slices_referenced;
         out->bytes_referenced = s.bytes_referenced;
+        out->bytes_drained = s.bytes_drained;
         return 0;
     });
 }

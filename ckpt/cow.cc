@@ -134,43 +134,26 @@ void Region::copy_chunk(std::size_t k) {
     state_[k] = kCopied;
 }
 
-Status Region::read(std::uint64_t off, std::uint64_t n, char *dst) {
-    std::lock_guard<std::mutex> lock(mu_);
-    const std::uintptr_t live = reinterpret_cast<std::uintptr_t>(live_);
-    std::uint64_t o = off;
-    const std::uint64_t end = off + n;
-    while (o < end) {
-        const std::uintptr_t addr = live + o;
-        std::uint64_t run;
-        const char *src = shadow_ + o;   // partial pages and copied chunks
-        if (addr < lo_) {
-            run = std::min<std::uint64_t>(end, lo_ - live) - o;
-        } else if (addr >= hi_) {
-            run = end - o;
-        } else {
-            const std::size_t k = chunk_of(addr);
-            run = std::min<std::uint64_t>(end, chunk_hi(k) - live) - o;
-            if (state_[k] == kReleased)
-                return make_error("copy-on-write snapshot: bytes " + std::to_string(o) +
-                                  " were read after they were released (internal error)");
-            if (state_[k] == kProtected) src = live_ + o;   // still as it was at protect()
-        }
-        std::memcpy(dst + (o - off), src, run);
-        o += run;
+void Region::drain() {
+    // One chunk per lock hold: the fault handler waits at most one chunk's copy for a writer.
+    for (std::size_t k = 0;; ++k) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (k >= state_.size() || !protected_) return;
+        if (state_[k] != kProtected) continue;   // a write got there first
+        copy_chunk(k);
+        g_.bytes_drained_.fetch_add(chunk_hi(k) - chunk_lo(k), std::memory_order_relaxed);
+        if (!g_.write_protect(chunk_lo(k), chunk_hi(k) - chunk_lo(k), false)) return give_up_locked();
     }
-    return Status::success();
 }
 
-void Region::release(std::uint64_t end) {
-    std::lock_guard<std::mutex> lock(mu_);
-    const std::uintptr_t limit = reinterpret_cast<std::uintptr_t>(live_) + end;
-    for (; next_release_ < state_.size() && chunk_hi(next_release_) <= limit; ++next_release_) {
-        State &s = state_[next_release_];
-        if (s == kProtected && protected_ &&
-            !g_.write_protect(chunk_lo(next_release_), chunk_hi(next_release_) - chunk_lo(next_release_), false))
-            continue;   // stays protected: a write to it is served by the handler as usual
-        s = kReleased;
-    }
+void Region::give_up_locked() {
+    for (std::size_t i = 0; i < state_.size(); ++i)
+        if (state_[i] == kProtected) {
+            copy_chunk(i);
+            g_.bytes_drained_.fetch_add(chunk_hi(i) - chunk_lo(i), std::memory_order_relaxed);
+        }
+    g_.unregister_range(lo_, hi_);
+    protected_ = false;
 }
 
 void Region::unprotect_locked() {
@@ -187,30 +170,21 @@ void Region::unprotect_locked() {
 void Region::finish() {
     std::lock_guard<std::mutex> lock(mu_);
     unprotect_locked();
-    std::fill(state_.begin(), state_.end(), kReleased);
-    next_release_ = state_.size();
 }
 
 void Region::fault(std::uintptr_t addr) {
     std::lock_guard<std::mutex> lock(mu_);
     const std::size_t k = chunk_of(addr);
     if (!protected_ || state_[k] != kProtected) {
-        // Resolved meanwhile (released by the persist, or a second fault on the same chunk):
+        // Resolved meanwhile (drained by the persist, or a second fault on the same chunk):
         // the un-protect woke the writer already; waking again is harmless.
         g_.wake(addr);
         return;
     }
     copy_chunk(k);
-    g_.faults_.fetch_add(1, std::memory_order_relaxed);
     g_.bytes_faulted_.fetch_add(chunk_hi(k) - chunk_lo(k), std::memory_order_relaxed);
     // Un-protecting wakes the writer.
-    if (g_.write_protect(chunk_lo(k), chunk_hi(k) - chunk_lo(k), false)) return;
-    // The kernel refused: copy the rest of the region so the snapshot stays whole, then
-    // unregister it, which un-protects everything and wakes every waiting writer.
-    for (std::size_t i = 0; i < state_.size(); ++i)
-        if (state_[i] == kProtected) copy_chunk(i);
-    g_.unregister_range(lo_, hi_);
-    protected_ = false;
+    if (!g_.write_protect(chunk_lo(k), chunk_hi(k) - chunk_lo(k), false)) give_up_locked();
 }
 
 // ---- Guard -------------------------------------------------------------------------------
@@ -400,6 +374,7 @@ void Guard::serve() {
 void Guard::on_fault(std::uintptr_t addr) {
     // The table lock keeps the region alive while its fault is served; release_all takes it
     // too before deleting regions.
+    faults_.fetch_add(1, std::memory_order_relaxed);
     std::lock_guard<std::mutex> lock(table_mu_);
     auto it = regions_.upper_bound(addr);
     if (it != regions_.begin()) {

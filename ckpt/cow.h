@@ -1,7 +1,7 @@
 // Copy-on-write snapshots of host memory, for AsyncShardWriter in Snapshot::copy_on_write
 // mode: instead of copying a slice when it is added, the library write-protects the caller's
-// buffer with userfaultfd and copies a piece of it only if the caller writes to it before the
-// background persist has written it out.
+// buffer with userfaultfd, and the background persist makes the copy; a write that gets
+// there first copies its own piece.
 //
 //   add_tensor:  the page-aligned interior of the slice's buffer is registered with a
 //                userfaultfd (UFFDIO_REGISTER_MODE_WP; it stays registered, unprotected,
@@ -12,10 +12,14 @@
 //                the enclosing chunk (kChunkBytes, aligned, clipped to the interior) into the
 //                slice's shadow buffer and un-protects the chunk, which lets the write
 //                proceed. A trainer rewriting a whole tensor pays one fault per chunk.
-//   persist:     reads each block under the region's lock from the shadow where the chunk
-//                was copied, else from the caller's (still protected) memory, and
-//                un-protects each chunk once its bytes are in the writer's staging buffer,
-//                so later writes do not fault at all.
+//   persist:     first drains every region of the snapshot: copies each chunk still
+//                protected into the shadow and un-protects it, at memory speed, before it
+//                writes anything; then writes from the shadows as a copy snapshot would.
+//                The caller's memory is protected for the length of one memcpy of it in
+//                the background, not for the length of the write to storage: a trainer
+//                that rewrites its buffers soon after the snapshot rarely faults, and a
+//                system call into them that would fail with EFAULT (user-mode-only
+//                userfaultfd) has a window of milliseconds.
 //
 // The handler never blocks on anything but a region's lock, which is held only for memcpy
 // and ioctls; no signal handlers are involved. Memory that cannot be registered (file or
@@ -35,8 +39,6 @@
 #include <string>
 #include <vector>
 
-#include "stream.h"
-
 namespace omni {
 namespace ckpt {
 namespace cow {
@@ -52,10 +54,12 @@ class Guard;
 // One slice of a snapshot. Bytes [0, bytes) of the slice are `live`[0, bytes) of the caller
 // as of protect(); the page-aligned interior stays in place, everything else is in
 // `shadow`[0, bytes) (the caller copies the partial pages, the handler copies chunks).
-class Region final : public SliceSource {
+class Region final {
 public:
-    Status read(std::uint64_t off, std::uint64_t n, char *dst) override;
-    void release(std::uint64_t end) override;
+    // Copies every chunk still protected into the shadow and un-protects it, one chunk per
+    // hold of the region's lock: afterwards shadow[0, bytes) is the whole slice as of
+    // protect() and writes to the caller's memory no longer fault.
+    void drain();
     // Un-protects and unregisters what is left: the caller's memory is its own again.
     void finish();
 
@@ -68,12 +72,16 @@ public:
 
 private:
     friend class Guard;
-    enum State : std::uint8_t { kProtected, kCopied, kReleased };
+    enum State : std::uint8_t { kProtected, kCopied };
     std::uintptr_t chunk_lo(std::size_t k) const;
     std::uintptr_t chunk_hi(std::size_t k) const;
     std::size_t chunk_of(std::uintptr_t addr) const;
     void fault(std::uintptr_t addr);   // the handler thread
     void copy_chunk(std::size_t k);
+    // The kernel refused to un-protect a chunk: copies every chunk still protected, so the
+    // snapshot stays whole, then unregisters the region, which un-protects all of it and
+    // wakes every waiting writer.
+    void give_up_locked();
     void unprotect_locked();
 
     Guard &g_;
@@ -85,7 +93,6 @@ private:
     std::mutex mu_;            // guards everything below
     std::vector<State> state_;   // per chunk
     bool protected_ = false;   // write protection set (in part or whole) and not yet cleared
-    std::size_t next_release_ = 0;
 };
 
 // A userfaultfd, the thread that serves its write-protect faults, and the regions it guards.
@@ -110,6 +117,7 @@ public:
     bool user_mode_only() const { return user_mode_only_; }
     std::uint64_t faults() const { return faults_.load(std::memory_order_relaxed); }
     std::uint64_t bytes_faulted() const { return bytes_faulted_.load(std::memory_order_relaxed); }
+    std::uint64_t bytes_drained() const { return bytes_drained_.load(std::memory_order_relaxed); }
 
     Guard() = default;   // use open()
 
@@ -144,7 +152,9 @@ private:
     static constexpr std::size_t kMaxRegistered = 4096;
     std::mutex reg_mu_;
     std::map<std::uintptr_t, std::uintptr_t> registered_;   // start -> end, disjoint
-    std::atomic<std::uint64_t> faults_{0}, bytes_faulted_{0};
+    // Faults served (every write that stopped), bytes the handler copied for them, bytes
+    // copied for no write (Region::drain, give_up_locked).
+    std::atomic<std::uint64_t> faults_{0}, bytes_faulted_{0}, bytes_drained_{0};
 };
 
 // Whether this process has a Guard on the unprivileged, user-mode-only userfaultfd: then a

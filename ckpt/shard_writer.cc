@@ -58,7 +58,6 @@ struct ShardWriter::Impl {
     std::set<std::string> names;
     std::uint64_t written = 0, reused = 0, tracked_clean = 0;
     track::Tracker *tracker = nullptr;   // WriterOptions::track_writes where the kernel can
-    std::vector<char> staging;   // blocks of SliceSource slices (stream.h), reused
     bool finished = false;
     std::string failed;       // first error; the writer refuses further work after it
 
@@ -192,10 +191,8 @@ std::uint64_t last_slice_hash(ShardWriter &w) {
 
 namespace {
 
-// ShardWriter::add_tensor for a slice in one buffer (`data`) or read from `src`.
 Status add_slice(ShardWriter::Impl &w, const std::string &name, DType dtype, const Shape &shape,
-                 const Shape &offset, const Shape &count, const void *data, SliceSource *src,
-                 Change change) {
+                 const Shape &offset, const Shape &count, const void *data, Change change) {
     if (!w.failed.empty()) return make_error("shard writer failed earlier: " + w.failed);
     if (w.finished) return make_error("tensor " + name + ": shard already finished");
     if (auto st = check_tensor_name(name); !st) return st;
@@ -229,14 +226,14 @@ Status add_slice(ShardWriter::Impl &w, const std::string &name, DType dtype, con
     };
     // The caller vouches for it; verify and load still check the base's checksum.
     if (base && change == Change::unchanged) return reuse();
-    if (!data && !src) {
+    if (!data) {
         w.names.erase(name);   // nothing was added
         return make_error("tensor " + name + ": data is null");
     }
     // Tracked memory is armed before it is read (hashed or written), so a store that lands
     // while it is read counts for the next checkpoint.
     track::Lookup tracked;
-    if (w.tracker && data && bytes >= track::kMinBytes) tracked = w.tracker->arm(data, bytes);
+    if (w.tracker && bytes >= track::kMinBytes) tracked = w.tracker->arm(data, bytes);
     // Comparing with the base needs the hash before deciding; a slice that is written anyway
     // is hashed block by block as it goes out (stream.h).
     if (base && change == Change::detect) {
@@ -244,13 +241,9 @@ Status add_slice(ShardWriter::Impl &w, const std::string &name, DType dtype, con
         if (tracked.known) {
             hash = tracked.hash;
             w.tracked_clean += bytes;
-        } else if (data) {
+        } else {
             hash = xxh3(data, bytes);
             if (tracked.tracked) w.tracker->remember(data, bytes, hash, tracked.epoch);
-        } else {
-            auto h = hash_from(count, elem, *src, w.staging);
-            if (!h) return w.fail(make_error("tensor " + name + ": " + h.error()));
-            hash = h.value();
         }
         if (base->xxh3 == hash) return reuse();
     }
@@ -281,9 +274,8 @@ Status add_slice(ShardWriter::Impl &w, const std::string &name, DType dtype, con
         H5Eclear2(H5E_DEFAULT);   // no offset only means: write through HDF5
     }
     // Memory and file types are identical, so HDF5 writes the buffer straight through.
-    auto written = at != HADDR_UNDEF ? pwrite_hashed(w.fd.get(), at, bytes, data, src, w.staging)
-                   : data            ? write_hashed(ds.get(), type.get(), count, elem, data)
-                                     : write_hashed_from(ds.get(), type.get(), count, elem, *src, w.staging);
+    auto written = at != HADDR_UNDEF ? pwrite_hashed(w.fd.get(), at, bytes, data)
+                                     : write_hashed(ds.get(), type.get(), count, elem, data);
     if (!written) return w.fail(make_error("tensor " + name + ": writing " + w.tmp_path + ": " + written.error()));
     if (auto st = ds.close("tensor " + name + ": " + w.tmp_path); !st)
         return w.fail(make_error(st.error()));
@@ -306,13 +298,7 @@ Status add_slice(ShardWriter::Impl &w, const std::string &name, DType dtype, con
 Status ShardWriter::add_tensor(const std::string &name, DType dtype, const Shape &shape,
                                const Shape &offset, const Shape &count, const void *data,
                                Change change) {
-    return add_slice(*impl_, name, dtype, shape, offset, count, data, nullptr, change);
-}
-
-Status add_tensor_from(ShardWriter &w, const std::string &name, DType dtype, const Shape &shape,
-                       const Shape &offset, const Shape &count, SliceSource &src, Change change) {
-    return add_slice(ShardWriterAccess::impl(w), name, dtype, shape, offset, count, nullptr, &src,
-                     change);
+    return add_slice(*impl_, name, dtype, shape, offset, count, data, change);
 }
 
 void set_track_writes(ShardWriter &w, bool on) {

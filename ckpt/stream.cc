@@ -21,7 +21,7 @@ namespace {
 // returns < 0 on failure. A block is whole rows (dimension 0) where a row fits in a block;
 // where it does not, a block is part of one row: consecutive indices of the first dimension
 // whose sub-blocks (that index and everything after it) fit, so a block never outgrows the
-// cache, or a staging buffer (write_hashed_from), however wide the rows.
+// cache, however wide the rows.
 Status for_blocks(hid_t ds, const Shape &count, std::size_t elem,
                   const std::function<herr_t(hid_t mspace, hid_t fspace, std::uint64_t byte_off,
                                              std::uint64_t bytes)> &io) {
@@ -77,55 +77,15 @@ Result<std::uint64_t> write_hashed(hid_t ds, hid_t type, const Shape &count, std
     return h.digest();
 }
 
-Result<std::uint64_t> write_hashed_from(hid_t ds, hid_t type, const Shape &count,
-                                        std::size_t elem, SliceSource &src,
-                                        std::vector<char> &staging) {
-    Hasher h;
-    Status failed;
-    auto st = for_blocks(ds, count, elem, [&](hid_t ms, hid_t fs, std::uint64_t off, std::uint64_t n) {
-        if (staging.size() < n) staging.resize(n);
-        if (failed = src.read(off, n, staging.data()); !failed) return herr_t(-1);
-        // The block is ours now: the source may let its owner write those bytes again.
-        src.release(off + n);
-        h.update(staging.data(), n);
-        return H5Dwrite(ds, type, ms, fs, H5P_DEFAULT, staging.data());
-    });
-    if (!failed) return make_error(failed.error());
-    if (!st) return make_error(st.error());
-    return h.digest();
-}
-
-Result<std::uint64_t> pwrite_hashed(int fd, std::uint64_t off, std::uint64_t n, const void *data,
-                                    SliceSource *src, std::vector<char> &staging) {
+Result<std::uint64_t> pwrite_hashed(int fd, std::uint64_t off, std::uint64_t n, const void *data) {
     Hasher h;
     for (std::uint64_t done = 0; done < n;) {
         const std::uint64_t b = std::min<std::uint64_t>(kStreamBlockBytes, n - done);
-        const char *p;
-        if (src) {
-            if (staging.size() < b) staging.resize(b);
-            if (auto st = src->read(done, b, staging.data()); !st) return make_error(st.error());
-            src->release(done + b);   // the block is ours now
-            p = staging.data();
-        } else {
-            p = static_cast<const char *>(data) + done;
-        }
+        const char *p = static_cast<const char *>(data) + done;
         h.update(p, b);   // brings the block into cache for the write
         if (const int err = fsio::pwrite_all(fd, p, static_cast<std::size_t>(b), off + done))
             return make_error(std::strerror(err));
         done += b;
-    }
-    return h.digest();
-}
-
-Result<std::uint64_t> hash_from(const Shape &count, std::size_t elem, SliceSource &src,
-                                std::vector<char> &staging) {
-    const std::uint64_t total = element_count(count) * elem;
-    Hasher h;
-    for (std::uint64_t off = 0; off < total; off += kStreamBlockBytes) {
-        const std::uint64_t n = std::min<std::uint64_t>(kStreamBlockBytes, total - off);
-        if (staging.size() < n) staging.resize(n);
-        if (auto st = src.read(off, n, staging.data()); !st) return make_error(st.error());
-        h.update(staging.data(), n);
     }
     return h.digest();
 }

@@ -11,7 +11,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <vector>
 
 #include "omni/ckpt_cpp.h"
 #include "omni/result.h"
@@ -28,34 +27,11 @@ constexpr std::uint64_t kStreamBlockBytes = std::uint64_t(1) << 20;
 Result<std::uint64_t> write_hashed(hid_t ds, hid_t type, const Shape &count, std::size_t elem,
                                    const void *data);
 
-// A slice whose bytes are not one buffer the writer may read at leisure: a copy-on-write
-// snapshot (cow.h), whose bytes are partly in the caller's live memory and partly in copies.
-// The writer reads it in blocks, in increasing order, and says when it is done with a prefix.
-class SliceSource {
-public:
-    virtual ~SliceSource() = default;
-    // Copies bytes [off, off + n) of the slice, in row-major order, into `dst`.
-    virtual Status read(std::uint64_t off, std::uint64_t n, char *dst) = 0;
-    // Bytes before `end` will not be read again.
-    virtual void release(std::uint64_t end) = 0;
-};
-
-// write_hashed for a SliceSource: each block is read into `staging` (grown as needed, kept
-// by the caller for the next slice), released, hashed and written from there, so the
-// checksum covers exactly the bytes written.
-Result<std::uint64_t> write_hashed_from(hid_t ds, hid_t type, const Shape &count,
-                                        std::size_t elem, SliceSource &src,
-                                        std::vector<char> &staging);
-// Writes the n bytes of a slice with plain pwrite(2) to `fd` at file offset `off` (the
-// storage HDF5 allocated for a contiguous dataset, which HDF5 then never touches) and returns
-// their XXH3-64. The bytes come from `data`, or from `src` through `staging` as in
-// write_hashed_from. Outside HDF5, so the writers of a process do not queue on HDF5's global
-// lock while the kernel copies their bytes.
-Result<std::uint64_t> pwrite_hashed(int fd, std::uint64_t off, std::uint64_t n, const void *data,
-                                    SliceSource *src, std::vector<char> &staging);
-// The XXH3-64 of a SliceSource's bytes, read through `staging` (nothing released).
-Result<std::uint64_t> hash_from(const Shape &count, std::size_t elem, SliceSource &src,
-                                std::vector<char> &staging);
+// Writes the n bytes of a slice at `data` with plain pwrite(2) to `fd` at file offset `off`
+// (the storage HDF5 allocated for a contiguous dataset, which HDF5 then never touches) and
+// returns their XXH3-64. Outside HDF5, so the writers of a process do not queue on HDF5's
+// global lock while the kernel copies their bytes.
+Result<std::uint64_t> pwrite_hashed(int fd, std::uint64_t off, std::uint64_t n, const void *data);
 // Reads dataset `ds` (shape `count`) into `dst` and returns the XXH3-64 of its bytes.
 // `on_block` (optional) is told each block's size in bytes, for progress.
 Result<std::uint64_t> read_hashed(hid_t ds, hid_t type, const Shape &count, std::size_t elem,

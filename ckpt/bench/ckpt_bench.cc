@@ -16,8 +16,9 @@
 //                                              memcpy into host memory) and copy-on-write
 //                                              (write-protecting the model's buffers)
 //   trainer rewriting all its buffers      idle, while a copy persist runs, and while a
-//                                              copy-on-write persist runs: what COW moves
-//                                              out of the stall lands here, as faults
+//                                              copy-on-write persist runs: the copy COW
+//                                              moves out of the stall runs beside it (and a
+//                                              write that gets ahead of it stops)
 //
 // Each measurement is repeated --reps times and the median is reported, with the range
 // (min..max) beside it. Page-cache pages of the files are dropped (fdatasync +
@@ -467,6 +468,7 @@ AsyncRun async_save(const Config &c, Model &m, std::vector<AsyncShardWriter> &wr
         run.stats.slices_protected += s.slices_protected;
         run.stats.slices_copied += s.slices_copied;
         run.stats.faults += s.faults;
+        run.stats.bytes_drained += s.bytes_drained;
         run.stats.bytes_faulted += s.bytes_faulted;
         if (run.stats.fallback.empty()) run.stats.fallback = s.fallback;
     }
@@ -736,9 +738,10 @@ int main(int argc, char **argv) {
                 median(t_rw_idle), range(t_rw_idle).c_str());
     std::printf("  %-44s %8.3f s  %s\n", "  ... right after a copy snapshot",
                 median(t_rw_copy), range(t_rw_copy).c_str());
-    std::printf("  %-44s %8.3f s  %s  (last: %llu faults copied %.1f MiB)\n", "  ... right after a copy-on-write snapshot",
-                median(t_rw_cow), range(t_rw_cow).c_str(), static_cast<unsigned long long>(cow_stats.faults),
-                cow_stats.bytes_faulted / 1048576.0);
+    std::printf("  %-44s %8.3f s  %s  (last: %llu writes stopped, %.1f MiB copied for them, %.1f MiB by the persist)\n",
+                "  ... right after a copy-on-write snapshot", median(t_rw_cow), range(t_rw_cow).c_str(),
+                static_cast<unsigned long long>(cow_stats.faults), cow_stats.bytes_faulted / 1048576.0,
+                cow_stats.bytes_drained / 1048576.0);
     std::printf("  %-44s %8.3f s  %s\n", "  ... right after a write-tracked checkpoint",
                 median(t_rw_track), range(t_rw_track).c_str());
     if (cow_stats.slices_copied)

@@ -125,7 +125,7 @@ TEST(CApi, CopyOnWriteSnapshotAndStats) {
     ASSERT_EQ(omni_ckpt_async_set_snapshot(a, OMNI_CKPT_SNAPSHOT_COPY_ON_WRITE), 0);
     ASSERT_EQ(omni_ckpt_async_begin(a, root.c_str(), 1, 0, nullptr, nullptr), 0) << omni_ckpt_errmsg();
     // Page-aligned: protected whole, nothing copied.
-    const uint64_t n = 1 << 18;
+    const uint64_t n = 1 << 21;
     void *mem = nullptr;
     ASSERT_EQ(posix_memalign(&mem, 4096, n * 4), 0);
     float *f = static_cast<float *>(mem);
@@ -133,7 +133,9 @@ TEST(CApi, CopyOnWriteSnapshotAndStats) {
     const uint64_t shape[1] = {n}, off[1] = {0};
     ASSERT_EQ(omni_ckpt_async_add_tensor(a, "w", OMNI_CKPT_FP32, 1, shape, off, shape, f, OMNI_CKPT_CHANGED), 0)
         << omni_ckpt_errmsg();
-    for (uint64_t i = 0; i < n; ++i) f[i] = -1.0f;   // after add_tensor: not in the checkpoint
+    // After add_tensor: not in the checkpoint. The chunk written is copied first; the
+    // persist copies the rest before it writes.
+    for (uint64_t i = 0; i < 1024; ++i) f[i] = -1.0f;
     ASSERT_EQ(omni_ckpt_async_submit(a), 0);
     ASSERT_EQ(omni_ckpt_async_wait(a), 0) << omni_ckpt_errmsg();
     omni_ckpt_async_stats st{};
@@ -142,6 +144,9 @@ TEST(CApi, CopyOnWriteSnapshotAndStats) {
     if (st.slices_protected == 1) {
         EXPECT_EQ(st.bytes_protected, n * 4);
         EXPECT_GE(st.faults, 1u);
+        EXPECT_GT(st.bytes_faulted, 0u);
+        EXPECT_GT(st.bytes_drained, 0u);
+        EXPECT_EQ(st.bytes_faulted + st.bytes_drained, st.bytes_protected);
         EXPECT_STREQ(st.fallback, "");
     } else {
         EXPECT_STRNE(st.fallback, "");   // e.g. no userfaultfd where this runs

@@ -129,9 +129,10 @@ typedef enum {
     /* add_tensor copies the slice into host memory the handle keeps; the caller's buffer is
      * free again when add_tensor returns. The default. */
     OMNI_CKPT_SNAPSHOT_COPY = 0,
-    /* add_tensor write-protects the caller's buffer (userfaultfd) instead of copying it; a
-     * write to it before the persist has written that part out stops while the library
-     * copies the enclosing 2 MiB. The checkpoint holds the values as of add_tensor. The
+    /* add_tensor write-protects the caller's buffer (userfaultfd) instead of copying it; the
+     * persist thread makes the copy, un-protecting as it goes, before it writes anything; a
+     * write that gets to a part first stops while the library copies the enclosing 2 MiB.
+     * The checkpoint holds the values as of add_tensor. The
      * buffer must stay allocated and mapped (not freed, munmap'ed, mremap'ed or
      * madvise(MADV_DONTNEED)'ed) until omni_ckpt_async_wait returns or the next
      * omni_ckpt_async_begin; only CPU stores are seen (memory a device writes by DMA belongs
@@ -150,8 +151,8 @@ typedef struct {
     uint64_t slices_protected;   /* slices left in place, write-protected */
     uint64_t bytes_copied;       /* by add_tensor, with the partial pages around protected slices */
     uint64_t bytes_protected;    /* write-protected in place */
-    uint64_t faults;             /* writes that stopped for a copy (one per 2 MiB chunk) */
-    uint64_t bytes_faulted;      /* copied by those faults */
+    uint64_t faults;             /* writes that stopped at the write protection */
+    uint64_t bytes_faulted;      /* copied for them (a 2 MiB chunk each, at most) */
     int kernel_writes_fail;      /* non-zero: system calls writing into protected memory fail */
     const char *fallback;        /* why a slice of a copy-on-write snapshot was copied (the
                                   * first one), "" if none; valid until the next call on the
@@ -159,6 +160,8 @@ typedef struct {
     uint64_t slices_referenced;  /* not snapshotted: the base holds them unchanged (by the
                                   * caller's OMNI_CKPT_UNCHANGED, or by write tracking) */
     uint64_t bytes_referenced;
+    uint64_t bytes_drained;      /* copied by the persist before it wrote anything: the
+                                  * protected bytes no write reached first */
 } omni_ckpt_async_stats;
 
 /* A writer that snapshots the slices (by default into reusable host memory) and persists in

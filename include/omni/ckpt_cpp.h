@@ -226,12 +226,13 @@ enum class Snapshot {
     /* add_tensor copies the slice into host memory the writer keeps (its only stall, a
      * memcpy); the caller's buffer is free again when add_tensor returns. */
     copy,
-    /* add_tensor write-protects the caller's buffer (userfaultfd) instead of copying it; a
-     * write to it before the persist has written that part out stops the writing thread
-     * while the library copies the enclosing 2 MiB, then goes on. The stall is a few system
-     * calls per slice; what a copy would cost moves to the first write to each 2 MiB that
-     * the persist has not reached yet. The checkpoint holds the values as of add_tensor, as
-     * with copy. Contract: the buffer stays allocated and mapped, and is not freed,
+    /* add_tensor write-protects the caller's buffer (userfaultfd) instead of copying it;
+     * the persist thread copies it into the same host memory as copy mode, un-protecting
+     * each 2 MiB as it goes, before it writes anything. A write that gets to a part first
+     * stops the writing thread while the library copies the enclosing 2 MiB, then goes on.
+     * The stall is a few system calls per slice; the copy runs in the background, and the
+     * buffer is protected for about the time of that copy. The checkpoint holds the values
+     * as of add_tensor, as with copy. Contract: the buffer stays allocated and mapped, and is not freed,
      * munmap'ed, mremap'ed or madvise(MADV_DONTNEED)'ed, until wait() returns or the next
      * begin(); only stores by the CPU are seen, so memory that a device writes by DMA
      * (cudaHostRegister'ed, RDMA-registered) belongs in copy mode; and a system call that
@@ -257,8 +258,10 @@ struct AsyncStats {
     std::uint64_t slices_referenced = 0;   // not snapshotted at all: the base holds them
     std::uint64_t bytes_referenced = 0;    // unchanged (Change::unchanged, or write tracking
                                            // saw no store and the checksum equals the base's)
-    std::uint64_t faults = 0;              // writes that stopped for a copy (one per chunk)
-    std::uint64_t bytes_faulted = 0;       // copied by those faults
+    std::uint64_t faults = 0;              // writes that stopped at the write protection
+    std::uint64_t bytes_faulted = 0;       // copied for them (a 2 MiB chunk each, at most)
+    std::uint64_t bytes_drained = 0;       // copied by the persist before it wrote anything:
+                                           // the protected bytes no write reached first
     std::string fallback;                  // why a slice of a copy_on_write snapshot was
                                            // copied (the first such slice); "" if none was
     bool kernel_writes_fail = false;       // unprivileged userfaultfd: a system call writing
