@@ -15,6 +15,8 @@
 //   sync save                              vs  async stall, both snapshot modes: copy (a
 //                                              memcpy into host memory) and copy-on-write
 //                                              (write-protecting the model's buffers)
+//   copy-on-write stall, 4 KiB pages       vs  the same bytes in transparent huge pages (one
+//                                              rank, tensors of 8 MiB on 2 MiB boundaries)
 //   trainer rewriting all its buffers      idle, while a copy persist runs, and while a
 //                                              copy-on-write persist runs: the copy COW
 //                                              moves out of the stall runs beside it (and a
@@ -37,6 +39,7 @@
 // rank process of a job does; a rank that did not write the base reads the base's index).
 #include <boost/program_options.hpp>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -54,6 +57,7 @@
 
 #include "../format.h"
 #include "../fsio.h"
+#include "../test/test_util.h"
 #include "omni/ckpt_cpp.h"
 #include "omni/parse.h"
 
@@ -94,9 +98,9 @@ double median(std::vector<double> v) {
     return v[v.size() / 2];
 }
 
-std::string range(const std::vector<double> &v) {
+std::string range(const std::vector<double> &v, int digits = 3) {
     char buf[64];
-    std::snprintf(buf, sizeof buf, "(%.3f..%.3f)", *std::min_element(v.begin(), v.end()),
+    std::snprintf(buf, sizeof buf, "(%.*f..%.*f)", digits, *std::min_element(v.begin(), v.end()), digits,
                   *std::max_element(v.begin(), v.end()));
     return buf;
 }
@@ -475,6 +479,58 @@ AsyncRun async_save(const Config &c, Model &m, std::vector<AsyncShardWriter> &wr
     return run;
 }
 
+// The copy-on-write stall is mostly the kernel write-protecting page table entries: one per
+// 4 KiB page, or one per 2 MiB where the buffers are in transparent huge pages. Measured on
+// the same bytes in both kinds of page, as tensors of 8 MiB placed on 2 MiB boundaries (the
+// model's slices are too small to cover whole huge pages at the default size).
+class PagedModel {
+public:
+    static constexpr std::uint64_t kTensorBytes = std::uint64_t(8) << 20;
+    PagedModel(std::uint64_t bytes, bool huge)
+        : tensors_(std::max<std::uint64_t>(1, bytes / kTensorBytes)), len_(tensors_ * kTensorBytes + (2 << 20)) {
+        void *p = ::mmap(nullptr, len_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) die("mmap of " + std::to_string(len_) + " bytes failed");
+        map_ = static_cast<char *>(p);
+        base_ = reinterpret_cast<char *>((reinterpret_cast<std::uintptr_t>(map_) + (2 << 20) - 1) &
+                                         ~std::uintptr_t((2 << 20) - 1));
+        // Either advice may be refused (THP compiled out): then the pages are what they are,
+        // and the huge-page coverage printed says so.
+        (void)::madvise(base_, tensors_ * kTensorBytes, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+        for (std::uint64_t i = 0; i < tensors_ * kTensorBytes; i += 4096) base_[i] = static_cast<char>(i >> 12);
+    }
+    ~PagedModel() { ::munmap(map_, len_); }
+    PagedModel(const PagedModel &) = delete;
+    PagedModel &operator=(const PagedModel &) = delete;
+    std::uint64_t tensors() const { return tensors_; }
+    const char *tensor(std::uint64_t i) const { return base_ + i * kTensorBytes; }
+    long huge_kb() const { return omni::ckpt::test::anon_huge_kb(base_); }
+
+private:
+    std::uint64_t tensors_, len_;
+    char *map_, *base_;
+};
+
+// One copy-on-write checkpoint of a PagedModel by a single rank, as when each rank is a
+// process of its own. (Several writers of one process, each with its own userfaultfd, on
+// neighbouring tensors of one huge-page buffer: measured here, the kernel then split most
+// of the huge pages into 4 KiB ones.) Returns the stall (begin and add_tensor until the
+// persist is started); commits after the persist.
+double paged_cow_save(const PagedModel &m, AsyncShardWriter &w, const std::string &root, std::uint64_t step) {
+    const Shape shape{PagedModel::kTensorBytes / 4};
+    const auto t0 = Clock::now();
+    check(w.begin(root, step, 0));
+    for (std::uint64_t i = 0; i < m.tensors(); ++i)
+        check(w.add_tensor("paged/t" + std::to_string(i), DType::fp32, shape, {0}, shape, m.tensor(i), Change::changed));
+    check(w.submit());
+    const double stall = seconds_since(t0);
+    check(w.wait());
+    Meta meta;
+    meta.step = step;
+    meta.world_size = 1;
+    if (auto r = commit(root, 1, meta); !r) die(r.error());
+    return stall;
+}
+
 // An asynchronous incremental checkpoint against `base`: the caller's hints (`hinted`), or
 // write tracking (`track`, Change::detect). Returns the stall (snapshot until all persists
 // started) and commits after the persists.
@@ -615,6 +671,9 @@ int main(int argc, char **argv) {
     std::vector<AsyncShardWriter> async(c.shards), async_cow(c.shards);
     for (auto &w : async_cow) w.set_snapshot(Snapshot::copy_on_write);
     Model live = m;   // the trainer's buffers, rewritten during the async persists
+    const PagedModel paged_small(bytes, false), paged_huge(bytes, true);
+    AsyncShardWriter cow_small(Snapshot::copy_on_write), cow_huge(Snapshot::copy_on_write);
+    std::vector<double> t_stall_small, t_stall_huge;
     Model tracked = m;   // the trainer's buffers, checkpointed with write tracking
     const std::string track_status = write_tracking_status();
     std::vector<char> dest(bytes, 1);   // filled once, so no read pays for page faults
@@ -681,6 +740,13 @@ int main(int argc, char **argv) {
             t_rw_idle.push_back(a.rewrite_idle);
             if (cow) cow_stats = a.stats;
         }
+        // Copy-on-write of 8 MiB tensors in 4 KiB pages and in huge pages, alternating.
+        for (int kind = 0; kind < 2; ++kind) {
+            const bool huge = (kind == 0) == (rep % 2 == 1);
+            (huge ? t_stall_huge : t_stall_small)
+                .push_back(paged_cow_save(huge ? paged_huge : paged_small, huge ? cow_huge : cow_small,
+                                          fsio::join(c.dir, "paged"), ++step));
+        }
         // Asynchronous 1% incrementals: the stall covers only the slices that changed, told
         // by the caller or found by write tracking (primed by an untimed tracked checkpoint).
         const std::string inc_ck = fsio::join(root, step_dir_name(inc_step));
@@ -697,6 +763,7 @@ int main(int argc, char **argv) {
         flip_slices(tracked, changed);
         check(fsio::remove_tree(raw));
         check(fsio::remove_tree(root));
+        check(fsio::remove_tree(fsio::join(c.dir, "paged")));
     }
     if (own_dir) check(fsio::remove_tree(c.dir));
 
@@ -728,6 +795,11 @@ int main(int argc, char **argv) {
                 median(t_stall), range(t_stall).c_str(), median(t_async_total));
     std::printf("  %-44s %8.3f s  %s  (persist finished after %.3f s)\n", "async stall, copy-on-write (write-protect)",
                 median(t_stall_cow), range(t_stall_cow).c_str(), median(t_cow_total));
+    std::printf("  %-44s %9.4f s  %s  (one rank, %llu tensors of 8 MiB, 4 KiB pages)\n", "async stall, copy-on-write, 8 MiB tensors",
+                median(t_stall_small), range(t_stall_small, 4).c_str(), static_cast<unsigned long long>(paged_small.tensors()));
+    std::printf("  %-44s %9.4f s  %s  (transparent huge pages: %ld of %llu KiB)\n", "  ... the same in transparent huge pages",
+                median(t_stall_huge), range(t_stall_huge, 4).c_str(), paged_huge.huge_kb(),
+                static_cast<unsigned long long>(paged_huge.tensors() * (PagedModel::kTensorBytes >> 10)));
     std::printf("  %-44s %8.3f s  %s  (%llu of %u slices not snapshotted)\n", "async stall, 1% incremental, caller hints",
                 median(t_stall_incr_hint), range(t_stall_incr_hint).c_str(),
                 static_cast<unsigned long long>(async_incr_referenced), slices);
@@ -762,6 +834,8 @@ int main(int argc, char **argv) {
                 median(t_raw_w) / median(t_save_p), 100.0 * median(t_incr_hint_p) / median(t_save_p));
     std::printf("  async stall / sync save, copy          %6.2f%%  [<= 10%%]\n", 100.0 * median(t_stall) / median(t_save));
     std::printf("  async stall / sync save, copy-on-write %6.2f%%  [<= 10%%]\n", 100.0 * median(t_stall_cow) / median(t_save));
+    std::printf("  copy-on-write stall, huge / 4 KiB pages  %6.3fx  (8 MiB tensors; %.2f%% of a sync save)\n",
+                median(t_stall_huge) / median(t_stall_small), 100.0 * median(t_stall_huge) / median(t_save));
     std::printf("  async 1%% incremental stall / sync save %5.2f%% hinted, %.2f%% tracked\n",
                 100.0 * median(t_stall_incr_hint) / median(t_save), 100.0 * median(t_stall_incr_track) / median(t_save));
     std::printf("  trainer's rewrite after COW snapshot   %+6.1f ms vs after a copy snapshot, %+.1f ms vs idle\n",

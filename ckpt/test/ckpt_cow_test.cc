@@ -15,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -47,6 +48,14 @@ Slot place(const std::string &name, DType dtype, const Shape &shape, char *at, s
     Slot s{name, dtype, shape, at, t::logical(dtype, shape, seed)};
     std::memcpy(at, s.expect.data(), s.bytes());
     return s;
+}
+
+// New values in every slot, a function of `seed` and the slot's name.
+void set_values(std::vector<Slot> &slots, std::uint64_t seed) {
+    for (auto &s : slots) {
+        s.expect = t::logical(s.dtype, s.shape, seed + s.name.size());
+        std::memcpy(s.at, s.expect.data(), s.bytes());
+    }
 }
 
 Meta meta_for(std::uint64_t step) {
@@ -191,10 +200,7 @@ TEST(Cow, WritesDuringThePersistAreNotSeenForEveryDtypeAndUnalignedSlices) {
     next("model/small", DType::fp32, {7, 5}, 6);   // below 64 KiB: copied by design
     AsyncShardWriter a(Snapshot::copy_on_write);
     for (std::uint64_t step : {1, 2}) {   // the second reuses the arena and the guard
-        for (auto &s : slots) {
-            s.expect = t::logical(s.dtype, s.shape, step * 10 + s.name.size());
-            std::memcpy(s.at, s.expect.data(), s.bytes());
-        }
+        set_values(slots, step * 10);
         const std::string ck = snapshot_under_writes(a, d / "root", step, slots);
         expect_saved(ck, slots);
         const AsyncStats st = a.stats();
@@ -413,6 +419,43 @@ TEST(Cow, MemoryNeverTouchedIsProtectedToo) {
         EXPECT_GE(a.stats().faults, 1u);
     }
     cow::set_test_overrides({});
+}
+
+// Buffers in transparent huge pages (madvise(MADV_HUGEPAGE), or THP "always" as on many
+// distributions): a slice covering whole 2 MiB pages is protected and drained a page table
+// entry at a time, one starting or ending inside a huge page splits it. The values saved
+// are those at add_tensor either way. Whether the kernel gave huge pages is logged (it may
+// not: THP "never", or no free 2 MiB blocks); the test is about the values.
+TEST(Cow, TransparentHugePages) {
+    ::alarm(120);
+    TempDir d;
+    const std::size_t huge = 2 << 20, bytes = 40 << 20;
+    Mapping m(bytes + huge);
+    ASSERT_TRUE(m.data());
+    char *base = reinterpret_cast<char *>((reinterpret_cast<std::uintptr_t>(m.data()) + huge - 1) & ~(huge - 1));
+    ASSERT_EQ(::madvise(base, bytes, MADV_HUGEPAGE), 0) << std::strerror(errno);
+    std::memset(base, 0x5a, bytes);
+    const long kb = t::anon_huge_kb(base);
+    std::printf("transparent huge pages backing the test buffer: %ld kB of %zu kB\n", kb, bytes >> 10);
+    ::testing::Test::RecordProperty("anon_huge_kb", static_cast<int>(kb));
+    std::vector<Slot> slots{
+        place("aligned/whole_pages", DType::fp32, {4 << 20}, base, 21),                   // 16 MiB
+        place("unaligned/splits", DType::bf16, {3, 1000003}, base + (16 << 20) + 4096 + 6, 22),
+        place("inside/one_page", DType::uint8, {1 << 20}, base + (24 << 20) + (512 << 10), 23),
+        place("tail/int64", DType::int64, {1 << 20}, base + (28 << 20) + 8, 24),       // 8 MiB
+    };
+    AsyncShardWriter a(Snapshot::copy_on_write);
+    for (std::uint64_t step : {1, 2}) {
+        set_values(slots, step * 100);
+        const std::string ck = snapshot_under_writes(a, d / "root", step, slots);
+        expect_saved(ck, slots);
+        const AsyncStats st = a.stats();
+        EXPECT_EQ(st.slices_protected, slots.size()) << st.fallback;
+        EXPECT_EQ(st.bytes_faulted + st.bytes_drained, st.bytes_protected);
+        for (auto &s : slots) std::memset(s.at, 0x11, s.bytes());   // nothing protected now
+        EXPECT_EQ(a.stats().faults, st.faults);
+    }
+    ::alarm(0);
 }
 
 // The unprivileged userfaultfd handles user-mode faults only: a system call that writes into

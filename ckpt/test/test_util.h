@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -53,6 +54,27 @@ private:
     char *p_;
     std::size_t bytes_;
 };
+
+// The kB of transparent huge pages backing the mapping that contains `p` (AnonHugePages in
+// /proc/self/smaps), or -1 if it cannot be read.
+inline long anon_huge_kb(const void *p) {
+    FILE *f = std::fopen("/proc/self/smaps", "r");
+    if (!f) return -1;
+    const auto a = reinterpret_cast<std::uintptr_t>(p);
+    char line[512];
+    bool in = false;
+    long kb = -1;
+    while (std::fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (std::sscanf(line, "%lx-%lx ", &lo, &hi) == 2) {   // a mapping's first line
+            in = a >= lo && a < hi;
+            continue;
+        }
+        if (in && std::sscanf(line, "AnonHugePages: %ld kB", &kb) == 1) break;
+    }
+    std::fclose(f);
+    return kb;
+}
 
 // fp32 -> bf16 by truncation (the tests only need a deterministic bit pattern).
 inline std::uint16_t to_bf16(float f) {
