@@ -503,18 +503,17 @@ public:
     PagedModel &operator=(const PagedModel &) = delete;
     std::uint64_t tensors() const { return tensors_; }
     const char *tensor(std::uint64_t i) const { return base_ + i * kTensorBytes; }
-    long huge_kb() const { return omni::ckpt::test::anon_huge_kb(base_); }
+    long huge_kb() const { return omni::ckpt::test::anon_huge_kb(base_, tensors_ * kTensorBytes); }
 
 private:
     std::uint64_t tensors_, len_;
     char *map_, *base_;
 };
 
-// One copy-on-write checkpoint of a PagedModel by a single rank, as when each rank is a
-// process of its own. (Several writers of one process, each with its own userfaultfd, on
-// neighbouring tensors of one huge-page buffer: measured here, the kernel then split most
-// of the huge pages into 4 KiB ones.) Returns the stall (begin and add_tensor until the
-// persist is started); commits after the persist.
+// One copy-on-write checkpoint of a PagedModel by a single rank: the stall of one rank's
+// buffers, without the threads of the other ranks competing for this VM's two cores.
+// Returns the stall (begin and add_tensor until the persist is started); commits after the
+// persist.
 double paged_cow_save(const PagedModel &m, AsyncShardWriter &w, const std::string &root, std::uint64_t step) {
     const Shape shape{PagedModel::kTensorBytes / 4};
     const auto t0 = Clock::now();

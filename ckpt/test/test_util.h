@@ -55,25 +55,26 @@ private:
     std::size_t bytes_;
 };
 
-// The kB of transparent huge pages backing the mapping that contains `p` (AnonHugePages in
-// /proc/self/smaps), or -1 if it cannot be read.
-inline long anon_huge_kb(const void *p) {
+// The kB of transparent huge pages backing [p, p + bytes): AnonHugePages in /proc/self/smaps,
+// summed over the mappings that overlap the range (a userfaultfd registration splits a
+// mapping into several). Whole mappings are counted; -1 if smaps cannot be read.
+inline long anon_huge_kb(const void *p, std::size_t bytes) {
     FILE *f = std::fopen("/proc/self/smaps", "r");
     if (!f) return -1;
     const auto a = reinterpret_cast<std::uintptr_t>(p);
     char line[512];
     bool in = false;
-    long kb = -1;
+    long total = 0;
     while (std::fgets(line, sizeof line, f)) {
         unsigned long lo, hi;
-        if (std::sscanf(line, "%lx-%lx ", &lo, &hi) == 2) {   // a mapping's first line
-            in = a >= lo && a < hi;
-            continue;
-        }
-        if (in && std::sscanf(line, "AnonHugePages: %ld kB", &kb) == 1) break;
+        long kb;
+        if (std::sscanf(line, "%lx-%lx ", &lo, &hi) == 2)   // a mapping's first line
+            in = lo < a + bytes && hi > a;
+        else if (in && std::sscanf(line, "AnonHugePages: %ld kB", &kb) == 1)
+            total += kb;
     }
     std::fclose(f);
-    return kb;
+    return total;
 }
 
 // fp32 -> bf16 by truncation (the tests only need a deterministic bit pattern).
