@@ -56,7 +56,7 @@ std::string errno_text(const char *what, int err) { return std::string(what) + "
 
 const char *const kNotAnonymous =
     "userfaultfd cannot protect this memory: only private anonymous memory, not a file or "
-    "shared mapping, shared memory or huge pages";
+    "shared mapping, shared memory or hugetlbfs pages (transparent huge pages are fine)";
 
 // Below this, memcpy: the copy of small tensors is cheap anyway.
 constexpr std::size_t kStreamCopyBytes = std::size_t(256) << 10;
@@ -452,7 +452,7 @@ void Guard::unregister_all() {
 }
 
 // Whether [lo, hi) is all private anonymous memory. userfaultfd also registers shared memory
-// (MAP_SHARED|MAP_ANONYMOUS, memfd, /dev/shm, even privately mapped) and huge pages; but
+// (MAP_SHARED|MAP_ANONYMOUS, memfd, /dev/shm, even privately mapped) and hugetlbfs; but
 // protecting our mapping of shared memory does not stop another mapping (another process)
 // from writing to it, so only private anonymous memory may be left in place.
 bool Guard::private_anonymous(std::uintptr_t lo, std::uintptr_t hi) {

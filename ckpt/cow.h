@@ -11,7 +11,10 @@
 //   a write:     the writing thread stops in a write-protect fault; the handler thread copies
 //                the enclosing chunk (kChunkBytes, aligned, clipped to the interior) into the
 //                slice's shadow buffer and un-protects the chunk, which lets the write
-//                proceed. A trainer rewriting a whole tensor pays one fault per chunk.
+//                proceed. A trainer rewriting a whole tensor before the persist's drain
+//                gets there pays one fault per chunk. Chunks are aligned to 2 MiB so that
+//                memory in transparent huge pages is protected and released a page table
+//                entry per huge page, never split.
 //   persist:     first drains every region of the snapshot: copies each chunk still
 //                protected into the shadow and un-protects it, at memory speed, before it
 //                writes anything; then writes from the shadows as a copy snapshot would.
@@ -23,7 +26,7 @@
 //
 // The handler never blocks on anything but a region's lock, which is held only for memcpy
 // and ioctls; no signal handlers are involved. Memory that cannot be registered (file or
-// shared mappings, huge pages, memory another userfaultfd guards) is reported through `why`
+// shared mappings, hugetlbfs pages, memory another userfaultfd guards) is reported through `why`
 // and the caller copies it instead.
 #ifndef OMNI_CKPT_COW_H
 #define OMNI_CKPT_COW_H

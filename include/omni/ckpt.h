@@ -138,8 +138,8 @@ typedef enum {
      * omni_ckpt_async_begin; only CPU stores are seen (memory a device writes by DMA belongs
      * in COPY mode); without CAP_SYS_PTRACE or vm.unprivileged_userfaultfd = 1, a system call
      * writing into a protected buffer (read(2), recv(2)) fails with EFAULT. Slices below
-     * 64 KiB and memory userfaultfd cannot protect (file or shared mappings, huge pages) are
-     * copied; so is everything with OMNI_CKPT_NO_UFFD=1 in the environment. See
+     * 64 KiB and memory userfaultfd cannot protect (file or shared mappings, hugetlbfs
+     * pages) are copied; so is everything with OMNI_CKPT_NO_UFFD=1 in the environment. See
      * omni-ckpt(5). */
     OMNI_CKPT_SNAPSHOT_COPY_ON_WRITE = 1,
     OMNI_CKPT_SNAPSHOT_FORCE_INT = 0x7fffffff   /* not a mode (see omni_ckpt_dtype) */

@@ -240,7 +240,7 @@ enum class Snapshot {
      * process may handle kernel faults (CAP_SYS_PTRACE or vm.unprivileged_userfaultfd = 1),
      * else it fails with EFAULT (Reader::read retries by touching its destination first).
      * A slice below 64 KiB, memory userfaultfd cannot protect (file or shared mappings,
-     * huge pages, memory another userfaultfd guards, the same memory added twice), a kernel
+     * hugetlbfs pages, memory another userfaultfd guards, the same memory added twice), a kernel
      * without userfaultfd write protection (Linux >= 5.14 is needed), or OMNI_CKPT_NO_UFFD=1
      * in the environment: that slice is copied, and stats().fallback says why. Always
      * correct. */
