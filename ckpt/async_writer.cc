@@ -147,8 +147,6 @@ struct AsyncShardWriter::Impl {
     }
 
     Status persist() {
-        // The writer reads snapshots, not the caller's memory: what tracking knows about the
-        // caller's buffers is recorded here, from each slice's checksum.
         // Copy-on-write: make the copies first, at memory speed, so that the caller's memory
         // is protected only that long rather than until the last byte reaches storage.
         for (const auto &p : pending)
@@ -156,6 +154,8 @@ struct AsyncShardWriter::Impl {
                 p.region->drain();
                 p.region->finish();
             }
+        // The writer reads snapshots, not the caller's memory: what tracking knows about the
+        // caller's buffers is recorded here, from each slice's checksum.
         WriterOptions wo = options;
         wo.track_writes = false;
         auto w = ShardWriter::open(root, step, rank, wo);
