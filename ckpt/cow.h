@@ -56,7 +56,8 @@ class Guard;
 
 // One slice of a snapshot. Bytes [0, bytes) of the slice are `live`[0, bytes) of the caller
 // as of protect(); the page-aligned interior stays in place, everything else is in
-// `shadow`[0, bytes) (the caller copies the partial pages, the handler copies chunks).
+// `shadow`[0, bytes) (the caller copies the partial pages, the fault handler or drain()
+// the chunks).
 class Region final {
 public:
     // Copies every chunk still protected into the shadow and un-protects it, one chunk per
