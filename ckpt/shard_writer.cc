@@ -189,10 +189,10 @@ std::uint64_t last_slice_hash(ShardWriter &w) {
     return tensors.empty() ? 0 : tensors.back().sources[0].xxh3;
 }
 
-namespace {
-
-Status add_slice(ShardWriter::Impl &w, const std::string &name, DType dtype, const Shape &shape,
-                 const Shape &offset, const Shape &count, const void *data, Change change) {
+Status ShardWriter::add_tensor(const std::string &name, DType dtype, const Shape &shape,
+                               const Shape &offset, const Shape &count, const void *data,
+                               Change change) {
+    Impl &w = *impl_;
     if (!w.failed.empty()) return make_error("shard writer failed earlier: " + w.failed);
     if (w.finished) return make_error("tensor " + name + ": shard already finished");
     if (auto st = check_tensor_name(name); !st) return st;
@@ -291,14 +291,6 @@ Status add_slice(ShardWriter::Impl &w, const std::string &name, DType dtype, con
     w.written += bytes;
     w.manifest.tensors.push_back(std::move(t));
     return Status::success();
-}
-
-}  // namespace
-
-Status ShardWriter::add_tensor(const std::string &name, DType dtype, const Shape &shape,
-                               const Shape &offset, const Shape &count, const void *data,
-                               Change change) {
-    return add_slice(*impl_, name, dtype, shape, offset, count, data, change);
 }
 
 void set_track_writes(ShardWriter &w, bool on) {
