@@ -487,27 +487,23 @@ class PagedModel {
 public:
     static constexpr std::uint64_t kTensorBytes = std::uint64_t(8) << 20;
     PagedModel(std::uint64_t bytes, bool huge)
-        : tensors_(std::max<std::uint64_t>(1, bytes / kTensorBytes)), len_(tensors_ * kTensorBytes + (2 << 20)) {
-        void *p = ::mmap(nullptr, len_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (p == MAP_FAILED) die("mmap of " + std::to_string(len_) + " bytes failed");
-        map_ = static_cast<char *>(p);
-        base_ = reinterpret_cast<char *>((reinterpret_cast<std::uintptr_t>(map_) + (2 << 20) - 1) &
+        : tensors_(std::max<std::uint64_t>(1, bytes / kTensorBytes)), map_(tensors_ * kTensorBytes + (2 << 20)) {
+        if (!map_.data()) die("mmap of " + std::to_string(tensors_ * kTensorBytes + (2 << 20)) + " bytes failed");
+        base_ = reinterpret_cast<char *>((reinterpret_cast<std::uintptr_t>(map_.data()) + (2 << 20) - 1) &
                                          ~std::uintptr_t((2 << 20) - 1));
         // Either advice may be refused (THP compiled out): then the pages are what they are,
         // and the huge-page coverage printed says so.
         (void)::madvise(base_, tensors_ * kTensorBytes, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
         for (std::uint64_t i = 0; i < tensors_ * kTensorBytes; i += 4096) base_[i] = static_cast<char>(i >> 12);
     }
-    ~PagedModel() { ::munmap(map_, len_); }
-    PagedModel(const PagedModel &) = delete;
-    PagedModel &operator=(const PagedModel &) = delete;
     std::uint64_t tensors() const { return tensors_; }
     const char *tensor(std::uint64_t i) const { return base_ + i * kTensorBytes; }
     long huge_kb() const { return omni::ckpt::test::anon_huge_kb(base_, tensors_ * kTensorBytes); }
 
 private:
-    std::uint64_t tensors_, len_;
-    char *map_, *base_;
+    std::uint64_t tensors_;
+    omni::ckpt::test::Mapping map_;
+    char *base_;
 };
 
 // One copy-on-write checkpoint of a PagedModel by a single rank: the stall of one rank's
