@@ -724,6 +724,73 @@ TEST(Manifest, ParserRejectsHostileInput) {
               std::string::npos);
 }
 
+// The streaming parser (manifest_parse.cc): keys it does not know are skipped with whatever
+// they hold, a known key given twice is refused, and each problem is reported where it is.
+TEST(Manifest, ParserSkipsUnknownKeysRefusesRepeatedOnesAndSaysWhere) {
+    TempDir d;
+    const std::string ck = write_ckpt(d / "root", 1, 2, {{"w", DType::fp32, {4}, 1}, {"b", DType::int64, {3, 2}, 2}});
+    const Manifest m = Reader::open(ck).value()->manifest();
+    const std::string good = manifest_to_json(m);
+    auto insert_after = [&](const std::string &s, const std::string &at, const std::string &what) {
+        const auto pos = s.find(at);
+        EXPECT_NE(pos, std::string::npos) << at;
+        return pos == std::string::npos ? s : s.substr(0, pos + at.size()) + what + s.substr(pos + at.size());
+    };
+    // Unknown keys at every level, holding scalars, objects and arrays nested deeply.
+    const std::string deep = std::string(5000, '[') + "{\"step\":\"not this one\"}" + std::string(5000, ']');
+    std::string extra = insert_after(good, "{", "\"future\":{\"a\":[1,{\"b\":null,\"step\":-1}],\"c\":\"x\"},\"deep\":" + deep + ",");
+    extra = insert_after(extra, "\"sources\":[{", "\"hint\":[true,false,1.5],");
+    extra = insert_after(extra, "\"lr_scheduler\":{", "\"note\":\"warm\",");
+    auto parsed = parse_manifest(extra);
+    ASSERT_TRUE(parsed.ok()) << parsed.error();
+    EXPECT_EQ(manifest_to_json(parsed.value()), good);
+
+    auto error_of = [](const omni::Result<Manifest> &r) { return r.ok() ? std::string("accepted") : r.error(); };
+    EXPECT_EQ(error_of(parse_manifest(insert_after(good, "{", "\"step\":5,"))), "manifest: 'step': given twice");
+    EXPECT_EQ(error_of(parse_manifest(insert_after(good, "\"sources\":[{", "\"file\":\"shard-00000.h5\","))),
+              "manifest.tensors[0].sources[0]: 'file': given twice");
+    std::string bad_offset = good;   // the offset of the second slice of the first tensor
+    const auto off = bad_offset.find("\"offset\":[", bad_offset.find("\"offset\":[") + 1);
+    ASSERT_NE(off, std::string::npos);
+    bad_offset.insert(off + 10, "\"x\",");
+    EXPECT_EQ(error_of(parse_manifest(bad_offset)), "manifest.tensors[0].sources[1]: 'offset': expected unsigned integers");
+    std::string nine = good;
+    nine.replace(nine.find("\"shape\":["), 9, "\"shape\":[1,1,1,1,1,1,1,1,");
+    EXPECT_EQ(error_of(parse_manifest(nine)), "manifest.tensors[0]: 'shape': expected an array of 1..8 unsigned integers");
+    std::string lr_array = good;
+    lr_array.replace(lr_array.find("\"lr_scheduler\":{"), 16, "\"lr_scheduler\":[],\"x\":{");
+    EXPECT_EQ(error_of(parse_manifest(lr_array)), "manifest.lr_scheduler: expected a JSON object");
+    std::string no_writer = good;
+    no_writer.erase(no_writer.find("\"writer\":0,"), 11);
+    EXPECT_EQ(error_of(parse_manifest(no_writer)), "manifest.tensors[0].sources[0]: missing key 'writer'");
+
+    // A truncated manifest is not JSON, whatever its start looks like; a manifest of another
+    // format version says so, even when the rest of it is not this version's.
+    EXPECT_EQ(error_of(parse_manifest(good.substr(0, good.size() / 2))), "manifest: not valid JSON");
+    EXPECT_EQ(error_of(parse_manifest(insert_after(good, "{", "\"step\":5,").substr(0, good.size() / 2))),
+              "manifest: not valid JSON");
+    std::string v2 = good;
+    v2.replace(v2.find("\"format_version\":1"), 18, "\"format_version\":2");
+    v2.replace(v2.find("\"tensors\":["), 11, "\"tensors\":\"elsewhere\",\"t\":[");
+    EXPECT_NE(error_of(parse_manifest(v2)).find("format version 2 is not supported"), std::string::npos)
+        << error_of(parse_manifest(v2));
+
+    // The same parser reads a shard's manifest.
+    ShardManifest s;
+    s.step = 3;
+    s.rank = 1;
+    s.attempt = "0";
+    s.tensors = {m.tensors[0]};
+    s.tensors[0].sources = {m.tensors[0].sources[1]};
+    const std::string shard = shard_manifest_to_json(s);
+    auto sp = parse_shard_manifest(insert_after(shard, "{", "\"later\":[{}],"));
+    ASSERT_TRUE(sp.ok()) << sp.error();
+    EXPECT_EQ(shard_manifest_to_json(sp.value()), shard);
+    auto twice = parse_shard_manifest(insert_after(shard, "{", "\"rank\":1,"));
+    ASSERT_FALSE(twice.ok());
+    EXPECT_EQ(twice.error(), "shard manifest: 'rank': given twice");
+}
+
 namespace {
 
 // A partial checkpoint of step `step` with two ranks: rank 0 writes all of tensor "x", rank 1
