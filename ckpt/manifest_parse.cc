@@ -34,8 +34,17 @@ enum class Obj : std::uint8_t { manifest, shard, lr, ledger, rank_state, tensor,
 // How a key's value is read.
 enum class Val : std::uint8_t { u64, number, str, hex, object, array, shape };
 
+// Where a key's value goes (with the object it is in: "rank" and "xxh3" are in two).
+enum class Field : std::uint8_t {
+    format_version, step, generation, world_size, unit_layout, writers, created_unix,
+    lr_scheduler, ledger, rank_states, tensors, rank, attempt,
+    kind, base_lr, warmup_steps, total_steps, last_step, epoch, seed,
+    rng_bytes, consumed, xxh3, name, dtype, shape, sources, writer, file, dataset, offset, count,
+};
+
 struct Key {
     const char *name;
+    Field field;
     Val val;
     std::uint64_t max = 0;   // u64: largest value; str: longest; array: most entries
     Obj sub = Obj::manifest;   // object, array: what it (each entry) is
@@ -46,56 +55,56 @@ constexpr std::uint64_t kMaxTensors = std::uint64_t(1) << 24;
 
 // Each object's keys, in the order in which a missing one is reported.
 const Key kManifestKeys[] = {
-    {"format_version", Val::u64, UINT32_MAX},
-    {"step", Val::u64, kAny},
-    {"generation", Val::u64, kAny},
-    {"world_size", Val::u64, kMaxWriters},
-    {"unit_layout", Val::str, 255},
-    {"writers", Val::u64, kMaxWriters},
-    {"created_unix", Val::u64, kAny},
-    {"lr_scheduler", Val::object, 0, Obj::lr},
-    {"ledger", Val::object, 0, Obj::ledger},
-    {"rank_states", Val::array, kMaxWriters, Obj::rank_state},
-    {"tensors", Val::array, kMaxTensors, Obj::tensor},
+    {"format_version", Field::format_version, Val::u64, UINT32_MAX},
+    {"step", Field::step, Val::u64, kAny},
+    {"generation", Field::generation, Val::u64, kAny},
+    {"world_size", Field::world_size, Val::u64, kMaxWriters},
+    {"unit_layout", Field::unit_layout, Val::str, 255},
+    {"writers", Field::writers, Val::u64, kMaxWriters},
+    {"created_unix", Field::created_unix, Val::u64, kAny},
+    {"lr_scheduler", Field::lr_scheduler, Val::object, 0, Obj::lr},
+    {"ledger", Field::ledger, Val::object, 0, Obj::ledger},
+    {"rank_states", Field::rank_states, Val::array, kMaxWriters, Obj::rank_state},
+    {"tensors", Field::tensors, Val::array, kMaxTensors, Obj::tensor},
 };
 const Key kShardKeys[] = {
-    {"format_version", Val::u64, UINT32_MAX},
-    {"step", Val::u64, kAny},
-    {"rank", Val::u64, kMaxWriters - 1},
-    {"attempt", Val::str, 32},
-    {"rank_states", Val::array, kMaxWriters, Obj::rank_state},
-    {"tensors", Val::array, kMaxTensors, Obj::tensor},
+    {"format_version", Field::format_version, Val::u64, UINT32_MAX},
+    {"step", Field::step, Val::u64, kAny},
+    {"rank", Field::rank, Val::u64, kMaxWriters - 1},
+    {"attempt", Field::attempt, Val::str, 32},
+    {"rank_states", Field::rank_states, Val::array, kMaxWriters, Obj::rank_state},
+    {"tensors", Field::tensors, Val::array, kMaxTensors, Obj::tensor},
 };
 const Key kLrKeys[] = {
-    {"kind", Val::str, 64},
-    {"base_lr", Val::number},
-    {"warmup_steps", Val::u64, kAny},
-    {"total_steps", Val::u64, kAny},
-    {"last_step", Val::u64, kAny},
+    {"kind", Field::kind, Val::str, 64},
+    {"base_lr", Field::base_lr, Val::number},
+    {"warmup_steps", Field::warmup_steps, Val::u64, kAny},
+    {"total_steps", Field::total_steps, Val::u64, kAny},
+    {"last_step", Field::last_step, Val::u64, kAny},
 };
 const Key kLedgerKeys[] = {
-    {"epoch", Val::u64, kAny},
-    {"seed", Val::u64, kAny},
+    {"epoch", Field::epoch, Val::u64, kAny},
+    {"seed", Field::seed, Val::u64, kAny},
 };
 const Key kRankStateKeys[] = {
-    {"rank", Val::u64, kMaxWriters - 1},
-    {"rng_bytes", Val::u64, std::uint64_t(1) << 32},
-    {"consumed", Val::u64, std::uint64_t(1) << 40},
-    {"xxh3", Val::hex},
+    {"rank", Field::rank, Val::u64, kMaxWriters - 1},
+    {"rng_bytes", Field::rng_bytes, Val::u64, std::uint64_t(1) << 32},
+    {"consumed", Field::consumed, Val::u64, std::uint64_t(1) << 40},
+    {"xxh3", Field::xxh3, Val::hex},
 };
 const Key kTensorKeys[] = {
-    {"name", Val::str, kMaxNameLength},
-    {"dtype", Val::str, 8},
-    {"shape", Val::shape},
-    {"sources", Val::array, kMaxWriters, Obj::source},
+    {"name", Field::name, Val::str, kMaxNameLength},
+    {"dtype", Field::dtype, Val::str, 8},
+    {"shape", Field::shape, Val::shape},
+    {"sources", Field::sources, Val::array, kMaxWriters, Obj::source},
 };
 const Key kSourceKeys[] = {
-    {"writer", Val::u64, kMaxWriters - 1},
-    {"file", Val::str, 512},
-    {"dataset", Val::str, kMaxNameLength + 3},
-    {"offset", Val::shape},
-    {"count", Val::shape},
-    {"xxh3", Val::hex},
+    {"writer", Field::writer, Val::u64, kMaxWriters - 1},
+    {"file", Field::file, Val::str, 512},
+    {"dataset", Field::dataset, Val::str, kMaxNameLength + 3},
+    {"offset", Field::offset, Val::shape},
+    {"count", Field::count, Val::shape},
+    {"xxh3", Field::xxh3, Val::hex},
 };
 
 struct Schema {
@@ -232,7 +241,7 @@ public:
         a.name = k.name;
         if (k.val == Val::shape) {
             a.type = Frame::shape;
-            a.target = shape_target(f.obj, f.key);
+            a.target = shape_target(k.field);
             a.target->clear();
         } else if (k.val == Val::array) {
             a.type = Frame::array;
@@ -402,69 +411,50 @@ private:
     std::vector<TensorInfo> &tensors() { return m_ ? m_->tensors : s_->tensors; }
     std::vector<RankStateInfo> &rank_states() { return m_ ? m_->rank_states : s_->rank_states; }
 
-    Shape *shape_target(Obj o, int key) {
-        if (o == Obj::tensor) return &t_.shape;
-        return key == 3 ? &src_.offset : &src_.count;   // kSourceKeys: offset, count
+    Shape *shape_target(Field f) {
+        if (f == Field::shape) return &t_.shape;
+        return f == Field::offset ? &src_.offset : &src_.count;
     }
 
-    // Stores the value of the current key (by its index in the object's key table).
+    // Stores the value of the current key.
     void store_u64(std::uint64_t v) {
         const Frame &f = top();
-        switch (f.obj) {
-        case Obj::manifest:
-            switch (f.key) {
-            case 0: m_->format_version = static_cast<std::uint32_t>(v); break;
-            case 1: m_->meta.step = v; break;
-            case 2: m_->meta.generation = v; break;
-            case 3: m_->meta.world_size = v; break;
-            case 5: m_->writers = static_cast<std::uint32_t>(v); break;
-            case 6: m_->created_unix = v; break;
-            }
-            break;
-        case Obj::shard:
-            switch (f.key) {
-            case 0: s_->format_version = static_cast<std::uint32_t>(v); break;
-            case 1: s_->step = v; break;
-            case 2: s_->rank = static_cast<std::uint32_t>(v); break;
-            }
-            break;
-        case Obj::lr:
-            switch (f.key) {
-            case 2: m_->meta.lr.warmup_steps = v; break;
-            case 3: m_->meta.lr.total_steps = v; break;
-            case 4: m_->meta.lr.last_step = v; break;
-            }
-            break;
-        case Obj::ledger: (f.key == 0 ? m_->meta.ledger.epoch : m_->meta.ledger.seed) = v; break;
-        case Obj::rank_state:
-            switch (f.key) {
-            case 0: rs_.rank = static_cast<std::uint32_t>(v); break;
-            case 1: rs_.rng_bytes = v; break;
-            case 2: rs_.consumed = v; break;
-            case 3: rs_.xxh3 = v; break;
-            }
-            break;
-        case Obj::tensor: break;
-        case Obj::source:
-            if (f.key == 0) src_.writer = static_cast<std::uint32_t>(v);
-            else src_.xxh3 = v;
-            break;
-        }
-    }
-
-    void store_str(std::string &&v) {
-        const Frame &f = top();
-        switch (f.obj) {
-        case Obj::manifest: m_->meta.unit_layout = std::move(v); break;
-        case Obj::shard: s_->attempt = std::move(v); break;
-        case Obj::lr: m_->meta.lr.kind = std::move(v); break;
-        case Obj::tensor: (f.key == 0 ? t_.name : dtype_) = std::move(v); break;
-        case Obj::source: (f.key == 1 ? src_.file : src_.dataset) = std::move(v); break;
+        const bool shard = f.obj == Obj::shard;
+        switch (schema(f.obj).keys[f.key].field) {
+        case Field::format_version: (shard ? s_->format_version : m_->format_version) = static_cast<std::uint32_t>(v); break;
+        case Field::step: (shard ? s_->step : m_->meta.step) = v; break;
+        case Field::generation: m_->meta.generation = v; break;
+        case Field::world_size: m_->meta.world_size = v; break;
+        case Field::writers: m_->writers = static_cast<std::uint32_t>(v); break;
+        case Field::created_unix: m_->created_unix = v; break;
+        case Field::rank: (shard ? s_->rank : rs_.rank) = static_cast<std::uint32_t>(v); break;
+        case Field::warmup_steps: m_->meta.lr.warmup_steps = v; break;
+        case Field::total_steps: m_->meta.lr.total_steps = v; break;
+        case Field::last_step: m_->meta.lr.last_step = v; break;
+        case Field::epoch: m_->meta.ledger.epoch = v; break;
+        case Field::seed: m_->meta.ledger.seed = v; break;
+        case Field::rng_bytes: rs_.rng_bytes = v; break;
+        case Field::consumed: rs_.consumed = v; break;
+        case Field::xxh3: (f.obj == Obj::source ? src_.xxh3 : rs_.xxh3) = v; break;
+        case Field::writer: src_.writer = static_cast<std::uint32_t>(v); break;
         default: break;
         }
     }
 
-    void store_number(double d) { m_->meta.lr.base_lr = d; }
+    void store_str(std::string &&v) {
+        switch (schema(top().obj).keys[top().key].field) {
+        case Field::unit_layout: m_->meta.unit_layout = std::move(v); break;
+        case Field::attempt: s_->attempt = std::move(v); break;
+        case Field::kind: m_->meta.lr.kind = std::move(v); break;
+        case Field::name: t_.name = std::move(v); break;
+        case Field::dtype: dtype_ = std::move(v); break;
+        case Field::file: src_.file = std::move(v); break;
+        case Field::dataset: src_.dataset = std::move(v); break;
+        default: break;
+        }
+    }
+
+    void store_number(double d) { m_->meta.lr.base_lr = d; }   // the one number key
 
     // The checks of an object that has all its keys, then where it goes.
     bool close_object(Obj o) {
