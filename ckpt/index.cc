@@ -132,11 +132,7 @@ Result<ShardRecord> take_shard(const std::string &shard_path) {
         if (!parsed) return make_error(shard_path + ": " + parsed.error());
         return parsed;
     }
-    auto m = read_shard_manifest(shard_path);
-    if (!m) return make_error(m.error());
-    ShardRecord out;
-    out.manifest = std::move(m.value());
-    return out;
+    return read_shard(shard_path);
 }
 
 namespace {
@@ -212,16 +208,6 @@ Result<std::shared_ptr<const Manifest>> read_index_cached(const std::string &ckp
     return shared;
 }
 
-Result<ShardManifest> read_shard_manifest(const std::string &shard_path) {
-    auto f = h5::open_file(shard_path);
-    if (!f) return make_error(f.error());
-    auto text = h5::read_string_dataset(f.value().get(), kShardManifestDataset, kMaxManifestBytes);
-    if (!text) return make_error(shard_path + ": " + text.error());
-    auto m = parse_shard_manifest(text.value());
-    if (!m) return make_error(shard_path + ": " + m.error());
-    return m;
-}
-
 namespace {
 
 // Reads a 1-D dataset of exactly `n` elements of `mem_type` into `out`.
@@ -237,23 +223,46 @@ Status read_1d(hid_t file, const std::string &name, hid_t mem_type, std::uint64_
     return Status::success();
 }
 
-}  // namespace
-
-Result<RankState> read_rank_state(const std::string &file, const RankStateInfo &info) {
-    auto f = h5::open_file(file);
-    if (!f) return make_error(f.error());
+// One rank's state from the open `file` (named `path` in errors), of the sizes `info` gives;
+// not checked against its checksum.
+Result<RankState> read_rank_state_from(hid_t file, const std::string &path, const RankStateInfo &info) {
     RankState s;
     s.rank = info.rank;
     s.rng.resize(info.rng_bytes);
     s.consumed.resize(info.consumed);
     const std::string g = rank_state_group(info.rank);
-    if (auto st = read_1d(f.value().get(), g + "/rng", H5T_NATIVE_UINT8, info.rng_bytes, s.rng.data()); !st)
-        return make_error(file + ": " + st.error());
-    if (auto st = read_1d(f.value().get(), g + "/consumed", H5T_NATIVE_INT64, info.consumed,
-                          s.consumed.data());
-        !st)
-        return make_error(file + ": " + st.error());
-    return check_rank_state(file, info, std::move(s));
+    if (auto st = read_1d(file, g + "/rng", H5T_NATIVE_UINT8, info.rng_bytes, s.rng.data()); !st)
+        return make_error(path + ": " + st.error());
+    if (auto st = read_1d(file, g + "/consumed", H5T_NATIVE_INT64, info.consumed, s.consumed.data()); !st)
+        return make_error(path + ": " + st.error());
+    return s;
+}
+
+}  // namespace
+
+Result<RankState> read_rank_state(const std::string &file, const RankStateInfo &info) {
+    auto f = h5::open_file(file);
+    if (!f) return make_error(f.error());
+    auto s = read_rank_state_from(f.value().get(), file, info);
+    if (!s) return make_error(s.error());
+    return check_rank_state(file, info, std::move(s.value()));
+}
+
+Result<ShardRecord> read_shard(const std::string &shard_path) {
+    auto f = h5::open_file(shard_path);
+    if (!f) return make_error(f.error());
+    auto text = h5::read_string_dataset(f.value().get(), kShardManifestDataset, kMaxManifestBytes);
+    if (!text) return make_error(shard_path + ": " + text.error());
+    auto m = parse_shard_manifest(text.value());
+    if (!m) return make_error(shard_path + ": " + m.error());
+    ShardRecord out;
+    out.manifest = std::move(m.value());
+    for (const RankStateInfo &info : out.manifest.rank_states) {
+        auto rs = read_rank_state_from(f.value().get(), shard_path, info);
+        if (!rs) return make_error(rs.error());
+        out.states.push_back(std::move(rs.value()));
+    }
+    return out;
 }
 
 Result<RankState> check_rank_state(const std::string &file, const RankStateInfo &info, RankState s) {
@@ -423,14 +432,15 @@ Result<std::string> commit_partial(const CommitRequest &req) {
                                   " in shard of writer " + std::to_string(known.sources[0].writer));
             known.sources.push_back(t.sources[0]);
         }
+        if (shard.value().states.size() != s.rank_states.size())   // every source of a record gives both
+            return make_error("commit: " + path + ": " + std::to_string(s.rank_states.size()) +
+                              " rank states in the manifest, " + std::to_string(shard.value().states.size()) + " read");
         for (std::size_t i = 0; i < s.rank_states.size(); ++i) {
             const RankStateInfo &info = s.rank_states[i];
             if (!state_ranks.insert(info.rank).second)
                 return make_error("commit: rank state of rank " + std::to_string(info.rank) +
                                   " was added by more than one writer");
-            // A reference shard carries its rank states; an HDF5 shard's are in the file.
-            auto rs = is_h5 ? read_rank_state(path, info)
-                            : check_rank_state(path, info, std::move(shard.value().states[i]));
+            auto rs = check_rank_state(path, info, std::move(shard.value().states[i]));
             if (!rs) return make_error("commit: " + rs.error());
             states.push_back(std::move(rs.value()));
             m.rank_states.push_back(info);

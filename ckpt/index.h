@@ -30,20 +30,20 @@ Result<Manifest> read_index(const std::string &ckpt_dir);
 // Shared and immutable: a hit costs no copy of the manifest.
 Result<std::shared_ptr<const Manifest>> read_index_cached(const std::string &ckpt_dir);
 
-// Reads a shard file's own manifest.
-Result<ShardManifest> read_shard_manifest(const std::string &shard_path);
+// Reads an HDF5 shard file's own manifest and the rank states it holds, opening the file
+// once. As for a reference shard, comparing each state with its checksum is the caller's.
+Result<ShardRecord> read_shard(const std::string &shard_path);
 
 // A ShardWriter that has finished (closed, fsynced if needed, and renamed) its shard leaves
-// what it wrote here (the manifest, and a reference shard's rank states), keyed by the
+// what it wrote here (the manifest and the rank states), keyed by the
 // shard's path and identity (device, inode, size, modification and change times); commit in
 // the same process takes it instead of opening the file and parsing it again. Any change to
 // the file since gives it a new identity, and commit then reads the file as it would from
 // another process.
 void remember_shard(const std::string &shard_path, ShardRecord shard);
 // The remembered record of `shard_path` if the file still has the identity it had when
-// remembered, else the file read: a reference shard (shard-N.ref, parse_ref_shard), or an
-// HDF5 shard's manifest (read_shard_manifest; its rank states stay in the file, for
-// read_rank_state). Forgets the entry either way.
+// remembered, else the file read: a reference shard (shard-N.ref, parse_ref_shard) or an
+// HDF5 shard (read_shard). Forgets the entry either way.
 Result<ShardRecord> take_shard(const std::string &shard_path);
 
 // What this process wrote: a ShardWriter that finishes records its shard's manifest here by

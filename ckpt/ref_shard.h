@@ -31,8 +31,8 @@
 namespace omni {
 namespace ckpt {
 
-// What commit() takes from a finished rank: its manifest and, for a reference shard, its
-// rank states in the order of manifest.rank_states (an HDF5 shard's stay in its file).
+// What commit() takes from a finished rank: its manifest and its rank states, in the order
+// of manifest.rank_states.
 struct ShardRecord {
     ShardManifest manifest;
     std::vector<RankState> states;

@@ -374,9 +374,10 @@ Status ShardWriter::finish() {
     if (auto s = fsio::rename_path(w.tmp_path, w.final_path); !s)
         return w.fail(make_error(s.error()));
     w.finished = true;
-    // For commit() in this process: it need not open the shard again to learn what it holds.
-    remember_shard(w.final_path, ShardRecord{w.manifest, {}});
+    // For commit() in this process: it need not open the shard again to learn what it holds
+    // or to read its rank states back.
     remember_written_shard(w.final_path, w.manifest);
+    remember_shard(w.final_path, ShardRecord{w.manifest, std::move(w.states)});
     return Status::success();
 }
 

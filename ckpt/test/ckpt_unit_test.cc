@@ -842,6 +842,59 @@ TEST(RefShard, RankStatesReachTheIndexFromMemoryAndFromTheFile) {
     }
 }
 
+// The same for an HDF5 shard: its rank states reach the index from the writer of this
+// process, or from the file once it has changed identity, where a damaged state is refused
+// with the file named.
+TEST(Commit, RankStatesOfHdf5ShardsFromMemoryAndFromTheFile) {
+    TempDir d;
+    const std::string root = d / "root";
+    RankState want;
+    want.rank = 0;
+    want.rng = {1, 2, 3, 250};
+    for (std::int64_t i = 0; i < 300; ++i) want.consumed.push_back(7 * i - 11);
+    auto write = [&](std::uint64_t step) {
+        const std::vector<float> data(6, 0.5f);
+        auto sw = ShardWriter::open(root, step, 0);
+        ASSERT_TRUE(sw.ok()) << sw.error();
+        ASSERT_TRUE(sw.value()->add_tensor("x", DType::fp32, {6}, {0}, {6}, data.data()).ok());
+        ASSERT_TRUE(sw.value()->add_rank_state(want).ok());
+        ASSERT_TRUE(sw.value()->finish().ok());
+    };
+    auto shard = [&](std::uint64_t step) { return root + "/" + partial_dir_name(step, "0") + "/shard-00000.h5"; };
+    auto renew = [&](const std::string &path) {   // same bytes, another inode
+        const std::string bytes = read_all_bytes(path);
+        ASSERT_TRUE(fsio::remove_file(path).ok());
+        ASSERT_TRUE(fsio::write_file(path, bytes).ok());
+    };
+    for (std::uint64_t step : {1, 2}) {
+        write(step);
+        if (step == 2) renew(shard(step));
+        auto c = commit(root, 1, meta_for(step, 1));
+        ASSERT_TRUE(c.ok()) << c.error();
+        auto got = Reader::open(c.value()).value()->rank_state(0);
+        ASSERT_TRUE(got.ok()) << got.error();
+        EXPECT_EQ(got.value().rng, want.rng) << "step " << step;
+        EXPECT_EQ(got.value().consumed, want.consumed) << "step " << step;
+    }
+    // One consumed index changed in the file: the commit reads it and refuses it.
+    write(3);
+    {
+        hid_t f = H5Fopen(shard(3).c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+        ASSERT_GE(f, 0);
+        hid_t ds = H5Dopen2(f, "/state/rank-00000/consumed", H5P_DEFAULT);
+        ASSERT_GE(ds, 0);
+        std::vector<std::int64_t> v(want.consumed);
+        v[42] += 1;
+        EXPECT_GE(H5Dwrite(ds, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), 0);
+        H5Dclose(ds);
+        H5Fclose(f);
+    }
+    renew(shard(3));
+    auto c = commit(root, 1, meta_for(3, 1));
+    ASSERT_FALSE(c.ok());
+    EXPECT_NE(c.error().find("shard-00000.h5: rank state of rank 0: checksum mismatch"), std::string::npos) << c.error();
+}
+
 // A damaged reference shard, or a rank that left both kinds of shard, fails the commit with
 // the file named; putting the right file back lets the same commit succeed (nothing lost).
 TEST(RefShard, CommitRefusesDamagedAndDuplicateShards) {
