@@ -142,15 +142,19 @@ struct Frame {
     Shape *target = nullptr;   // shape
 };
 
-// The events of nlohmann::json::sax_parse; every one returns false to stop at the first
-// problem, which is kept in err_.
-class Parser {
-public:
+// The value types nlohmann::json::sax_parse hands to a handler's events.
+struct SaxTypes {
     using number_integer_t = json::number_integer_t;
     using number_unsigned_t = json::number_unsigned_t;
     using number_float_t = json::number_float_t;
     using string_t = json::string_t;
     using binary_t = json::binary_t;
+};
+
+// The events of nlohmann::json::sax_parse; every one returns false to stop at the first
+// problem, which is kept in err_.
+class Parser : public SaxTypes {
+public:
 
     Parser(Obj root, const char *root_name, Manifest *m, ShardManifest *s)
         : root_(root), root_name_(root_name), m_(m), s_(s) {}
@@ -541,13 +545,8 @@ private:
 // The second look at a manifest that did not parse: whether it is JSON at all, and its
 // top-level "format_version". A document that is not valid JSON is reported as that, and one
 // of another format version as that, rather than as the first thing that did not fit.
-class Outline {
+class Outline : public SaxTypes {
 public:
-    using number_integer_t = json::number_integer_t;
-    using number_unsigned_t = json::number_unsigned_t;
-    using number_float_t = json::number_float_t;
-    using string_t = json::string_t;
-    using binary_t = json::binary_t;
 
     std::optional<std::uint64_t> version;
 
