@@ -547,7 +547,6 @@ private:
 // of another format version as that, rather than as the first thing that did not fit.
 class Outline : public SaxTypes {
 public:
-
     std::optional<std::uint64_t> version;
 
     bool null() { return value(); }
