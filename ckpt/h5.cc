@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <atomic>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -153,6 +154,23 @@ Result<Handle> open_file(const std::string &path) {
     H5Pset_libver_bounds(p.get(), H5F_LIBVER_EARLIEST, H5F_LIBVER_LATEST);
     Handle f = file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, p.get()));
     if (!f) return fail("opening " + path);
+    return f;
+}
+
+Result<Handle> open_image(const std::string &bytes, const std::string &name) {
+    init();
+    Handle p = fapl();
+    if (!p) return fail("opening " + name);
+    H5Pset_libver_bounds(p.get(), H5F_LIBVER_EARLIEST, H5F_LIBVER_LATEST);
+    if (H5Pset_fapl_core(p.get(), 1 << 20, 0) < 0 ||   // in memory only, no backing file
+        H5Pset_file_image(p.get(), const_cast<char *>(bytes.data()), bytes.size()) < 0)
+        return fail("opening " + name);
+    // HDF5 takes two files open under one name for the same file and shares them: each image
+    // gets a name of its own.
+    static std::atomic<std::uint64_t> images{0};
+    const std::string unique = name + " (in memory, " + std::to_string(images++) + ")";
+    Handle f = file(H5Fopen(unique.c_str(), H5F_ACC_RDONLY, p.get()));
+    if (!f) return fail("opening " + name);
     return f;
 }
 

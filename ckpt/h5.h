@@ -88,6 +88,9 @@ Handle fapl();
 // Create a file, truncating.
 Result<Handle> create_file(const std::string &path);
 Result<Handle> open_file(const std::string &path);
+// Opens a file's bytes already in memory, read-only (HDF5's core driver works on its own copy
+// of them). `name` is the file's path, for messages.
+Result<Handle> open_image(const std::string &bytes, const std::string &name);
 
 // Creates the groups above `path` ("a/b/c" creates /a and /a/b) under `loc`.
 Status make_parents(hid_t loc, const std::string &path);

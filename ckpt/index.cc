@@ -31,22 +31,29 @@ std::uint64_t rank_state_hash(const RankState &s) {
     return h.digest();
 }
 
-Result<Manifest> read_index(const std::string &ckpt_dir) {
-    const std::string path = fsio::join(ckpt_dir, kIndexFile);
-    if (!fsio::exists(path)) return make_error(ckpt_dir + ": no " + kIndexFile + " (incomplete or not a checkpoint)");
-    auto f = h5::open_file(path);
-    if (!f) return make_error(f.error());
-    auto version = h5::read_attr_u64(f.value().get(), kVersionAttr);
+namespace {
+// The manifest of the open index file `f` (named `path` in messages).
+Result<Manifest> read_index_from(hid_t f, const std::string &path) {
+    auto version = h5::read_attr_u64(f, kVersionAttr);
     if (!version) return make_error(path + ": " + version.error());
     if (version.value() != kFormatVersion)
         return make_error(path + ": format version " + std::to_string(version.value()) +
                           " is not supported; this omni-ckpt reads version " +
                           std::to_string(kFormatVersion));
-    auto text = h5::read_string_dataset(f.value().get(), kManifestDataset, kMaxManifestBytes);
+    auto text = h5::read_string_dataset(f, kManifestDataset, kMaxManifestBytes);
     if (!text) return make_error(path + ": " + text.error());
     auto m = parse_manifest(text.value());
     if (!m) return make_error(path + ": " + m.error());
     return m;
+}
+}  // namespace
+
+Result<Manifest> read_index(const std::string &ckpt_dir) {
+    const std::string path = fsio::join(ckpt_dir, kIndexFile);
+    if (!fsio::exists(path)) return make_error(ckpt_dir + ": no " + kIndexFile + " (incomplete or not a checkpoint)");
+    auto f = h5::open_file(path);
+    if (!f) return make_error(f.error());
+    return read_index_from(f.value().get(), path);
 }
 
 namespace {
@@ -169,20 +176,13 @@ std::shared_ptr<const ShardManifest> written_shard(const std::string &ckpt_dir, 
 }
 
 namespace {
-// Identifies an index by its bytes: size and XXH3 of the whole file, read with plain reads
-// (an index is a few hundred bytes per tensor; hashing it costs microseconds, parsing it
-// about a millisecond per thousand slices). Timestamps and inode numbers would not do: a
-// checkpoint deleted and written again under the same name within one timer tick can get
-// the same inode, size and times. Nothing for a file that cannot be read or is too large to
-// be worth it.
+// Identifies an index by its bytes: size and XXH3 of the whole file (an index is a few
+// hundred bytes per slice; hashing it costs a fraction of parsing it). Timestamps and inode
+// numbers would not do: a checkpoint deleted and written again under the same name within
+// one timer tick can get the same inode, size and times. The manifest of a miss is read from
+// those same bytes, so what is remembered is what the key says. An index that cannot be read
+// or is too large to hold is read from its file, uncached.
 constexpr std::uint64_t kIndexCacheMaxBytes = std::uint64_t(64) << 20;
-
-std::optional<std::pair<std::uint64_t, std::uint64_t>> content_key(const std::string &path) {
-    auto bytes = fsio::read_file(path, kIndexCacheMaxBytes);
-    if (!bytes) return std::nullopt;
-    const std::string &b = bytes.value();
-    return std::make_pair(std::uint64_t(b.size()), xxh3(b.data(), b.size()));
-}
 }  // namespace
 
 Result<std::shared_ptr<const Manifest>> read_index_cached(const std::string &ckpt_dir) {
@@ -190,21 +190,27 @@ Result<std::shared_ptr<const Manifest>> read_index_cached(const std::string &ckp
     using Key = std::pair<std::string, std::pair<std::uint64_t, std::uint64_t>>;
     static std::deque<std::pair<Key, std::shared_ptr<const Manifest>>> cache;   // newest first
     const std::string path = fsio::join(ckpt_dir, kIndexFile);
-    const auto key = content_key(path);
-    if (key) {
+    auto bytes = fsio::read_file(path, kIndexCacheMaxBytes);
+    if (!bytes) {
+        auto m = read_index(ckpt_dir);   // reports any error, including an unreadable file
+        if (!m) return make_error(m.error());
+        return std::make_shared<const Manifest>(std::move(m.value()));
+    }
+    const std::string &b = bytes.value();
+    const Key key(path, {b.size(), xxh3(b.data(), b.size())});
+    {
         std::lock_guard<std::mutex> lock(mu);
         for (const auto &e : cache)
-            if (e.first.first == path && e.first.second == *key) return e.second;
+            if (e.first == key) return e.second;
     }
-    auto m = read_index(ckpt_dir);   // reports any error, including an unreadable file
+    auto f = h5::open_image(b, path);
+    if (!f) return make_error(f.error());
+    auto m = read_index_from(f.value().get(), path);
     if (!m) return make_error(m.error());
     auto shared = std::make_shared<const Manifest>(std::move(m.value()));
-    // Only an index that still has the bytes we keyed it by is remembered.
-    if (key && content_key(path) == key) {
-        std::lock_guard<std::mutex> lock(mu);
-        cache.emplace_front(Key(path, *key), shared);
-        if (cache.size() > kIndexCacheEntries) cache.pop_back();
-    }
+    std::lock_guard<std::mutex> lock(mu);
+    cache.emplace_front(key, shared);
+    if (cache.size() > kIndexCacheEntries) cache.pop_back();
     return shared;
 }
 

@@ -22,8 +22,9 @@ Result<Manifest> read_index(const std::string &ckpt_dir);
 
 // read_index() through a small process-wide cache of parsed manifests, keyed by the path
 // and the bytes of index.h5 (size and XXH3 of the whole file: reading and hashing an index is
-// cheap next to parsing it). A hit is therefore exactly what a fresh read would return, even
-// for a checkpoint deleted and written again under the same name. Used where one process
+// cheap next to parsing it); a miss parses the manifest from those same bytes, read once. A
+// hit is therefore exactly what a fresh read would return, even for a checkpoint deleted and
+// written again under the same name. Used where one process
 // opens the same checkpoint many times: every ShardWriter of an incremental checkpoint reads
 // the same base, and every Reader of a single-controller trainer (one process, many shards)
 // the same index.
