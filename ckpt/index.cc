@@ -216,15 +216,26 @@ Result<std::shared_ptr<const Manifest>> read_index_cached(const std::string &ckp
 
 namespace {
 
-// Reads a 1-D dataset of exactly `n` elements of `mem_type` into `out`.
-Status read_1d(hid_t file, const std::string &name, hid_t mem_type, std::uint64_t n, void *out) {
+// Reads a 1-D dataset of exactly `n` elements of `mem_type` into `out`. `n` comes from a
+// manifest (up to 2^40 elements): nothing is allocated before the dataset is seen to have that
+// extent and the storage to back it. Compressed storage is allowed (h5repack), to the ratio
+// deflate can reach; a dataset of a large extent and hardly any storage (unwritten chunks of a
+// hostile file) is refused rather than allocated and read as fill values.
+template <typename T>
+Status read_1d(hid_t file, const std::string &name, hid_t mem_type, std::uint64_t n, std::vector<T> &out) {
     h5::Handle d = h5::dataset(H5Dopen2(file, name.c_str(), H5P_DEFAULT));
     if (!d) return h5::fail("opening " + name);
     h5::Handle s = h5::space(H5Dget_space(d.get()));
     if (!s || H5Sget_simple_extent_ndims(s.get()) != 1 ||
         static_cast<std::uint64_t>(H5Sget_simple_extent_npoints(s.get())) != n)
         return make_error(name + ": expected " + std::to_string(n) + " elements");
-    if (n > 0 && H5Dread(d.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0)
+    constexpr std::uint64_t kMaxRatio = 1032, kSlack = std::uint64_t(1) << 20;
+    const std::uint64_t stored = H5Dget_storage_size(d.get());
+    if (n > (stored * kMaxRatio + kSlack) / sizeof(T))
+        return make_error(name + ": " + std::to_string(n) + " elements in " + std::to_string(stored) +
+                          " bytes of storage");
+    out.resize(n);
+    if (n > 0 && H5Dread(d.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
         return h5::fail("reading " + name);
     return Status::success();
 }
@@ -234,13 +245,11 @@ Status read_1d(hid_t file, const std::string &name, hid_t mem_type, std::uint64_
 Result<RankState> read_rank_state_from(hid_t file, const std::string &path, const RankStateInfo &info) {
     RankState s;
     s.rank = info.rank;
-    s.rng.resize(info.rng_bytes);
-    s.consumed.resize(info.consumed);
     const std::string g = rank_state_group(info.rank);
-    if (auto st = read_1d(file, g + "/rng", H5T_NATIVE_UINT8, info.rng_bytes, s.rng.data()); !st)
-        return make_error(path + ": " + st.error());
-    if (auto st = read_1d(file, g + "/consumed", H5T_NATIVE_INT64, info.consumed, s.consumed.data()); !st)
-        return make_error(path + ": " + st.error());
+    if (auto st = read_1d(file, g + "/rng", H5T_NATIVE_UINT8, info.rng_bytes, s.rng); !st)
+        return make_error(path + ": rank state of rank " + std::to_string(info.rank) + ": " + st.error());
+    if (auto st = read_1d(file, g + "/consumed", H5T_NATIVE_INT64, info.consumed, s.consumed); !st)
+        return make_error(path + ": rank state of rank " + std::to_string(info.rank) + ": " + st.error());
     return s;
 }
 

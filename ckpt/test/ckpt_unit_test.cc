@@ -15,6 +15,7 @@
 #include "../box.h"
 #include "../format.h"
 #include "../fsio.h"
+#include "../h5.h"
 #include "../hash.h"
 #include "../ref_shard.h"
 #include "omni/ckpt_cpp.h"
@@ -893,6 +894,54 @@ TEST(Commit, RankStatesOfHdf5ShardsFromMemoryAndFromTheFile) {
     auto c = commit(root, 1, meta_for(3, 1));
     ASSERT_FALSE(c.ok());
     EXPECT_NE(c.error().find("shard-00000.h5: rank state of rank 0: checksum mismatch"), std::string::npos) << c.error();
+}
+
+// A manifest may claim rank states of up to 2^40 consumed indices: one claiming more than
+// its file holds is refused before anything is allocated for it (a hostile index must not
+// make a load try to allocate terabytes), by rank_state() and by verify(): whether the
+// dataset has another extent, or that extent with no storage behind it.
+TEST(Load, RankStateLargerThanItsFileIsRefused) {
+    TempDir d;
+    const std::string ck = write_ckpt(d / "root", 1, 2, {{"w", DType::fp32, {4}, 1}});
+    std::string text = manifest_to_json(Reader::open(ck).value()->manifest());
+    const auto at = text.find("\"consumed\":2,");
+    ASSERT_NE(at, std::string::npos) << text;
+    const std::uint64_t huge = (std::uint64_t(1) << 40) - 1;
+    text.replace(at, 13, "\"consumed\":" + std::to_string(huge) + ",");
+    ASSERT_TRUE(parse_manifest(text).ok());   // within the format's bounds
+    auto rewrite = [&](bool empty_dataset) {
+        hid_t f = H5Fopen((ck + "/index.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+        ASSERT_GE(f, 0);
+        ASSERT_GE(H5Ldelete(f, "manifest", H5P_DEFAULT), 0);
+        ASSERT_TRUE(omni::ckpt::h5::write_string_dataset(f, "manifest", text).ok());
+        if (empty_dataset) {   // that extent, chunked, no chunk ever written
+            ASSERT_GE(H5Ldelete(f, "/state/rank-00000/consumed", H5P_DEFAULT), 0);
+            const hsize_t dims[1] = {huge}, chunk[1] = {4096};
+            hid_t space = H5Screate_simple(1, dims, nullptr);
+            hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+            ASSERT_GE(H5Pset_chunk(dcpl, 1, chunk), 0);
+            hid_t ds = H5Dcreate2(f, "/state/rank-00000/consumed", H5T_STD_I64LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+            ASSERT_GE(ds, 0);
+            H5Dclose(ds);
+            H5Pclose(dcpl);
+            H5Sclose(space);
+        }
+        H5Fclose(f);
+    };
+    for (bool empty_dataset : {false, true}) {
+        rewrite(empty_dataset);
+        auto r = Reader::open(ck);
+        ASSERT_TRUE(r.ok()) << r.error();
+        auto rs = r.value()->rank_state(0);
+        ASSERT_FALSE(rs.ok());
+        const std::string want = empty_dataset ? std::to_string(huge) + " elements in 0 bytes of storage"
+                                               : "expected " + std::to_string(huge) + " elements";
+        EXPECT_NE(rs.error().find("rank state of rank 0: /state/rank-00000/consumed: " + want), std::string::npos)
+            << rs.error();
+        auto v = verify(ck);
+        ASSERT_TRUE(v.ok()) << v.error();
+        EXPECT_FALSE(v.value().issues.empty());
+    }
 }
 
 // A damaged reference shard, or a rank that left both kinds of shard, fails the commit with
