@@ -150,6 +150,20 @@ Status pread_hashed(int fd, char *dst, std::uint64_t n, std::uint64_t off, Hashe
     return Status::success();
 }
 
+// Hashes `n` bytes of the file at `off` that nobody needs, through `block` (at most
+// kStreamBlockBytes of it), so memory does not grow with the slice.
+Status pread_hashed_discard(int fd, std::vector<char> &block, std::uint64_t n, std::uint64_t off, Hasher &h,
+                            const std::string &path) {
+    block.resize(std::min<std::uint64_t>(n, kStreamBlockBytes));
+    for (std::uint64_t done = 0; done < n;) {
+        const std::uint64_t b = std::min<std::uint64_t>(kStreamBlockBytes, n - done);
+        if (auto st = pread_full(fd, block.data(), b, off + done, path); !st) return st;
+        h.update(block.data(), b);
+        done += b;
+    }
+    return Status::success();
+}
+
 // Opens a source slice's dataset and checks it matches what the manifest says.
 Result<h5::Handle> open_source(hid_t file, const TensorInfo &t, const SourceRef &s,
                                const std::string &path) {
@@ -323,18 +337,15 @@ Status Reader::read_into(const std::string &name, const Shape &offset, const Sha
             std::uint64_t h;
             if (raw && runs) {
                 // In up to three pieces, hashed in file order: the rows before the
-                // intersection and after it into scratch, the intersection straight into
-                // the destination. No copy, and only the bytes outside the request are
-                // read into memory that is thrown away.
+                // intersection and after it through a block of scratch, the intersection
+                // straight into the destination. No copy, and the bytes outside the request
+                // cost one block of memory, however large the slice.
                 const std::uint64_t pre = byte_offset_in(*inter, src, elem);
                 const std::uint64_t post = src_bytes - pre - inter_bytes;
-                r.scratch.resize(std::max(pre, post));
                 Hasher hasher;
-                Status st = pread_hashed(file.fd.get(), r.scratch.data(), pre, *raw, hasher, path);
+                Status st = pread_hashed_discard(file.fd.get(), r.scratch, pre, *raw, hasher, path);
                 if (st) st = pread_hashed(file.fd.get(), inter_dst, inter_bytes, *raw + pre, hasher, path);
-                if (st)
-                    st = pread_hashed(file.fd.get(), r.scratch.data(), post, *raw + pre + inter_bytes,
-                                      hasher, path);
+                if (st) st = pread_hashed_discard(file.fd.get(), r.scratch, post, *raw + pre + inter_bytes, hasher, path);
                 if (!st) return make_error("tensor " + name + ": " + st.error());
                 h = hasher.digest();
             } else {
