@@ -82,6 +82,17 @@ std::string write_ckpt(const std::string &root, std::uint64_t step, std::uint32_
     return c.ok() ? c.value() : "";
 }
 
+// Where a contiguous dataset's bytes start in its file (HADDR_UNDEF if they do not).
+haddr_t dataset_offset(const std::string &file, const char *dataset) {
+    hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) return HADDR_UNDEF;
+    hid_t ds = H5Dopen2(f, dataset, H5P_DEFAULT);
+    const haddr_t off = ds < 0 ? HADDR_UNDEF : H5Dget_offset(ds);
+    if (ds >= 0) H5Dclose(ds);
+    H5Fclose(f);
+    return off;
+}
+
 std::string read_all_bytes(const std::string &path) {
     auto b = fsio::read_file(path, 64 << 20);
     EXPECT_TRUE(b.ok()) << b.error();
@@ -463,14 +474,7 @@ TEST(Corruption, FlippedByteAndMissingFileNameTensorAndFile) {
     const std::string ck = write_ckpt(d / "root", 1, 2, specs);
     const std::string shard = ck + "/shard-00001.h5";
     // Flip one byte in the middle of tensor a's slice in shard 1.
-    haddr_t off;
-    {
-        hid_t f = H5Fopen(shard.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-        hid_t ds = H5Dopen2(f, "/t/a", H5P_DEFAULT);
-        off = H5Dget_offset(ds);
-        H5Dclose(ds);
-        H5Fclose(f);
-    }
+    const haddr_t off = dataset_offset(shard, "/t/a");
     ASSERT_NE(off, HADDR_UNDEF);
     {
         std::fstream fs(shard, std::ios::in | std::ios::out | std::ios::binary);
@@ -580,14 +584,7 @@ TEST(Load, PartOfALargeSliceIsCheckedWhole) {
     EXPECT_TRUE(std::equal(got.begin(), got.end(), all.begin() + first * 4));
 
     const std::string shard = ck + "/shard-00000.h5";
-    haddr_t raw = HADDR_UNDEF;
-    {
-        hid_t f = H5Fopen(shard.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-        hid_t ds = H5Dopen2(f, "/t/big", H5P_DEFAULT);
-        raw = H5Dget_offset(ds);
-        H5Dclose(ds);
-        H5Fclose(f);
-    }
+    const haddr_t raw = dataset_offset(shard, "/t/big");
     ASSERT_NE(raw, HADDR_UNDEF);
     const std::string good = read_all_bytes(shard);
     for (std::uint64_t at : {raw + 3 * 1048576 + 7, raw + (first + n) * 4 + 1048576 + 3}) {
