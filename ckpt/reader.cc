@@ -150,17 +150,14 @@ Status pread_hashed(int fd, char *dst, std::uint64_t n, std::uint64_t off, Hashe
     return Status::success();
 }
 
-// Hashes `n` bytes of the file at `off` that nobody needs, through `block` (at most
+// pread_hashed of `n` bytes nobody needs, each block into the same `block` (at most
 // kStreamBlockBytes of it), so memory does not grow with the slice.
 Status pread_hashed_discard(int fd, std::vector<char> &block, std::uint64_t n, std::uint64_t off, Hasher &h,
                             const std::string &path) {
     block.resize(std::min<std::uint64_t>(n, kStreamBlockBytes));
-    for (std::uint64_t done = 0; done < n;) {
-        const std::uint64_t b = std::min<std::uint64_t>(kStreamBlockBytes, n - done);
-        if (auto st = pread_full(fd, block.data(), b, off + done, path); !st) return st;
-        h.update(block.data(), b);
-        done += b;
-    }
+    for (std::uint64_t done = 0; done < n; done += block.size())
+        if (auto st = pread_hashed(fd, block.data(), std::min<std::uint64_t>(block.size(), n - done), off + done, h, path); !st)
+            return st;
     return Status::success();
 }
 
