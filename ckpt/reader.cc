@@ -161,57 +161,43 @@ Status pread_hashed_discard(int fd, std::vector<char> &block, std::uint64_t n, s
     return Status::success();
 }
 
-// Opens a source slice's dataset and checks it matches what the manifest says.
-Result<h5::Handle> open_source(hid_t file, const TensorInfo &t, const SourceRef &s,
-                               const std::string &path) {
+// Opens a source slice's dataset and checks it matches what the manifest says. Errors say
+// what is wrong with the dataset; the caller names the tensor and the file.
+Result<h5::Handle> open_source(hid_t file, const TensorInfo &t, const SourceRef &s) {
     h5::Handle d = h5::dataset(H5Dopen2(file, s.dataset.c_str(), H5P_DEFAULT));
-    if (!d) return h5::fail("tensor " + t.name + ": " + path + ": dataset " + s.dataset);
+    if (!d) return h5::fail("dataset " + s.dataset);
     h5::Handle sp = h5::space(H5Dget_space(d.get()));
     const int n = sp ? H5Sget_simple_extent_ndims(sp.get()) : -1;
     std::vector<hsize_t> dims(kMaxRank);
     if (n != static_cast<int>(s.count.size()) ||
         H5Sget_simple_extent_dims(sp.get(), dims.data(), nullptr) != n ||
         !std::equal(s.count.begin(), s.count.end(), dims.begin()))
-        return make_error("tensor " + t.name + ": " + path + ": dataset " + s.dataset +
-                          " does not have the shape " + shape_string(s.count) +
+        return make_error("dataset " + s.dataset + " does not have the shape " + shape_string(s.count) +
                           " the manifest records");
     h5::Handle ft = h5::type(H5Dget_type(d.get()));
     h5::Handle want = h5::dtype_type(t.dtype);
     if (!ft || !want || H5Tequal(ft.get(), want.get()) <= 0)
-        return make_error("tensor " + t.name + ": " + path + ": dataset " + s.dataset +
-                          " is not of type " + dtype_name(t.dtype));
+        return make_error("dataset " + s.dataset + " is not of type " + dtype_name(t.dtype));
+    auto access = streaming_access(d.get(), s.count, dtype_size(t.dtype));
+    if (!access) return make_error("dataset " + s.dataset + ": " + access.error());
+    if (access.value()) {
+        d.reset();   // HDF5 keeps the first open's chunk cache while the dataset is open
+        d = h5::dataset(H5Dopen2(file, s.dataset.c_str(), access.value().get()));
+        if (!d) return h5::fail("dataset " + s.dataset);
+    }
     return d;
 }
 
-// Hashes a whole source dataset, reading it in blocks of rows into a small buffer.
-Result<std::uint64_t> hash_source(hid_t d, const TensorInfo &t, const SourceRef &s,
-                                  const std::string &path, std::vector<char> &buf,
+// Hashes a whole source dataset through one block of `buf`. Errors as open_source's.
+Result<std::uint64_t> hash_source(hid_t d, const TensorInfo &t, const SourceRef &s, std::vector<char> &buf,
                                   const std::function<void(std::uint64_t)> &on_bytes) {
-    const std::size_t elem = dtype_size(t.dtype);
-    const std::uint64_t row = element_count(s.count) / s.count[0] * elem;
-    const std::uint64_t rows_per = std::max<std::uint64_t>(1, kStreamBlockBytes / row);
     h5::Handle type = h5::dtype_type(t.dtype);
-    h5::Handle fspace = h5::space(H5Dget_space(d));
-    Hasher hasher;
-    Status err;
-    // Cache-sized blocks: each is hashed right after it is read, and the buffer stays small.
-    for (std::uint64_t r0 = 0; r0 < s.count[0] && err; r0 += rows_per) {
-        const std::uint64_t rows = std::min(rows_per, s.count[0] - r0);
-        std::vector<hsize_t> off(s.count.size(), 0), cnt(s.count.begin(), s.count.end());
-        off[0] = r0;
-        cnt[0] = rows;
-        buf.resize(rows * row);
-        h5::Handle mspace = h5::space(H5Screate_simple(static_cast<int>(cnt.size()), cnt.data(), nullptr));
-        if (H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, off.data(), nullptr, cnt.data(), nullptr) < 0 ||
-            H5Dread(d, type.get(), mspace.get(), fspace.get(), H5P_DEFAULT, buf.data()) < 0) {
-            err = h5::fail("tensor " + t.name + ": reading " + path);
-            break;
-        }
-        hasher.update(buf.data(), rows * row);
-        if (on_bytes) on_bytes(rows * row);
-    }
-    if (!err) return make_error(err.error());
-    return hasher.digest();
+    auto h = read_hashed_blocks(d, type.get(), s.count, dtype_size(t.dtype), buf,
+                                [&](const Box &b, const char *) {
+                                    if (on_bytes) on_bytes(element_count(b.count) * dtype_size(t.dtype));
+                                });
+    if (!h) return make_error("reading dataset " + s.dataset + ": " + h.error());
+    return h;
 }
 
 std::string checksum_problem(std::uint64_t want, std::uint64_t got) {
@@ -316,8 +302,8 @@ Status Reader::read_into(const std::string &name, const Shape &offset, const Sha
         auto f = r.files.get(path);
         if (!f) return make_error("tensor " + name + ": " + f.error());
         OpenFile &file = *f.value();
-        auto d = open_source(file.h5.get(), *t, s, path);
-        if (!d) return make_error(d.error());
+        auto d = open_source(file.h5.get(), *t, s);
+        if (!d) return make_error("tensor " + name + ": " + path + ": " + d.error());
         const std::string key = path + '\n' + s.dataset;
         const bool whole = inter->count == src.count;
         const std::uint64_t src_bytes = element_count(s.count) * elem;
@@ -347,19 +333,20 @@ Status Reader::read_into(const std::string &name, const Shape &offset, const Sha
                 h = hasher.digest();
             } else {
                 // Straight into the destination when the whole slice lands there
-                // contiguously, else through a scratch buffer.
-                char *target;
-                if (whole && runs) {
-                    target = inter_dst;
-                } else {
-                    r.scratch.resize(src_bytes);
-                    target = r.scratch.data();
-                }
-                auto hashed = read_hashed(d.value().get(), type.get(), s.count, elem, target);
+                // contiguously; else block by block through one block of scratch, each
+                // block's part of the request copied out of it.
+                auto hashed = whole && runs
+                                  ? read_hashed(d.value().get(), type.get(), s.count, elem, inter_dst)
+                                  : read_hashed_blocks(d.value().get(), type.get(), s.count, elem, r.scratch,
+                                                       [&](const Box &b, const char *data) {
+                                                           Box g = b;   // in the tensor's coordinates
+                                                           for (std::size_t i = 0; i < g.offset.size(); ++i)
+                                                               g.offset[i] += s.offset[i];
+                                                           if (auto part = intersect(g, *inter))
+                                                               copy_region(*part, data, g, dst, req, elem);
+                                                       });
                 if (!hashed) return make_error("tensor " + name + ": reading " + path + ": " + hashed.error());
                 h = hashed.value();
-                if (target == r.scratch.data())
-                    copy_region(*inter, r.scratch.data(), src, dst, req, elem);
             }
             r.bytes_read += src_bytes;
             if (h != s.xxh3)
@@ -444,13 +431,13 @@ Result<VerifyReport> verify(const std::string &ckpt_dir, const Progress &progres
                 done += bytes;
                 continue;
             }
-            auto d = open_source(f.value()->h5.get(), t, s, path);
+            auto d = open_source(f.value()->h5.get(), t, s);
             if (!d) {
                 rep.issues.push_back({t.name, path, d.error()});
                 done += bytes;
                 continue;
             }
-            auto h = hash_source(d.value().get(), t, s, path, buf, [&](std::uint64_t b) {
+            auto h = hash_source(d.value().get(), t, s, buf, [&](std::uint64_t b) {
                 done += b;
                 rep.bytes_checked += b;
                 if (progress) progress(done, total);

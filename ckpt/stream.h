@@ -11,7 +11,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <vector>
 
+#include "box.h"
+#include "h5.h"
 #include "omni/ckpt_cpp.h"
 #include "omni/result.h"
 
@@ -21,6 +24,10 @@ namespace ckpt {
 // Bytes per block: about one core's L2 cache. Measured between 256 KiB and 8 MiB the size
 // hardly matters; what matters is that the hash reads the block before it leaves the cache.
 constexpr std::uint64_t kStreamBlockBytes = std::uint64_t(1) << 20;
+// HDF5's chunk cache per open dataset by default (rdcc_nbytes), and the most that
+// streaming_access lets one hold.
+constexpr std::uint64_t kDefaultChunkCacheBytes = std::uint64_t(1) << 20;
+constexpr std::uint64_t kMaxChunkCacheBytes = std::uint64_t(256) << 20;
 
 // Writes `data` (a dense slice of shape `count`) to dataset `ds` of the same shape and
 // returns the XXH3-64 of its bytes.
@@ -37,6 +44,21 @@ Result<std::uint64_t> pwrite_hashed(int fd, std::uint64_t off, std::uint64_t n, 
 Result<std::uint64_t> read_hashed(hid_t ds, hid_t type, const Shape &count, std::size_t elem,
                                   void *dst,
                                   const std::function<void(std::uint64_t)> &on_block = {});
+// Reads dataset `ds` (shape `count`) block by block into `block` (grown to one block,
+// kStreamBlockBytes at most, however large the slice) and returns the XXH3-64 of all its
+// bytes; `each` is given every block as it lands, with its box in the dataset's coordinates.
+Result<std::uint64_t> read_hashed_blocks(hid_t ds, hid_t type, const Shape &count, std::size_t elem,
+                                         std::vector<char> &block,
+                                         const std::function<void(const Box &, const char *)> &each);
+
+// For reading dataset `ds` (shape `count`) with the functions above. A chunked dataset (one
+// rewritten by h5repack, say) must have every chunk stored, else an error. Where its chunks
+// are larger than HDF5's default chunk cache holds, returns the access property list to
+// reopen it with: a chunk cache large enough for the chunks the blocks come back to (up to
+// kMaxChunkCacheBytes), so each chunk is read and decompressed once rather than once per
+// block. Returns an invalid Handle where the default does. HDF5 applies a dataset's access
+// list only when nothing else has it open: close `ds` before reopening.
+Result<h5::Handle> streaming_access(hid_t ds, const Shape &count, std::size_t elem);
 
 }  // namespace ckpt
 }  // namespace omni

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <map>
 #include <string>
@@ -97,6 +98,75 @@ std::string read_all_bytes(const std::string &path) {
     auto b = fsio::read_file(path, 64 << 20);
     EXPECT_TRUE(b.ok()) << b.error();
     return b.ok() ? b.value() : std::string();
+}
+
+// Rewrites `dataset` of `file` chunked by `chunk`, with whatever filters `filters` adds to
+// the creation list, as another tool (h5repack) might. `rows`, if not 0: only the first
+// `rows` rows are written, so the chunks after them are never stored.
+void rewrite_chunked(const std::string &file, const char *dataset, std::vector<hsize_t> chunk,
+                     const std::function<void(hid_t)> &filters, hsize_t rows = 0) {
+    hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    hid_t ds = H5Dopen2(f, dataset, H5P_DEFAULT);
+    ASSERT_GE(ds, 0);
+    hid_t sp = H5Dget_space(ds), type = H5Dget_type(ds);
+    const int n = H5Sget_simple_extent_ndims(sp);
+    ASSERT_EQ(n, static_cast<int>(chunk.size()));
+    std::vector<hsize_t> dims(n);
+    H5Sget_simple_extent_dims(sp, dims.data(), nullptr);
+    std::vector<char> buf(H5Sget_simple_extent_npoints(sp) * H5Tget_size(type));
+    ASSERT_GE(H5Dread(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()), 0);
+    H5Dclose(ds);
+    ASSERT_GE(H5Ldelete(f, dataset, H5P_DEFAULT), 0);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    ASSERT_GE(H5Pset_chunk(dcpl, n, chunk.data()), 0);
+    filters(dcpl);
+    ds = H5Dcreate2(f, dataset, type, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    ASSERT_GE(ds, 0);
+    if (rows == 0) {
+        ASSERT_GE(H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()), 0);
+    } else {
+        std::vector<hsize_t> off(n, 0), cnt = dims;
+        cnt[0] = rows;
+        hid_t ms = H5Screate_simple(n, cnt.data(), nullptr);
+        ASSERT_GE(H5Sselect_hyperslab(sp, H5S_SELECT_SET, off.data(), nullptr, cnt.data(), nullptr), 0);
+        ASSERT_GE(H5Dwrite(ds, type, ms, sp, H5P_DEFAULT, buf.data()), 0);
+        H5Sclose(ms);
+    }
+    H5Dclose(ds);
+    H5Pclose(dcpl);
+    H5Tclose(type);
+    H5Sclose(sp);
+    ASSERT_GE(H5Fclose(f), 0);
+}
+
+// A filter that changes nothing and counts the chunks read through it: how many times HDF5
+// read (and would have decompressed) a chunk. Its id is in the range HDF5 leaves for testing.
+constexpr H5Z_filter_t kCountingFilter = 300;
+int g_chunk_reads = 0;
+size_t counting_filter(unsigned flags, size_t, const unsigned[], size_t nbytes, size_t *, void **) {
+    if (flags & H5Z_FLAG_REVERSE) ++g_chunk_reads;
+    return nbytes;
+}
+void add_counting_filter(hid_t dcpl) {
+    static const H5Z_class2_t cls = {H5Z_CLASS_T_VERS, kCountingFilter, 1, 1, "omni test: counts chunk reads",
+                                     nullptr, nullptr, counting_filter};
+    ASSERT_GE(H5Zregister(&cls), 0);
+    ASSERT_GE(H5Pset_filter(dcpl, kCountingFilter, H5Z_FLAG_MANDATORY, 0, nullptr), 0);
+}
+
+// The peak resident memory of this process since the last reset_peak_rss(), in KiB.
+long peak_rss_kb() {
+    std::ifstream in("/proc/self/status");
+    for (std::string line; std::getline(in, line);)
+        if (line.rfind("VmHWM:", 0) == 0) return std::stol(line.substr(6));
+    return -1;
+}
+bool reset_peak_rss() {
+    std::ofstream out("/proc/self/clear_refs");
+    out << "5";   // proc(5): resets the peak resident set size to the current one
+    out.flush();
+    return static_cast<bool>(out);
 }
 
 void expect_logical(Reader &r, const Spec &s) {
@@ -519,30 +589,7 @@ TEST(Load, SourceStoredChunkedAndCompressedIsReadThroughHdf5) {
     TempDir d;
     const Spec s{"a", DType::fp32, {64, 4}, 1};
     const std::string ck = write_ckpt(d / "root", 1, 2, {s});
-    const std::string shard = ck + "/shard-00001.h5";
-    {
-        hid_t f = H5Fopen(shard.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-        ASSERT_GE(f, 0);
-        hid_t ds = H5Dopen2(f, "/t/a", H5P_DEFAULT);
-        hid_t sp = H5Dget_space(ds);
-        hsize_t dims[2] = {0, 0};
-        ASSERT_EQ(H5Sget_simple_extent_dims(sp, dims, nullptr), 2);
-        std::vector<float> buf(dims[0] * dims[1]);
-        ASSERT_GE(H5Dread(ds, H5T_IEEE_F32LE, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()), 0);
-        H5Dclose(ds);
-        ASSERT_GE(H5Ldelete(f, "/t/a", H5P_DEFAULT), 0);
-        hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-        const hsize_t chunk[2] = {8, 4};
-        H5Pset_chunk(dcpl, 2, chunk);
-        H5Pset_deflate(dcpl, 6);
-        ds = H5Dcreate2(f, "/t/a", H5T_IEEE_F32LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
-        ASSERT_GE(ds, 0);
-        ASSERT_GE(H5Dwrite(ds, H5T_IEEE_F32LE, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()), 0);
-        H5Dclose(ds);
-        H5Pclose(dcpl);
-        H5Sclose(sp);
-        ASSERT_GE(H5Fclose(f), 0);
-    }
+    rewrite_chunked(ck + "/shard-00001.h5", "/t/a", {8, 4}, [](hid_t dcpl) { H5Pset_deflate(dcpl, 6); });
     auto r = Reader::open(ck);
     ASSERT_TRUE(r.ok()) << r.error();
     expect_logical(*r.value(), s);
@@ -561,6 +608,101 @@ TEST(Load, SourceStoredChunkedAndCompressedIsReadThroughHdf5) {
     auto v = verify(ck);
     ASSERT_TRUE(v.ok()) << v.error();
     EXPECT_TRUE(v.value().issues.empty());
+}
+
+// A chunked source whose chunks are larger than HDF5's default chunk cache (1 MiB; h5repack
+// makes chunks of up to 32 MiB) is read in blocks of 1 MiB: each chunk must still be read and
+// decompressed once, not once per block it spans. Both ways a block is cut: rows of a slice
+// (k = 0), and parts of one row wider than a block (k = 1).
+TEST(Load, ChunkedSourceReadsEachChunkOnce) {
+    struct Case {
+        Shape shape;
+        std::vector<hsize_t> chunk;
+        int chunks;
+        Shape offset, count;   // a read that cuts the slice and its chunks
+    };
+    const std::vector<Case> cases = {
+        {{2048, 512}, {1024, 512}, 2, {700, 0}, {400, 512}},          // 2 MiB chunks, rows
+        {{4, 1u << 19}, {2, 1u << 18}, 4, {1, 1000}, {2, 300000}},   // rows of 2 MiB
+    };
+    for (const Case &c : cases) {
+        SCOPED_TRACE(shape_string(c.shape));
+        TempDir d;
+        const Spec s{"big", DType::fp32, c.shape, 9};
+        const std::string ck = write_ckpt(d / "root", 1, 1, {s});
+        const std::string shard = ck + "/shard-00000.h5";
+        rewrite_chunked(shard, "/t/big", c.chunk, add_counting_filter);
+        const auto all = t::logical(s.dtype, s.shape, s.seed);
+
+        g_chunk_reads = 0;
+        auto r = Reader::open(ck);
+        ASSERT_TRUE(r.ok()) << r.error();
+        expect_logical(*r.value(), s);
+        EXPECT_EQ(g_chunk_reads, c.chunks) << "whole load";
+
+        // First touch of a part: the whole slice is read to be hashed, the part lands.
+        g_chunk_reads = 0;
+        auto r2 = Reader::open(ck);
+        ASSERT_TRUE(r2.ok()) << r2.error();
+        std::vector<char> got(element_count(c.count) * 4), want(got.size());
+        copy_region(Box{c.offset, c.count}, all.data(), Box{Shape(2, 0), c.shape}, want.data(),
+                    Box{c.offset, c.count}, 4);
+        auto st = r2.value()->read("big", c.offset, c.count, got.data(), got.size());
+        ASSERT_TRUE(st.ok()) << st.error();
+        EXPECT_TRUE(got == want);
+        EXPECT_EQ(g_chunk_reads, c.chunks) << "part of the slice";
+
+        g_chunk_reads = 0;
+        auto v = verify(ck);
+        ASSERT_TRUE(v.ok()) << v.error();
+        EXPECT_TRUE(v.value().issues.empty());
+        EXPECT_EQ(g_chunk_reads, c.chunks) << "verify";
+    }
+}
+
+// The first read of part of a slice stored other than as we write it (chunked, here) goes
+// through HDF5 and hashes all of the slice: through one block of memory, not a buffer of
+// the slice's size.
+TEST(Load, PartOfAChunkedSliceIsCheckedThroughOneBlock) {
+    TempDir d;
+    const Spec s{"big", DType::fp32, {16384, 512}, 4};   // 32 MiB in one slice
+    const std::string ck = write_ckpt(d / "root", 1, 1, {s});
+    rewrite_chunked(ck + "/shard-00000.h5", "/t/big", {64, 512}, [](hid_t) {});
+    const auto all = t::logical(s.dtype, s.shape, s.seed);
+    auto r = Reader::open(ck);
+    ASSERT_TRUE(r.ok()) << r.error();
+    std::vector<char> got(10 * 512 * 4, 0);
+    if (!reset_peak_rss()) GTEST_SKIP() << "/proc/self/clear_refs cannot reset the peak RSS here";
+    const long before = peak_rss_kb();
+    auto st = r.value()->read("big", {8000, 0}, {10, 512}, got.data(), got.size());
+    const long grew = peak_rss_kb() - before;
+    ASSERT_TRUE(st.ok()) << st.error();
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), all.begin() + 8000 * 512 * 4));
+    EXPECT_LT(grew, 12 * 1024) << "KiB of peak memory for reading 20 KiB of a 32 MiB slice";
+}
+
+// HDF5 returns fill values for a chunk never written; a source with one is refused by name
+// before anything of it is read (no writer leaves one; a damaged or hostile file can).
+TEST(Load, ChunkedSourceWithUnstoredChunksIsRefused) {
+    TempDir d;
+    const Spec s{"a", DType::fp32, {64, 4}, 1};
+    const std::string ck = write_ckpt(d / "root", 1, 1, {s});
+    const std::string shard = ck + "/shard-00000.h5";
+    rewrite_chunked(shard, "/t/a", {8, 4}, [](hid_t) {}, 8);
+    auto r = Reader::open(ck);
+    ASSERT_TRUE(r.ok()) << r.error();
+    std::vector<char> buf(64 * 4 * 4);
+    auto st = r.value()->read_all("a", buf.data(), buf.size());
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.error().find("1 of its 8 chunks are stored"), std::string::npos) << st.error();
+    EXPECT_NE(st.error().find(shard), std::string::npos) << st.error();
+    auto v = verify(ck);
+    ASSERT_TRUE(v.ok()) << v.error();
+    ASSERT_EQ(v.value().issues.size(), 1u);
+    EXPECT_EQ(v.value().issues[0].file, shard);
+    EXPECT_EQ(v.value().issues[0].tensor, "a");
+    // The report has the tensor and the file in fields of their own; the problem says what.
+    EXPECT_EQ(v.value().issues[0].problem, "dataset /t/a: 1 of its 8 chunks are stored");
 }
 
 // A read of the middle of a slice many blocks long hashes the rows before and after it too
