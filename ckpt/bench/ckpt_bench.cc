@@ -15,6 +15,10 @@
 //   sync save                              vs  async stall, both snapshot modes: copy (a
 //                                              memcpy into host memory) and copy-on-write
 //                                              (write-protecting the model's buffers)
+//   async stall, copy                      vs  plain memcpy of the same slices by the same
+//                                              threads into memory already faulted in: what
+//                                              the simplest copy snapshot costs on this
+//                                              machine, its memory bandwidth
 //   copy-on-write stall, 4 KiB pages       vs  the same bytes in transparent huge pages (one
 //                                              rank, tensors of 8 MiB on 2 MiB boundaries)
 //   trainer rewriting all its buffers      idle, while a copy persist runs, and while a
@@ -433,6 +437,18 @@ double rewrite_all(const Config &c, Model &m) {
     return seconds_since(t0);
 }
 
+// The simplest copy snapshot: the same slices copied by the same threads with plain memcpy
+// into `dest` (faulted in already), and nothing else; bound by memory bandwidth.
+double memcpy_floor(const Config &c, const Model &m, std::vector<char> &dest) {
+    const std::uint64_t per = m.slice_bytes();
+    const auto t0 = Clock::now();
+    parallel_for(c.shards, c.threads, [&](std::uint32_t k) {
+        for (std::uint32_t t = 0; t < c.tensors; ++t)
+            std::memcpy(dest.data() + (std::uint64_t(k) * c.tensors + t) * per, m.slice[k][t].data(), per);
+    });
+    return seconds_since(t0);
+}
+
 struct AsyncRun {
     double stall = 0;        // snapshot of every rank until all persists are started
     double persisted = 0;    // until all persists are done and committed
@@ -650,7 +666,7 @@ int main(int argc, char **argv) {
     std::vector<double> t_raw_w, t_save, t_raw_r, t_load, t_load_nv, t_reshard, t_incr, t_incr_hint,
         t_incr_track, t_rw_track;
     std::vector<double> t_stall, t_async_total, t_stall_cow, t_cow_total, t_rw_idle, t_rw_copy, t_rw_cow,
-        t_stall_incr_hint, t_stall_incr_track;
+        t_stall_incr_hint, t_stall_incr_track, t_memcpy;
     std::uint64_t async_incr_referenced = 0, async_track_referenced = 0;
     AsyncStats cow_stats;
     std::uint64_t incr_written = 0, incr_hint_written = 0;
@@ -740,7 +756,9 @@ int main(int argc, char **argv) {
         t_rw_track.push_back(rewrite_all(c, tracked));
         (void)rewrite_all(c, tracked);
         flip_slices(tracked, changed);
-        // The two snapshot modes, alternating which goes first.
+        // The two snapshot modes, alternating which goes first, and the memcpy floor
+        // before them or after them.
+        if (rep % 2 == 0) t_memcpy.push_back(memcpy_floor(c, live, dest));
         for (int mode = 0; mode < 2; ++mode) {
             const bool cow = (mode == 0) == (rep % 2 == 1);
             const AsyncRun a = async_save(c, live, cow ? async_cow : async, root, ++step);
@@ -751,6 +769,7 @@ int main(int argc, char **argv) {
             t_rw_idle.push_back(a.rewrite_idle);
             if (cow) cow_stats = a.stats;
         }
+        if (rep % 2 == 1) t_memcpy.push_back(memcpy_floor(c, live, dest));
         // Copy-on-write of 8 MiB tensors in 4 KiB pages and in huge pages, alternating.
         for (int kind = 0; kind < 2; ++kind) {
             const bool huge = (kind == 0) == (rep % 2 == 1);
@@ -806,6 +825,7 @@ int main(int argc, char **argv) {
                 track_status.empty() ? "" : (track_status + ")").c_str());
     std::printf("  %-44s %8.3f s  %s  (persist finished after %.3f s)\n", "async stall, copy (memcpy to host memory)",
                 median(t_stall), range(t_stall).c_str(), median(t_async_total));
+    line("  ... plain memcpy of the same slices", t_memcpy);
     std::printf("  %-44s %8.3f s  %s  (persist finished after %.3f s)\n", "async stall, copy-on-write (write-protect)",
                 median(t_stall_cow), range(t_stall_cow).c_str(), median(t_cow_total));
     std::printf("  %-44s %8.3f s  (copy), %.3f s (copy-on-write): their snapshot memory faulted in\n",
@@ -849,6 +869,8 @@ int main(int argc, char **argv) {
                 median(t_raw_w) / median(t_save_p), 100.0 * median(t_incr_hint_p) / median(t_save_p));
     std::printf("  async stall / sync save, copy          %6.2f%%  [<= 10%%]\n", 100.0 * median(t_stall) / median(t_save));
     std::printf("  async stall / sync save, copy-on-write %6.2f%%  [<= 10%%]\n", 100.0 * median(t_stall_cow) / median(t_save));
+    std::printf("  async stall, copy / plain memcpy        %5.2fx  (the memcpy alone: %.2f%% of a sync save)\n",
+                median(t_stall) / median(t_memcpy), 100.0 * median(t_memcpy) / median(t_save));
     std::printf("  copy-on-write stall, huge / 4 KiB pages  %6.3fx  (8 MiB tensors; %.2f%% of a sync save)\n",
                 median(t_stall_huge) / median(t_stall_small), 100.0 * median(t_stall_huge) / median(t_save));
     std::printf("  async 1%% incremental stall / sync save %5.2f%% hinted, %.2f%% tracked\n",
