@@ -857,6 +857,95 @@ TEST(Commit, RejectsOverlapsHolesMissingShardsAndMismatches) {
     EXPECT_FALSE(Reader::open_latest(root).ok());
 }
 
+// The other ways a commit can be asked wrongly, or find its directory not as the writers left
+// it: each is refused with a message naming what is wrong, and nothing is committed; leftovers
+// of an earlier failed commit or writer are cleared and the commit goes through.
+TEST(Commit, RefusesBadRequestsAndForeignFilesNamingThem) {
+    TempDir d;
+    const std::string root = d / "root";
+    const std::vector<float> data(8, 1.0f);
+    auto shard = [&](std::uint64_t step, std::uint32_t w, std::uint32_t writers, const std::string &attempt = "0",
+                     const std::string &base = "", Change change = Change::detect) {
+        WriterOptions wo;
+        wo.attempt = attempt;
+        wo.base = base;
+        auto sw = ShardWriter::open(root, step, w, wo);
+        ASSERT_TRUE(sw.ok()) << sw.error();
+        ASSERT_TRUE(sw.value()->add_tensor("x", DType::fp32, {2 * writers}, {2 * w}, {2}, data.data(), change).ok());
+        RankState rs;
+        rs.rank = w;
+        ASSERT_TRUE(sw.value()->add_rank_state(rs).ok());
+        ASSERT_TRUE(sw.value()->finish().ok());
+    };
+    auto refused = [&](std::uint32_t writers, const Meta &meta, const std::string &want,
+                       const CommitOptions &o = {}) {
+        auto c = commit(root, writers, meta, o);
+        if (c.ok()) {
+            ADD_FAILURE() << "committed " << c.value() << "; expected: " << want;
+        } else {
+            EXPECT_NE(c.error().find(want), std::string::npos) << c.error();
+        }
+    };
+    shard(1, 0, 1);
+    refused(0, meta_for(1, 1), "commit: writers 0: expected 1..1048576");
+    refused(1, meta_for(1, kMaxWriters + 1), "commit: world size 1048577: expected 0..1048576");
+    Meta long_layout = meta_for(1, 1);
+    long_layout.unit_layout.assign(256, 'u');
+    refused(1, long_layout, "commit: unit layout longer than 255 bytes");
+    refused(1, meta_for(9, 1), ".step-0000000009.partial-0 does not exist; did every rank's ShardWriter::finish() succeed?");
+
+    // Left over from a commit that failed after writing its index, and from a writer that died
+    // before its rename: cleared, not part of the checkpoint.
+    const std::string partial = root + "/.step-0000000001.partial-0";
+    ASSERT_TRUE(fsio::write_file(partial + "/index.h5", "half an index").ok());
+    ASSERT_TRUE(fsio::write_file(partial + "/shard-00000.h5.tmp-123", "half a shard").ok());
+    // Something else is not.
+    ASSERT_TRUE(fsio::write_file(partial + "/notes.txt", "mine").ok());
+    refused(1, meta_for(1, 1), partial + "/notes.txt is not one of the 1 expected shard files");
+    ASSERT_TRUE(fsio::remove_file(partial + "/notes.txt").ok());
+    auto c1 = commit(root, 1, meta_for(1, 1));
+    ASSERT_TRUE(c1.ok()) << c1.error();
+    EXPECT_TRUE(verify(c1.value()).value().ok());
+    EXPECT_FALSE(fsio::exists(c1.value() + "/shard-00000.h5.tmp-123"));
+
+    // A second attempt at a step that is committed already.
+    shard(1, 0, 1, "retry");
+    CommitOptions retry;
+    retry.attempt = "retry";
+    refused(1, meta_for(1, 1), root + "/step-0000000001 already exists", retry);
+
+    // A shard of another step copied in under this step's name.
+    shard(2, 0, 2);
+    shard(3, 0, 2);
+    shard(3, 1, 2);
+    ASSERT_TRUE(fsio::write_file(root + "/.step-0000000002.partial-0/shard-00001.h5",
+                                 read_all_bytes(root + "/.step-0000000003.partial-0/shard-00001.h5")).ok());
+    refused(2, meta_for(2, 2), "belongs to rank 1, step 3, attempt '0'; expected rank 1, step 2, attempt '0'");
+
+    // Two writers adding the state of the same rank.
+    {
+        shard(4, 0, 2);
+        auto sw = ShardWriter::open(root, 4, 1);
+        ASSERT_TRUE(sw.ok());
+        ASSERT_TRUE(sw.value()->add_tensor("x", DType::fp32, {4}, {2}, {2}, data.data()).ok());
+        RankState rs;
+        rs.rank = 0;
+        ASSERT_TRUE(sw.value()->add_rank_state(rs).ok());
+        ASSERT_TRUE(sw.value()->finish().ok());
+        refused(2, meta_for(4, 2), "commit: rank state of rank 0 was added by more than one writer");
+    }
+
+    // A base file removed (by hand, or by a careless gc) between the write and the commit.
+    const std::string base = c1.value();
+    shard(5, 0, 1, "0", base, Change::unchanged);
+    ASSERT_TRUE(fsio::remove_file(base + "/shard-00000.h5").ok());
+    refused(1, meta_for(5, 1), "tensor x: source file " + root + "/.step-0000000005.partial-0/../step-0000000001/shard-00000.h5 does not exist");
+
+    auto l = list(root);
+    ASSERT_TRUE(l.ok());
+    for (const auto &e : l.value()) EXPECT_EQ(e.complete, e.path == c1.value()) << e.path;
+}
+
 TEST(Writer, ValidatesNamesSlicesAndAbandonsCleanly) {
     TempDir d;
     auto sw = ShardWriter::open(d / "root", 1, 0);
