@@ -10,6 +10,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <set>
 #include <string>
 
 #include "../bounded_map.h"
@@ -580,6 +581,74 @@ TEST(Corruption, FlippedByteAndMissingFileNameTensorAndFile) {
     ASSERT_TRUE(v2.ok());
     EXPECT_EQ(v2.value().issues.size(), 2u);   // both tensors have a slice in shard 1
     for (const auto &i : v2.value().issues) EXPECT_EQ(i.file, shard);
+}
+
+// A shard whose dataset was replaced by one of another shape or type, and an index whose
+// virtual dataset was removed or points elsewhere: load and verify name the tensor, the file
+// and what is wrong.
+TEST(Corruption, ForeignDatasetsAndTamperedVirtualDatasetsAreNamed) {
+    TempDir d;
+    const Spec a{"a", DType::fp32, {64, 4}, 1}, b{"b", DType::fp32, {64, 4}, 2};
+    const std::string ck = write_ckpt(d / "root", 1, 2, {a, b});
+    const std::string shard = ck + "/shard-00001.h5", index = ck + "/index.h5";
+    auto replace = [&](const std::string &file, const char *name, hid_t type, std::vector<hsize_t> dims) {
+        hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+        ASSERT_GE(f, 0);
+        ASSERT_GE(H5Ldelete(f, name, H5P_DEFAULT), 0);
+        if (type >= 0) {
+            hid_t sp = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
+            hid_t ds = H5Dcreate2(f, name, type, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+            ASSERT_GE(ds, 0);
+            H5Dclose(ds);
+            H5Sclose(sp);
+        }
+        ASSERT_GE(H5Fclose(f), 0);
+    };
+    replace(shard, "/t/a", H5T_IEEE_F32LE, {8, 4});    // the manifest says [32,4]
+    replace(shard, "/t/b", H5T_STD_I32LE, {32, 4});    // the manifest says fp32
+    auto r = Reader::open(ck);
+    ASSERT_TRUE(r.ok()) << r.error();
+    std::vector<char> buf(64 * 4 * 4);
+    auto st = r.value()->read_all("a", buf.data(), buf.size());
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.error(), "tensor a: " + shard + ": dataset /t/a does not have the shape [32,4] the manifest records");
+    st = r.value()->read_all("b", buf.data(), buf.size());
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.error(), "tensor b: " + shard + ": dataset /t/b is not of type fp32");
+
+    // In the index: /tensors/a removed, /tensors/b mapping one source to another dataset.
+    replace(index, "/tensors/a", -1, {});
+    {
+        hid_t f = H5Fopen(index.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+        ASSERT_GE(f, 0);
+        ASSERT_GE(H5Ldelete(f, "/tensors/b", H5P_DEFAULT), 0);
+        const hsize_t dims[2] = {64, 4}, half[2] = {32, 4}, zero[2] = {0, 0}, mid[2] = {32, 0};
+        hid_t vs = H5Screate_simple(2, dims, nullptr), ss = H5Screate_simple(2, half, nullptr);
+        hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+        H5Sselect_hyperslab(vs, H5S_SELECT_SET, zero, nullptr, half, nullptr);
+        H5Pset_virtual(dcpl, vs, "shard-00000.h5", "/t/b", ss);
+        H5Sselect_hyperslab(vs, H5S_SELECT_SET, mid, nullptr, half, nullptr);
+        H5Pset_virtual(dcpl, vs, "shard-00001.h5", "/t/a", ss);   // the wrong tensor's slice
+        H5Sselect_all(vs);
+        hid_t ds = H5Dcreate2(f, "/tensors/b", H5T_IEEE_F32LE, vs, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+        ASSERT_GE(ds, 0);
+        H5Dclose(ds);
+        H5Pclose(dcpl);
+        H5Sclose(ss);
+        H5Sclose(vs);
+        ASSERT_GE(H5Fclose(f), 0);
+    }
+    auto v = verify(ck);
+    ASSERT_TRUE(v.ok()) << v.error();
+    std::multiset<std::string> got;
+    for (const auto &i : v.value().issues) got.insert(i.tensor + " | " + i.file + " | " + i.problem);
+    const std::multiset<std::string> want = {
+        "a | " + shard + " | dataset /t/a does not have the shape [32,4] the manifest records",
+        "b | " + shard + " | dataset /t/b is not of type fp32",
+        "a | " + index + " | no virtual dataset /tensors/a",
+        "b | " + index + " | virtual dataset mappings differ from the manifest",
+    };
+    EXPECT_EQ(got, want);
 }
 
 TEST(Load, SourceStoredChunkedAndCompressedIsReadThroughHdf5) {
