@@ -225,7 +225,7 @@ Result<std::uint64_t> read_attr_u64(hid_t obj, const char *name) {
 }
 
 namespace {
-// Reads a fixed-length string from an attribute or dataset whose type is `t`.
+// Reads a fixed-length string from a dataset whose type is `t`, through `reader`.
 Result<std::string> read_fixed_string(hid_t t, hid_t space_id, std::size_t max_len,
                                       const std::string &what,
                                       const std::function<herr_t(hid_t, void *)> &reader) {
@@ -243,17 +243,6 @@ Result<std::string> read_fixed_string(hid_t t, hid_t space_id, std::size_t max_l
     return buf;
 }
 }  // namespace
-
-Result<std::string> read_attr_string(hid_t obj, const char *name, std::size_t max_len) {
-    Handle a = attr(H5Aopen(obj, name, H5P_DEFAULT));
-    if (!a) return fail(std::string("reading attribute ") + name);
-    Handle t = type(H5Aget_type(a.get()));
-    Handle s = space(H5Aget_space(a.get()));
-    if (!t || !s) return fail(std::string("reading attribute ") + name);
-    const hid_t aid = a.get();
-    return read_fixed_string(t.get(), s.get(), max_len, std::string("attribute ") + name,
-                             [aid](hid_t tt, void *buf) { return H5Aread(aid, tt, buf); });
-}
 
 Status write_string_dataset(hid_t loc, const char *name, const std::string &value) {
     Handle t = type(H5Tcopy(H5T_C_S1));

@@ -99,7 +99,6 @@ Status make_parents(hid_t loc, const std::string &path);
 Status write_attr_u64(hid_t obj, const char *name, std::uint64_t value);
 Status write_attr_string(hid_t obj, const char *name, const std::string &value);
 Result<std::uint64_t> read_attr_u64(hid_t obj, const char *name);
-Result<std::string> read_attr_string(hid_t obj, const char *name, std::size_t max_len);
 
 // A scalar fixed-length string dataset (how the JSON manifests are stored: readable in h5dump).
 Status write_string_dataset(hid_t loc, const char *name, const std::string &value);

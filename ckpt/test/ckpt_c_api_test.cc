@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -136,6 +137,12 @@ TEST(CApi, CopyOnWriteSnapshotAndStats) {
     // After add_tensor: not in the checkpoint. The chunk written is copied first; the
     // persist copies the rest before it writes.
     for (uint64_t i = 0; i < 1024; ++i) f[i] = -1.0f;
+    const uint8_t rng[4] = {1, 2, 3, 4};
+    const int64_t consumed[2] = {17, 99};
+    EXPECT_EQ(omni_ckpt_async_add_rank_state(a, 0, nullptr, 4, consumed, 2), -1);
+    EXPECT_NE(std::string(omni_ckpt_errmsg()).find("NULL array with a non-zero length"), std::string::npos);
+    EXPECT_EQ(omni_ckpt_async_add_rank_state(nullptr, 0, rng, 4, consumed, 2), -1);
+    ASSERT_EQ(omni_ckpt_async_add_rank_state(a, 0, rng, 4, consumed, 2), 0) << omni_ckpt_errmsg();
     ASSERT_EQ(omni_ckpt_async_submit(a), 0);
     ASSERT_EQ(omni_ckpt_async_wait(a), 0) << omni_ckpt_errmsg();
     omni_ckpt_async_stats st{};
@@ -161,6 +168,15 @@ TEST(CApi, CopyOnWriteSnapshotAndStats) {
     std::vector<float> back(n);
     ASSERT_EQ(omni_ckpt_reader_read(rd, "w", 1, off, shape, back.data(), n * 4), 0) << omni_ckpt_errmsg();
     for (uint64_t i = 0; i < n; ++i) ASSERT_EQ(back[i], static_cast<float>(i)) << i;
+    size_t rng_bytes = 0, n_consumed = 0;
+    ASSERT_EQ(omni_ckpt_reader_rank_state(rd, 0, nullptr, &rng_bytes, nullptr, &n_consumed), 0) << omni_ckpt_errmsg();
+    ASSERT_EQ(rng_bytes, 4u);
+    ASSERT_EQ(n_consumed, 2u);
+    uint8_t rng_back[4] = {0};
+    int64_t consumed_back[2] = {0};
+    ASSERT_EQ(omni_ckpt_reader_rank_state(rd, 0, rng_back, &rng_bytes, consumed_back, &n_consumed), 0) << omni_ckpt_errmsg();
+    EXPECT_TRUE(std::equal(rng, rng + 4, rng_back));
+    EXPECT_TRUE(std::equal(consumed, consumed + 2, consumed_back));
     omni_ckpt_reader_close(rd);
     std::free(mem);
 }

@@ -1047,6 +1047,13 @@ TEST(Async, SnapshotPersistsTheSameBytesAsSync) {
         auto data = t::logical(DType::fp32, {128, 64}, 9);
         ASSERT_TRUE(a.add_tensor("w", DType::fp32, {128, 64}, {0, 0}, {128, 64}, data.data()).ok());
         std::fill(data.begin(), data.end(), 0);   // the snapshot must not alias the caller
+        RankState rs;
+        rs.rank = 0;
+        rs.rng = {std::uint8_t(step), 7, 9};
+        rs.consumed = {std::int64_t(step), 40, 41};
+        ASSERT_TRUE(a.add_rank_state(rs).ok());
+        rs.rng.assign(3, 0);   // nor the rank state
+        rs.consumed.clear();
         ASSERT_TRUE(a.submit().ok());
         auto st = a.wait();
         ASSERT_TRUE(st.ok()) << st.error();
@@ -1055,6 +1062,11 @@ TEST(Async, SnapshotPersistsTheSameBytesAsSync) {
     auto r = Reader::open_latest(d / "root");
     ASSERT_TRUE(r.ok());
     expect_logical(*r.value(), specs[0]);
+    auto rs = r.value()->rank_state(0);
+    ASSERT_TRUE(rs.ok()) << rs.error();
+    EXPECT_EQ(rs.value().rng, (std::vector<std::uint8_t>{2, 7, 9}));
+    EXPECT_EQ(rs.value().consumed, (std::vector<std::int64_t>{2, 40, 41}));
+    EXPECT_FALSE(a.add_rank_state(RankState{}).ok());   // not begun
     EXPECT_FALSE(a.add_tensor("w", DType::fp32, {1}, {0}, {1}, "abcd").ok());   // not begun
 }
 
