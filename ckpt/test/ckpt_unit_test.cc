@@ -1032,6 +1032,16 @@ TEST(Writer, ValidatesNamesSlicesAndAbandonsCleanly) {
     EXPECT_FALSE(dup.ok());
     EXPECT_NE(dup.error().find("added twice"), std::string::npos);
     EXPECT_FALSE(ShardWriter::open(d / "root", 1, 0, WriterOptions{"bad attempt", "", true}).ok());
+    auto null_data = sw.value()->add_tensor("y", DType::fp32, {4}, {0}, {4}, nullptr);
+    EXPECT_EQ(null_data.error(), "tensor y: data is null");
+    EXPECT_TRUE(sw.value()->add_tensor("y", DType::fp32, {4}, {0}, {4}, f).ok());   // not taken by the failure
+    RankState rs;
+    rs.rank = kMaxWriters;
+    EXPECT_EQ(sw.value()->add_rank_state(rs).error(), "rank state: rank 1048576 out of range");
+    rs.rank = 3;
+    EXPECT_TRUE(sw.value()->add_rank_state(rs).ok());
+    EXPECT_EQ(sw.value()->add_rank_state(rs).error(), "rank state of rank 3 added twice");
+    EXPECT_FALSE(ShardWriter::open(d / "root", 1, kMaxWriters).ok());
     sw.value().reset();   // abandoned: no temporary file may remain
     auto names = fsio::list_dir(d / "root/.step-0000000001.partial-0");
     ASSERT_TRUE(names.ok());
@@ -1068,6 +1078,63 @@ TEST(Async, SnapshotPersistsTheSameBytesAsSync) {
     EXPECT_EQ(rs.value().consumed, (std::vector<std::int64_t>{2, 40, 41}));
     EXPECT_FALSE(a.add_rank_state(RankState{}).ok());   // not begun
     EXPECT_FALSE(a.add_tensor("w", DType::fp32, {1}, {0}, {1}, "abcd").ok());   // not begun
+}
+
+// A persist that fails is reported by wait(), or else by the next begin(), once; the writer
+// goes on working after either.
+TEST(Async, AFailedPersistIsReportedByWaitOrByTheNextBegin) {
+    TempDir d;
+    const std::string not_a_dir = d / "file";
+    ASSERT_TRUE(fsio::write_file(not_a_dir, "x").ok());
+    const float f[4] = {1, 2, 3, 4};
+    AsyncShardWriter a;
+    auto save = [&](const std::string &root, std::uint64_t step) {
+        if (auto st = a.begin(root, step, 0); !st) return st;
+        if (auto st = a.add_tensor("x", DType::fp32, {4}, {0}, {4}, f); !st) return st;
+        return a.submit();
+    };
+    ASSERT_TRUE(save(not_a_dir, 1).ok());
+    auto st = a.wait();
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.error().find(not_a_dir), std::string::npos) << st.error();
+    ASSERT_TRUE(save(not_a_dir, 2).ok());   // collected by wait(): begin goes on
+    auto b = a.begin(d / "root", 3, 0);     // not collected: begin reports it
+    ASSERT_FALSE(b.ok());
+    EXPECT_EQ(b.error().rfind("the previous checkpoint's persist failed: ", 0), 0u) << b.error();
+    EXPECT_NE(b.error().find(not_a_dir), std::string::npos) << b.error();
+    ASSERT_TRUE(save(d / "root", 3).ok());   // once
+    ASSERT_TRUE(a.wait().ok());
+    auto c = commit(d / "root", 1, meta_for(3, 1));
+    ASSERT_TRUE(c.ok()) << c.error();
+    EXPECT_TRUE(verify(c.value()).value().ok());
+}
+
+// A reshard or merge that fails part way (a damaged source here) removes what it wrote: no
+// output, no partial directory.
+TEST(Rewrite, AFailedRewriteLeavesNothingBehind) {
+    TempDir d;
+    const Spec s{"a", DType::fp32, {64, 4}, 1};
+    const std::string ck = write_ckpt(d / "root", 1, 2, {s});
+    const std::string shard = ck + "/shard-00001.h5";
+    const haddr_t off = dataset_offset(shard, "/t/a");
+    ASSERT_NE(off, HADDR_UNDEF);
+    std::string bytes = read_all_bytes(shard);
+    bytes[off + 5] ^= 1;
+    ASSERT_TRUE(fsio::remove_file(shard).ok());
+    ASSERT_TRUE(fsio::write_file(shard, bytes).ok());
+    ASSERT_TRUE(fsio::make_dirs(d / "out").ok());
+    for (int which = 0; which < 2; ++which) {
+        const std::string out = d / "out/rewritten";
+        auto r = which == 0 ? reshard(ck, 3, out) : merge(ck, out);
+        ASSERT_FALSE(r.ok());
+        EXPECT_NE(r.error().find("tensor a: " + shard + ": checksum mismatch"), std::string::npos) << r.error();
+        auto left = fsio::list_dir(d / "out");
+        ASSERT_TRUE(left.ok());
+        EXPECT_TRUE(left.value().empty()) << left.value()[0];
+    }
+    auto zero = reshard(ck, 0, d / "out/r0");
+    ASSERT_FALSE(zero.ok());
+    EXPECT_EQ(zero.error(), "reshard: 0 writers: expected 1..1048576");
 }
 
 TEST(Gc, KeepsLastKAndEveryMthAndSkipsYoungPartials) {
