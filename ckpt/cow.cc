@@ -303,6 +303,7 @@ std::unique_ptr<Guard> Guard::open(std::string *why) {
         return nullptr;   // ~Guard closes the descriptor
     }
     g->maps_ = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    g->query_maps_ = !o.maps_text;
     if (g->maps_ < 0) {
         *why = errno_text("/proc/self/maps", errno);
         return nullptr;

@@ -176,6 +176,7 @@ void snapshot_copy(char *dst, const char *src, std::size_t n);
 struct TestOverrides {
     bool user_mode_only = false;
     bool no_wp_unpopulated = false;
+    bool maps_text = false;   // read /proc/self/maps as text, as before Linux 6.11
 };
 void set_test_overrides(const TestOverrides &o);
 
