@@ -393,6 +393,37 @@ TEST_F(TrackedWriter, WithoutTrackingEverythingIsHashed) {
     expect_holds_buffer(none.path);
 }
 
+// Where tracking cannot work (a kernel before 6.7, Debian 12's 6.1 among them; here the
+// OMNI_CKPT_NO_UFFD switch, in a child that has no tracker yet), asking for it changes
+// nothing but speed: write_tracking_status() says why, every slice is hashed, and the
+// incremental finds the changed slice all the same.
+TEST_F(TrackedWriter, WhereTrackingCannotWorkSlicesAreHashed) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        ::setenv("OMNI_CKPT_NO_UFFD", "1", 1);
+        if (write_tracking_status() != "OMNI_CKPT_NO_UFFD is set") ::_exit(2);
+        const Saved full = save(1, "");
+        if (full.path.empty() || full.written != kSlices * kSlice || full.clean != 0) ::_exit(3);
+        bump(2);
+        const Saved one = save(2, full.path);
+        if (one.path.empty() || one.written != kSlice || one.clean != 0 || one.reused != (kSlices - 1) * kSlice)
+            ::_exit(4);
+        auto r = Reader::open(one.path);
+        if (!r) ::_exit(5);
+        std::vector<char> got(kSlice);
+        for (int k = 0; k < kSlices; ++k)
+            if (!r.value()->read_all(name(k), got.data(), got.size()) ||
+                std::memcmp(got.data(), buf_.data() + k * kSlice, kSlice) != 0)
+                ::_exit(6);
+        ::_exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "2: status, 3: full save, 4: incremental, 5-6: the values";
+}
+
 TEST_F(TrackedWriter, ACopyOnWriteSnapshotOfTrackedMemoryIsACopy) {
     // The buffer is registered with the tracker's userfaultfd, so a copy-on-write snapshot
     // cannot protect it: it copies, says why, and the checkpoint is right.
