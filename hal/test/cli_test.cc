@@ -99,6 +99,43 @@ TEST(Cli, ShowJsonDgx2) {
     EXPECT_EQ(j["nvswitches"].size(), 12u);
 }
 
+// The matrix as nvidia-smi topo -m prints it, for the POWER8 fixture: its NVLinkBandwidth
+// distances give 40000 MB/s between GPUs 0-1 and 2-3 (two 20 GB/s NVLink 1 links: NV2) and 0
+// across the pairs, which sit on the two sockets (SYS); the affinities are the cpusets of
+// NUMA nodes 0 (0x03030303) and 1 (0x00000303,0x03030000,,0x0) in the file.
+TEST(Cli, MatrixPower8) {
+    auto r = omni_hal("matrix " + topo(kPower8));
+    ASSERT_EQ(r.rc, 0) << r.err;
+    std::istringstream in(r.out);
+    std::vector<std::vector<std::string>> rows;
+    for (std::string line; std::getline(in, line) && !line.empty();) {
+        std::istringstream w(line);
+        rows.emplace_back();
+        for (std::string f; w >> f;) rows.back().push_back(f);
+    }
+    const std::vector<std::vector<std::string>> want = {
+        {"GPU0", "GPU1", "GPU2", "GPU3", "CPU", "Affinity", "NUMA", "Affinity"},
+        {"GPU0", "X", "NV2", "SYS", "SYS", "0-1,8-9,16-17,24-25", "0"},
+        {"GPU1", "NV2", "X", "SYS", "SYS", "0-1,8-9,16-17,24-25", "0"},
+        {"GPU2", "SYS", "SYS", "X", "NV2", "80-81,88-89,96-97,104-105", "1"},
+        {"GPU3", "SYS", "SYS", "NV2", "X", "80-81,88-89,96-97,104-105", "1"},
+    };
+    EXPECT_EQ(rows, want) << r.out;
+    EXPECT_NE(r.out.find("NV#  = Connection traversing a bonded set of # NVLinks"), std::string::npos);
+}
+
+// The text of show for the fixture with an InfiniBand HCA: the NIC table (mlx5_0 is the RDMA
+// device, its netdev ib0; the two 8086:1521 functions are eth0 and eth1) and the NUMA lines.
+TEST(Cli, ShowTextNormalio) {
+    auto r = omni_hal("show " + topo(kXeonIb));
+    ASSERT_EQ(r.rc, 0) << r.err;
+    for (const char *line : {"numa 0    cpus 0-7,16-23", "numa 1    cpus 8-15,24-31",
+                             "eth0        0000:81:00.0  1     no    eth0",
+                             "eth1        0000:81:00.1  1     no    eth1",
+                             "mlx5_0      0000:04:00.0  1     yes   ib0"})
+        EXPECT_NE(r.out.find(std::string(line) + "\n"), std::string::npos) << line << "\n" << r.out;
+}
+
 TEST(Cli, BadTopologyFiles) {
     auto m = omni_hal("show --topology /nonexistent/x.xml");
     EXPECT_EQ(m.rc, 1);
