@@ -52,22 +52,25 @@ Result<std::string> rewrite(const std::string &ckpt_dir, const std::string &out,
     };
     WriterOptions wo;
     wo.attempt = attempt;
-    std::vector<char> buf;
     for (std::uint32_t w = 0; w < writers; ++w) {
         auto sw = open_shard_writer_in(partial, m.meta.step, w, wo);
         if (!sw) return fail(sw.error());
         for (const auto &a : layout[w]) {
-            const std::uint64_t bytes = element_count(a.box.count) * dtype_size(a.tensor->dtype);
-            buf.resize(bytes);
-            if (auto st = r.read(a.tensor->name, a.box.offset, a.box.count, buf.data(), bytes); !st)
-                return fail(st.error());
-            if (auto st = sw.value()->add_tensor(a.tensor->name, a.tensor->dtype, a.tensor->shape,
-                                                 a.box.offset, a.box.count, buf.data(),
-                                                 Change::changed);
-                !st)
-                return fail(st.error());
-            done += bytes;
-            if (progress) progress(done, total);
+            // Read and written a block at a time: memory does not grow with the slice.
+            const std::size_t elem = dtype_size(a.tensor->dtype);
+            auto st = add_tensor_from(*sw.value(), a.tensor->name, a.tensor->dtype, a.tensor->shape, a.box.offset,
+                                      a.box.count, [&](const Box &b, char *dst) {
+                                          Shape at = b.offset;   // in the tensor's coordinates
+                                          for (std::size_t i = 0; i < at.size(); ++i) at[i] += a.box.offset[i];
+                                          const std::uint64_t n = element_count(b.count) * elem;
+                                          Status read = r.read(a.tensor->name, at, b.count, dst, n);
+                                          if (read) {
+                                              done += n;
+                                              if (progress) progress(done, total);
+                                          }
+                                          return read;
+                                      });
+            if (!st) return fail(st.error());
         }
         // Rank state is keyed by the rank that saved it, not by writer: writer 0 carries all.
         if (w == 0)

@@ -189,10 +189,11 @@ std::uint64_t last_slice_hash(ShardWriter &w) {
     return tensors.empty() ? 0 : tensors.back().sources[0].xxh3;
 }
 
-Status ShardWriter::add_tensor(const std::string &name, DType dtype, const Shape &shape,
-                               const Shape &offset, const Shape &count, const void *data,
-                               Change change) {
-    Impl &w = *impl_;
+namespace {
+
+// The checks every new slice passes; on success the name is taken.
+Status admit(ShardWriter::Impl &w, const std::string &name, const Shape &shape, const Shape &offset,
+             const Shape &count) {
     if (!w.failed.empty()) return make_error("shard writer failed earlier: " + w.failed);
     if (w.finished) return make_error("tensor " + name + ": shard already finished");
     if (auto st = check_tensor_name(name); !st) return st;
@@ -201,6 +202,63 @@ Status ShardWriter::add_tensor(const std::string &name, DType dtype, const Shape
     if (!w.names.insert(name).second)
         return make_error("tensor " + name + ": added twice to the shard of rank " +
                           std::to_string(w.manifest.rank));
+    return Status::success();
+}
+
+// Creates the dataset of slice `name` in the shard file. Contiguous storage allocated when the
+// dataset is created, never filled: the slice's bytes then have a fixed place in the file that
+// HDF5 will not write, and go there with pwrite(2), outside HDF5's global lock (the Reader
+// reads them back the same way). `*at` is that place, or HADDR_UNDEF: write through HDF5.
+Result<h5::Handle> create_slice(ShardWriter::Impl &w, const std::string &name, DType dtype,
+                                const Shape &count, std::uint64_t bytes, haddr_t *at) {
+    if (auto st = w.ensure_file(); !st) return make_error(st.error());
+    const int rank = static_cast<int>(count.size());
+    std::vector<hsize_t> dims(count.begin(), count.end());
+    h5::Handle type = h5::dtype_type(dtype);
+    h5::Handle space = h5::space(H5Screate_simple(rank, dims.data(), nullptr));
+    h5::Handle lcpl = h5::plist(H5Pcreate(H5P_LINK_CREATE));
+    h5::Handle dcpl = h5::plist(H5Pcreate(H5P_DATASET_CREATE));
+    if (!type || !space || !lcpl || !dcpl || H5Pset_create_intermediate_group(lcpl.get(), 1) < 0 ||
+        H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS) < 0 ||
+        H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY) < 0 ||
+        H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER) < 0)
+        return make_error(w.fail(h5::fail("tensor " + name + ": " + w.tmp_path)).error());
+    h5::Handle ds = h5::dataset(H5Dcreate2(w.file.get(), slice_dataset_name(name).c_str(), type.get(),
+                                           space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT));
+    if (!ds) return make_error(w.fail(h5::fail("tensor " + name + ": creating dataset in " + w.tmp_path)).error());
+    *at = HADDR_UNDEF;
+    if (w.fd.get() >= 0 && bytes > 0) {
+        *at = H5Dget_offset(ds.get());
+        if (*at == HADDR_UNDEF || H5Dget_storage_size(ds.get()) != bytes) *at = HADDR_UNDEF;
+        H5Eclear2(H5E_DEFAULT);   // no offset only means: write through HDF5
+    }
+    return ds;
+}
+
+// Closes a slice's dataset once its bytes are written and records the slice.
+Status record_slice(ShardWriter::Impl &w, TensorInfo t, h5::Handle ds, const Shape &offset,
+                    const Shape &count, std::uint64_t xxh3, std::uint64_t bytes) {
+    if (auto st = ds.close("tensor " + t.name + ": " + w.tmp_path); !st) return w.fail(make_error(st.error()));
+    SourceRef s;
+    s.writer = w.manifest.rank;
+    s.file = shard_file_name(w.manifest.rank);
+    s.dataset = slice_dataset_name(t.name);
+    s.offset = offset;
+    s.count = count;
+    s.xxh3 = xxh3;
+    t.sources.push_back(std::move(s));
+    w.written += bytes;
+    w.manifest.tensors.push_back(std::move(t));
+    return Status::success();
+}
+
+}  // namespace
+
+Status ShardWriter::add_tensor(const std::string &name, DType dtype, const Shape &shape,
+                               const Shape &offset, const Shape &count, const void *data,
+                               Change change) {
+    Impl &w = *impl_;
+    if (auto st = admit(w, name, shape, offset, count); !st) return st;
     const std::size_t elem = dtype_size(dtype);
     const std::uint64_t bytes = element_count(count) * elem;
 
@@ -248,49 +306,39 @@ Status ShardWriter::add_tensor(const std::string &name, DType dtype, const Shape
         if (base->xxh3 == hash) return reuse();
     }
 
-    if (auto st = w.ensure_file(); !st) return st;
-    const int rank = static_cast<int>(count.size());
-    std::vector<hsize_t> dims(count.begin(), count.end());
-    h5::Handle type = h5::dtype_type(dtype);
-    h5::Handle space = h5::space(H5Screate_simple(rank, dims.data(), nullptr));
-    h5::Handle lcpl = h5::plist(H5Pcreate(H5P_LINK_CREATE));
-    // Contiguous storage allocated when the dataset is created, never filled: the slice's
-    // bytes then have a fixed place in the file that HDF5 will not write, and go there with
-    // pwrite(2), outside HDF5's global lock (the Reader reads them back the same way).
-    h5::Handle dcpl = h5::plist(H5Pcreate(H5P_DATASET_CREATE));
-    if (!type || !space || !lcpl || !dcpl || H5Pset_create_intermediate_group(lcpl.get(), 1) < 0 ||
-        H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS) < 0 ||
-        H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY) < 0 ||
-        H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER) < 0)
-        return w.fail(h5::fail("tensor " + name + ": " + w.tmp_path));
-    const std::string ds_name = slice_dataset_name(name);
-    h5::Handle ds = h5::dataset(H5Dcreate2(w.file.get(), ds_name.c_str(), type.get(), space.get(),
-                                           lcpl.get(), dcpl.get(), H5P_DEFAULT));
-    if (!ds) return w.fail(h5::fail("tensor " + name + ": creating dataset in " + w.tmp_path));
-    haddr_t at = HADDR_UNDEF;
-    if (w.fd.get() >= 0 && bytes > 0) {
-        at = H5Dget_offset(ds.get());
-        if (at == HADDR_UNDEF || H5Dget_storage_size(ds.get()) != bytes) at = HADDR_UNDEF;
-        H5Eclear2(H5E_DEFAULT);   // no offset only means: write through HDF5
-    }
+    haddr_t at;
+    auto ds = create_slice(w, name, dtype, count, bytes, &at);
+    if (!ds) return make_error(ds.error());
     // Memory and file types are identical, so HDF5 writes the buffer straight through.
+    h5::Handle type = h5::dtype_type(dtype);
     auto written = at != HADDR_UNDEF ? pwrite_hashed(w.fd.get(), at, bytes, data)
-                                     : write_hashed(ds.get(), type.get(), count, elem, data);
+                                     : write_hashed(ds.value().get(), type.get(), count, elem, data);
     if (!written) return w.fail(make_error("tensor " + name + ": writing " + w.tmp_path + ": " + written.error()));
-    if (auto st = ds.close("tensor " + name + ": " + w.tmp_path); !st)
-        return w.fail(make_error(st.error()));
-    SourceRef s;
-    s.writer = w.manifest.rank;
-    s.file = shard_file_name(w.manifest.rank);
-    s.dataset = ds_name;
-    s.offset = offset;
-    s.count = count;
-    s.xxh3 = written.value();
-    if (tracked.tracked) w.tracker->remember(data, bytes, s.xxh3, tracked.epoch);
-    t.sources.push_back(std::move(s));
-    w.written += bytes;
-    w.manifest.tensors.push_back(std::move(t));
-    return Status::success();
+    if (tracked.tracked) w.tracker->remember(data, bytes, written.value(), tracked.epoch);
+    return record_slice(w, std::move(t), std::move(ds.value()), offset, count, written.value(), bytes);
+}
+
+Status add_tensor_from(ShardWriter &sw, const std::string &name, DType dtype, const Shape &shape,
+                       const Shape &offset, const Shape &count,
+                       const std::function<Status(const Box &, char *)> &fill) {
+    ShardWriter::Impl &w = ShardWriterAccess::impl(sw);
+    if (auto st = admit(w, name, shape, offset, count); !st) return st;
+    const std::size_t elem = dtype_size(dtype);
+    const std::uint64_t bytes = element_count(count) * elem;
+    TensorInfo t;
+    t.name = name;
+    t.dtype = dtype;
+    t.shape = shape;
+    haddr_t at;
+    auto ds = create_slice(w, name, dtype, count, bytes, &at);
+    if (!ds) return make_error(ds.error());
+    h5::Handle type = h5::dtype_type(dtype);
+    std::vector<char> block;
+    auto written = write_hashed_from(ds.value().get(), type.get(), at != HADDR_UNDEF ? w.fd.get() : -1,
+                                     at, count, elem, block, fill);
+    // A failure to make the bytes (the source's) is reported as it is; the shard is given up.
+    if (!written) return w.fail(make_error(written.error()));
+    return record_slice(w, std::move(t), std::move(ds.value()), offset, count, written.value(), bytes);
 }
 
 void set_track_writes(ShardWriter &w, bool on) {

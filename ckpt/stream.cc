@@ -43,44 +43,57 @@ BlockPlan plan_blocks(const Shape &count, std::size_t elem) {
     return p;
 }
 
-// Runs `io` on the blocks of plan_blocks in order, with matching file and memory dataspaces
-// and the block's box in the dataset's coordinates; `io` returns < 0 on failure.
+// Runs `fn` on the blocks of plan_blocks in order, each with its box in the slice's
+// coordinates, its byte offset in the slice and its size; stops at the first error.
+Status for_each_block(const Shape &count, std::size_t elem,
+                      const std::function<Status(const Box &block, std::uint64_t byte_off, std::uint64_t bytes)> &fn) {
+    const std::size_t n = count.size();
+    const BlockPlan plan = plan_blocks(count, elem);
+    if (plan.one_block()) return fn(Box{Shape(n, 0), count}, 0, plan.total);
+    const std::size_t k = plan.k;
+    Box block{Shape(n, 0), count};
+    for (std::size_t d = 0; d < k; ++d) block.count[d] = 1;
+    std::uint64_t byte_off = 0;
+    for (;;) {
+        // Dimensions before k: one index each (an odometer); dimension k: `per` at a time.
+        for (block.offset[k] = 0; block.offset[k] < count[k]; block.offset[k] += plan.per) {
+            block.count[k] = std::min<std::uint64_t>(plan.per, count[k] - block.offset[k]);
+            const std::uint64_t bytes = block.count[k] * plan.step[k];
+            if (auto st = fn(block, byte_off, bytes); !st) return st;
+            byte_off += bytes;
+        }
+        std::size_t d = k;
+        while (d > 0 && ++block.offset[d - 1] == count[d - 1]) block.offset[--d] = 0;
+        if (d == 0) break;
+    }
+    return Status::success();
+}
+
+// for_each_block over dataset `ds`, with matching file and memory dataspaces for each block
+// (H5S_ALL for a slice of one block); `io` returns < 0 on failure, reported with the HDF5
+// error stack.
 Status for_blocks(hid_t ds, const Shape &count, std::size_t elem,
                   const std::function<herr_t(hid_t mspace, hid_t fspace, const Box &block,
                                              std::uint64_t byte_off, std::uint64_t bytes)> &io) {
     const std::size_t n = count.size();
-    const BlockPlan plan = plan_blocks(count, elem);
-    if (plan.one_block()) {
-        // The caller names the tensor and file; the HDF5 stack says what went wrong.
-        if (io(H5S_ALL, H5S_ALL, Box{Shape(n, 0), count}, 0, plan.total) < 0) return make_error(h5::last_error());
-        return Status::success();
-    }
-    const std::size_t k = plan.k;
+    // The caller names the tensor and file; the HDF5 stack says what went wrong.
+    if (plan_blocks(count, elem).one_block())
+        return io(H5S_ALL, H5S_ALL, Box{Shape(n, 0), count}, 0, element_count(count) * elem) < 0
+                   ? Status(make_error(h5::last_error()))
+                   : Status::success();
     h5::Handle fspace = h5::space(H5Dget_space(ds));
     if (!fspace) return make_error(h5::last_error());
-    std::vector<hsize_t> off(n, 0), cnt(count.begin(), count.end());
-    for (std::size_t d = 0; d < k; ++d) cnt[d] = 1;
-    Box block{Shape(n), Shape(n)};
-    std::uint64_t byte_off = 0;
-    for (;;) {
-        // Dimensions before k: one index each (an odometer); dimension k: `per` at a time.
-        for (off[k] = 0; off[k] < count[k]; off[k] += plan.per) {
-            cnt[k] = std::min<std::uint64_t>(plan.per, count[k] - off[k]);
-            const std::uint64_t bytes = cnt[k] * plan.step[k];
-            std::copy(off.begin(), off.end(), block.offset.begin());
-            std::copy(cnt.begin(), cnt.end(), block.count.begin());
-            h5::Handle mspace = h5::space(H5Screate_simple(static_cast<int>(n), cnt.data(), nullptr));
-            if (!mspace ||
-                H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, off.data(), nullptr, cnt.data(), nullptr) < 0 ||
-                io(mspace.get(), fspace.get(), block, byte_off, bytes) < 0)
-                return make_error(h5::last_error());
-            byte_off += bytes;
-        }
-        std::size_t d = k;
-        while (d > 0 && ++off[d - 1] == count[d - 1]) off[--d] = 0;
-        if (d == 0) break;
-    }
-    return Status::success();
+    std::vector<hsize_t> off(n), cnt(n);
+    return for_each_block(count, elem, [&](const Box &b, std::uint64_t byte_off, std::uint64_t bytes) -> Status {
+        std::copy(b.offset.begin(), b.offset.end(), off.begin());
+        std::copy(b.count.begin(), b.count.end(), cnt.begin());
+        h5::Handle mspace = h5::space(H5Screate_simple(static_cast<int>(n), cnt.data(), nullptr));
+        if (!mspace ||
+            H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, off.data(), nullptr, cnt.data(), nullptr) < 0 ||
+            io(mspace.get(), fspace.get(), b, byte_off, bytes) < 0)
+            return make_error(h5::last_error());
+        return Status::success();
+    });
 }
 
 std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return a / b + (a % b != 0); }
@@ -118,6 +131,35 @@ Result<std::uint64_t> pwrite_hashed(int fd, std::uint64_t off, std::uint64_t n, 
             return make_error(std::strerror(err));
         done += b;
     }
+    return h.digest();
+}
+
+Result<std::uint64_t> write_hashed_from(hid_t ds, hid_t type, int fd, std::uint64_t off, const Shape &count,
+                                        std::size_t elem, std::vector<char> &block,
+                                        const std::function<Status(const Box &, char *)> &fill) {
+    Hasher h;
+    Status made;   // the first error of `fill`, reported as it is
+    auto make = [&](const Box &b, std::uint64_t n) {
+        if (block.size() < n) block.resize(n);
+        made = fill(b, block.data());
+        if (made) h.update(block.data(), n);   // brings the block into cache for the write
+        return static_cast<bool>(made);
+    };
+    Status st;
+    if (fd >= 0) {
+        st = for_each_block(count, elem, [&](const Box &b, std::uint64_t byte_off, std::uint64_t n) -> Status {
+            if (!make(b, n)) return made;
+            if (const int err = fsio::pwrite_all(fd, block.data(), static_cast<std::size_t>(n), off + byte_off))
+                return make_error(std::strerror(err));
+            return Status::success();
+        });
+    } else {
+        st = for_blocks(ds, count, elem, [&](hid_t ms, hid_t fs, const Box &b, std::uint64_t, std::uint64_t n) {
+            return make(b, n) ? H5Dwrite(ds, type, ms, fs, H5P_DEFAULT, block.data()) : herr_t(-1);
+        });
+        if (!made) return make_error(made.error());
+    }
+    if (!st) return make_error(st.error());
     return h.digest();
 }
 

@@ -39,6 +39,13 @@ Result<std::uint64_t> write_hashed(hid_t ds, hid_t type, const Shape &count, std
 // returns their XXH3-64. Outside HDF5, so the writers of a process do not queue on HDF5's
 // global lock while the kernel copies their bytes.
 Result<std::uint64_t> pwrite_hashed(int fd, std::uint64_t off, std::uint64_t n, const void *data);
+// Writes a slice of shape `count` whose bytes `fill` makes a block at a time into `block`
+// (at most kStreamBlockBytes; `fill` is given each block's box in the slice's coordinates, in
+// row-major order) and returns the XXH3-64 of all of them: with pwrite(2) to `fd` at `off`
+// when fd >= 0, else through dataset `ds`. An error of `fill` is returned as it is.
+Result<std::uint64_t> write_hashed_from(hid_t ds, hid_t type, int fd, std::uint64_t off, const Shape &count,
+                                        std::size_t elem, std::vector<char> &block,
+                                        const std::function<Status(const Box &, char *)> &fill);
 // Reads dataset `ds` (shape `count`) into `dst` and returns the XXH3-64 of its bytes.
 // `on_block` (optional) is told each block's size in bytes, for progress.
 Result<std::uint64_t> read_hashed(hid_t ds, hid_t type, const Shape &count, std::size_t elem,

@@ -2,10 +2,12 @@
 #ifndef OMNI_CKPT_WRITER_INTERNAL_H
 #define OMNI_CKPT_WRITER_INTERNAL_H
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
 
+#include "box.h"
 #include "format.h"
 #include "omni/ckpt_cpp.h"
 #include "stream.h"
@@ -50,6 +52,14 @@ private:
 Result<std::unique_ptr<ShardWriter>> open_shard_writer_in(const std::string &dir,
                                                           std::uint64_t step, std::uint32_t rank,
                                                           const WriterOptions &options);
+
+// Adds a slice that is always written (merge, reshard), its bytes made a block at a time by
+// `fill` (write_hashed_from, stream.h): the writer holds one block of it, at most
+// kStreamBlockBytes, whatever the slice's size. An error from `fill` fails the writer with
+// that error.
+Status add_tensor_from(ShardWriter &w, const std::string &name, DType dtype, const Shape &shape,
+                       const Shape &offset, const Shape &count,
+                       const std::function<Status(const Box &, char *)> &fill);
 
 // WriterOptions::track_writes for the slices added from now on (the C API's switch).
 void set_track_writes(ShardWriter &w, bool on);

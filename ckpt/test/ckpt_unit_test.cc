@@ -1137,6 +1137,28 @@ TEST(Rewrite, AFailedRewriteLeavesNothingBehind) {
     EXPECT_EQ(zero.error(), "reshard: 0 writers: expected 1..1048576");
 }
 
+// reshard and merge move a slice a block at a time, reading from the source and writing to
+// the new shard: memory does not grow with the slice (a 48 MiB one here), and the values are
+// the source's.
+TEST(Rewrite, ReshardAndMergeHoldOneBlockOfASlice) {
+    TempDir d;
+    const Spec s{"big", DType::fp32, {3072, 4096}, 8};   // 48 MiB, one slice per writer of 1
+    const std::string ck = write_ckpt(d / "root", 1, 1, {s});
+    for (int which = 0; which < 2; ++which) {
+        const std::string out = d / (which == 0 ? "r1" : "m");
+        if (!reset_peak_rss()) GTEST_SKIP() << "/proc/self/clear_refs cannot reset the peak RSS here";
+        const long before = peak_rss_kb();
+        auto r = which == 0 ? reshard(ck, 1, out) : merge(ck, out);
+        const long grew = peak_rss_kb() - before;
+        ASSERT_TRUE(r.ok()) << r.error();
+        EXPECT_LT(grew, 16 * 1024) << "KiB of peak memory to " << (which == 0 ? "reshard" : "merge")
+                                   << " a 48 MiB slice";
+        auto rd = Reader::open(r.value());
+        ASSERT_TRUE(rd.ok()) << rd.error();
+        expect_logical(*rd.value(), s);
+    }
+}
+
 TEST(Gc, KeepsLastKAndEveryMthAndSkipsYoungPartials) {
     TempDir d;
     const std::string root = d / "root";
