@@ -191,18 +191,23 @@ std::uint64_t last_slice_hash(ShardWriter &w) {
 
 namespace {
 
-// The checks every new slice passes; on success the name is taken.
-Status admit(ShardWriter::Impl &w, const std::string &name, const Shape &shape, const Shape &offset,
-             const Shape &count) {
+// The checks every new slice passes; on success the name is taken, and the slice's tensor
+// is returned without sources.
+Result<TensorInfo> admit(ShardWriter::Impl &w, const std::string &name, DType dtype, const Shape &shape,
+                         const Shape &offset, const Shape &count) {
     if (!w.failed.empty()) return make_error("shard writer failed earlier: " + w.failed);
     if (w.finished) return make_error("tensor " + name + ": shard already finished");
-    if (auto st = check_tensor_name(name); !st) return st;
-    if (auto st = check_shape(shape, "tensor " + name + ": shape"); !st) return st;
-    if (auto st = check_slice(shape, offset, count, "tensor " + name); !st) return st;
+    if (auto st = check_tensor_name(name); !st) return make_error(st.error());
+    if (auto st = check_shape(shape, "tensor " + name + ": shape"); !st) return make_error(st.error());
+    if (auto st = check_slice(shape, offset, count, "tensor " + name); !st) return make_error(st.error());
     if (!w.names.insert(name).second)
         return make_error("tensor " + name + ": added twice to the shard of rank " +
                           std::to_string(w.manifest.rank));
-    return Status::success();
+    TensorInfo t;
+    t.name = name;
+    t.dtype = dtype;
+    t.shape = shape;
+    return t;
 }
 
 // Creates the dataset of slice `name` in the shard file. Contiguous storage allocated when the
@@ -258,14 +263,11 @@ Status ShardWriter::add_tensor(const std::string &name, DType dtype, const Shape
                                const Shape &offset, const Shape &count, const void *data,
                                Change change) {
     Impl &w = *impl_;
-    if (auto st = admit(w, name, shape, offset, count); !st) return st;
+    auto admitted = admit(w, name, dtype, shape, offset, count);
+    if (!admitted) return make_error(admitted.error());
+    TensorInfo &t = admitted.value();
     const std::size_t elem = dtype_size(dtype);
     const std::uint64_t bytes = element_count(count) * elem;
-
-    TensorInfo t;
-    t.name = name;
-    t.dtype = dtype;
-    t.shape = shape;
     // The base's slice with the same tensor, dtype, global shape and extent, referenced
     // from the new checkpoint's directory.
     std::optional<SourceRef> base;
@@ -322,13 +324,10 @@ Status add_tensor_from(ShardWriter &sw, const std::string &name, DType dtype, co
                        const Shape &offset, const Shape &count,
                        const std::function<Status(const Box &, char *)> &fill) {
     ShardWriter::Impl &w = ShardWriterAccess::impl(sw);
-    if (auto st = admit(w, name, shape, offset, count); !st) return st;
+    auto admitted = admit(w, name, dtype, shape, offset, count);
+    if (!admitted) return make_error(admitted.error());
     const std::size_t elem = dtype_size(dtype);
     const std::uint64_t bytes = element_count(count) * elem;
-    TensorInfo t;
-    t.name = name;
-    t.dtype = dtype;
-    t.shape = shape;
     haddr_t at;
     auto ds = create_slice(w, name, dtype, count, bytes, &at);
     if (!ds) return make_error(ds.error());
@@ -338,7 +337,7 @@ Status add_tensor_from(ShardWriter &sw, const std::string &name, DType dtype, co
                                      at, count, elem, block, fill);
     // A failure to make the bytes (the source's) is reported as it is; the shard is given up.
     if (!written) return w.fail(make_error(written.error()));
-    return record_slice(w, std::move(t), std::move(ds.value()), offset, count, written.value(), bytes);
+    return record_slice(w, std::move(admitted.value()), std::move(ds.value()), offset, count, written.value(), bytes);
 }
 
 void set_track_writes(ShardWriter &w, bool on) {
