@@ -333,10 +333,17 @@ Status add_tensor_from(ShardWriter &sw, const std::string &name, DType dtype, co
     if (!ds) return make_error(ds.error());
     h5::Handle type = h5::dtype_type(dtype);
     std::vector<char> block;
-    auto written = write_hashed_from(ds.value().get(), type.get(), at != HADDR_UNDEF ? w.fd.get() : -1,
-                                     at, count, elem, block, fill);
-    // A failure to make the bytes (the source's) is reported as it is; the shard is given up.
-    if (!written) return w.fail(make_error(written.error()));
+    bool source_failed = false;
+    auto written = write_hashed_from(ds.value().get(), type.get(), at != HADDR_UNDEF ? w.fd.get() : -1, at, count,
+                                     elem, block, [&](const Box &b, char *dst) {
+                                         Status st = fill(b, dst);
+                                         source_failed = !st;
+                                         return st;
+                                     });
+    // The shard is given up either way; a failure of the source says what it is itself.
+    if (!written)
+        return w.fail(make_error(source_failed ? written.error()
+                                               : "tensor " + name + ": writing " + w.tmp_path + ": " + written.error()));
     return record_slice(w, std::move(admitted.value()), std::move(ds.value()), offset, count, written.value(), bytes);
 }
 

@@ -1,7 +1,7 @@
 #!/bin/bash
 # A full disk: on a 3 MiB tmpfs the second checkpoint (16 MiB) fails with a clear
 # "No space left on device" naming the file, and the first checkpoint still verifies and
-# loads. Needs root for mount(8); otherwise the test is skipped (exit 77) saying why.
+# loads; so does a reshard onto it, leaving nothing behind. Needs root for mount(8); otherwise the test is skipped (exit 77) saying why.
 set -u
 : "${OMNI_CKPT:?run through make check}" "${MAKE_TEST_CKPT:?run through make check}"
 mnt=$(mktemp -d /tmp/omni-ckpt-enospc.XXXXXX)
@@ -31,5 +31,18 @@ echo "$err" | grep -q "shard-0000[01].h5" || fail "error does not name the shard
 [ -z "$(ls -A "$root" | grep -v -e '^step-0000000001$' -e '^latest$')" ] || fail "gc left: $(ls -A "$root")"
 # With the space back, the next checkpoint works.
 "$MAKE_TEST_CKPT" "$root" 3 2 --rows 64 >/dev/null || fail "checkpoint after gc failed"
+
+# A reshard onto the full file system (a 16 MiB checkpoint from elsewhere): the same clear
+# error naming the file it was writing, and nothing of it left behind.
+big=$(mktemp -d /tmp/omni-ckpt-enospc-src.XXXXXX)
+"$MAKE_TEST_CKPT" "$big" 4 2 --rows 16384 >/dev/null || fail "source checkpoint for the reshard"
+"$OMNI_CKPT" reshard "$big/step-0000000004" --dp 3 -o "$mnt/r3" >/dev/null 2>"$big/err"
+rc=$?
+err=$(cat "$big/err"); rm -rf "$big"
+[ "$rc" -eq 1 ] || fail "reshard onto a full disk exited $rc, expected 1"
+echo "reshard error reported: $err"
+echo "$err" | grep -q "No space left on device" || fail "reshard error does not say 'No space left on device'"
+echo "$err" | grep -q "r3\.partial-.*/shard-0000[0-2]\.h5" || fail "reshard error does not name the shard file"
+[ -z "$(ls -A "$mnt" | grep -v '^root$')" ] || fail "reshard left: $(ls -A "$mnt")"
 [ "$fails" -eq 0 ] && echo "enospc: all checks passed"
 exit $((fails > 0))
