@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -27,6 +28,8 @@ namespace ckpt {
 
 namespace {
 constexpr std::size_t kBlockBytes = std::size_t(256) << 20;
+// The size of new arena blocks: kBlockBytes, smaller in tests that need many blocks.
+std::atomic<std::size_t> g_block_bytes{kBlockBytes};
 
 struct FreeDeleter {
     void operator()(char *p) const { std::free(p); }
@@ -61,6 +64,8 @@ struct Pending {
 };
 }  // namespace
 
+void set_arena_block_bytes(std::size_t bytes) { g_block_bytes = bytes ? bytes : kBlockBytes; }
+
 struct AsyncShardWriter::Impl {
     std::vector<Block> blocks;
     std::size_t block = 0, used = 0;   // allocation cursor
@@ -93,7 +98,7 @@ struct AsyncShardWriter::Impl {
         }
         if (block == blocks.size()) {
             Block b;
-            b.size = std::max(n, kBlockBytes);
+            b.size = std::max(n, g_block_bytes.load());
             b.data.reset(alloc_block(b.size));
             if (!b.data) return nullptr;
             blocks.push_back(std::move(b));

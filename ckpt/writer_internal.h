@@ -61,6 +61,10 @@ Status add_tensor_from(ShardWriter &w, const std::string &name, DType dtype, con
                        const Shape &offset, const Shape &count,
                        const std::function<Status(const Box &, char *)> &fill);
 
+// The size of the blocks asynchronous writers allocate their snapshot memory in from now on
+// (0: the default, 256 MiB); for tests that need snapshots spanning many blocks.
+void set_arena_block_bytes(std::size_t bytes);
+
 // WriterOptions::track_writes for the slices added from now on (the C API's switch).
 void set_track_writes(ShardWriter &w, bool on);
 

@@ -20,6 +20,7 @@
 #include "../h5.h"
 #include "../hash.h"
 #include "../ref_shard.h"
+#include "../writer_internal.h"
 #include "omni/ckpt_cpp.h"
 #include "test_util.h"
 
@@ -1078,6 +1079,51 @@ TEST(Async, SnapshotPersistsTheSameBytesAsSync) {
     EXPECT_EQ(rs.value().consumed, (std::vector<std::int64_t>{2, 40, 41}));
     EXPECT_FALSE(a.add_rank_state(RankState{}).ok());   // not begun
     EXPECT_FALSE(a.add_tensor("w", DType::fp32, {1}, {0}, {1}, "abcd").ok());   // not begun
+}
+
+// An asynchronous writer keeps its snapshots in blocks it reuses from one checkpoint to the
+// next. With 1 MiB blocks (256 MiB outside this test), slices of changing sizes, some larger
+// than a block, some not fitting in what is left of one, must never share snapshot memory:
+// every checkpoint holds each slice as it was at add_tensor, although the caller overwrites
+// each buffer right after adding it. In both snapshot modes (a copy-on-write slice's shadow
+// is arena memory too).
+TEST(Async, SnapshotsSpanningManyArenaBlocksNeverOverlap) {
+    set_arena_block_bytes(1 << 20);
+    struct Restore {
+        ~Restore() { set_arena_block_bytes(0); }
+    } restore;
+    TempDir d;
+    const std::vector<std::vector<std::uint64_t>> checkpoints = {   // fp32 elements per slice
+        {75000, 225000, 640000, 25000, 200000},
+        {640000, 25000, 225000, 75000, 300000},
+        {30000, 30000, 700000, 260000, 260000, 1000},
+    };
+    std::uint64_t step = 0;
+    for (Snapshot mode : {Snapshot::copy, Snapshot::copy_on_write}) {
+        AsyncShardWriter a(mode);
+        for (const auto &sizes : checkpoints) {
+            ++step;
+            SCOPED_TRACE("step " + std::to_string(step));
+            ASSERT_TRUE(a.begin(d / "root", step, 0).ok());
+            std::vector<std::vector<char>> bufs;
+            for (std::size_t i = 0; i < sizes.size(); ++i) {
+                bufs.push_back(t::logical(DType::fp32, {sizes[i]}, step * 10 + i));
+                ASSERT_TRUE(a.add_tensor("t" + std::to_string(i), DType::fp32, {sizes[i]}, {0}, {sizes[i]},
+                                         bufs.back().data())
+                                .ok());
+                std::fill(bufs.back().begin(), bufs.back().end(), char(0x7f));
+            }
+            ASSERT_TRUE(a.submit().ok());
+            auto st = a.wait();
+            ASSERT_TRUE(st.ok()) << st.error();
+            auto c = commit(d / "root", 1, meta_for(step, 1));
+            ASSERT_TRUE(c.ok()) << c.error();
+            auto r = Reader::open(c.value());
+            ASSERT_TRUE(r.ok()) << r.error();
+            for (std::size_t i = 0; i < sizes.size(); ++i)
+                expect_logical(*r.value(), {"t" + std::to_string(i), DType::fp32, {sizes[i]}, step * 10 + i});
+        }
+    }
 }
 
 // A persist that fails is reported by wait(), or else by the next begin(), once; the writer
