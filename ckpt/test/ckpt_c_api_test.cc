@@ -1,4 +1,5 @@
 // The C API (omni/ckpt.h): a round trip with two writers, an async writer, resharded reads,
+// every dtype, an incremental with hints,
 // and error reporting through omni_ckpt_errmsg().
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -179,4 +180,91 @@ TEST(CApi, CopyOnWriteSnapshotAndStats) {
     EXPECT_TRUE(std::equal(consumed, consumed + 2, consumed_back));
     omni_ckpt_reader_close(rd);
     std::free(mem);
+}
+
+// Every dtype through the C API, an incremental checkpoint whose unchanged slice is named by
+// OMNI_CKPT_UNCHANGED (with no data: the base holds it), and the argument checks of the
+// reading functions.
+TEST(CApi, EveryDtypeIncrementalHintsAndArgumentChecks) {
+    TempDir tmp;
+    const std::string root = tmp.path + "/root";
+    const uint64_t shape[1] = {6}, off[1] = {0};
+    struct T {
+        const char *name;
+        omni_ckpt_dtype dtype;
+        size_t elem;
+    };
+    const T tensors[] = {{"f32", OMNI_CKPT_FP32, 4}, {"bf16", OMNI_CKPT_BF16, 2}, {"f16", OMNI_CKPT_FP16, 2},
+                         {"i64", OMNI_CKPT_INT64, 8}, {"u8", OMNI_CKPT_UINT8, 1}};
+    auto bytes_of = [](const T &t, uint8_t step) {   // 6 elements, distinct per tensor and step
+        std::vector<uint8_t> b(6 * t.elem);
+        for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint8_t>(i * 7 + t.elem * 31 + step * 101);
+        return b;
+    };
+    for (uint8_t step = 1; step <= 2; ++step) {
+        omni_ckpt_writer *w = nullptr;
+        const std::string base = root + "/step-0000000001";
+        ASSERT_EQ(omni_ckpt_writer_open(root.c_str(), step, 0, nullptr, step == 2 ? base.c_str() : nullptr, &w), 0)
+            << omni_ckpt_errmsg();
+        for (const T &t : tensors) {
+            const bool unchanged = step == 2 && std::strcmp(t.name, "f16") == 0;
+            const auto b = bytes_of(t, step);
+            ASSERT_EQ(omni_ckpt_writer_add_tensor(w, t.name, t.dtype, 1, shape, off, shape,
+                                                  unchanged ? nullptr : b.data(),
+                                                  unchanged ? OMNI_CKPT_UNCHANGED : OMNI_CKPT_CHANGED),
+                      0)
+                << t.name << ": " << omni_ckpt_errmsg();
+        }
+        EXPECT_EQ(omni_ckpt_writer_add_tensor(w, "x", OMNI_CKPT_FP32, 1, shape, off, shape, "abcdefghijklmnopqrstuvwx",
+                                              static_cast<omni_ckpt_change>(7)),
+                  -1);
+        EXPECT_NE(std::string(omni_ckpt_errmsg()).find("tensor x: change 7 is not an omni_ckpt_change"), std::string::npos);
+        EXPECT_EQ(omni_ckpt_writer_add_tensor(w, "x", OMNI_CKPT_FP32, 0, shape, off, shape, "abcd", OMNI_CKPT_CHANGED), -1);
+        EXPECT_NE(std::string(omni_ckpt_errmsg()).find("tensor x: ndim 0"), std::string::npos);
+        const uint8_t rng[3] = {1, 2, step};
+        ASSERT_EQ(omni_ckpt_writer_add_rank_state(w, 0, rng, 3, nullptr, 0), 0) << omni_ckpt_errmsg();
+        ASSERT_EQ(omni_ckpt_writer_finish(w), 0) << omni_ckpt_errmsg();
+        omni_ckpt_writer_free(w);
+        omni_ckpt_meta meta{};
+        meta.step = step;
+        ASSERT_EQ(omni_ckpt_commit(root.c_str(), 1, nullptr, &meta, nullptr, 0), 0) << omni_ckpt_errmsg();
+    }
+    omni_ckpt_reader *rd = nullptr;
+    ASSERT_EQ(omni_ckpt_reader_open(root.c_str(), 1, 1, &rd), 0) << omni_ckpt_errmsg();
+    ASSERT_EQ(omni_ckpt_reader_tensor_count(rd), 5u);
+    for (size_t i = 0; i < 5; ++i) {
+        const char *name = nullptr;
+        omni_ckpt_dtype dt;
+        uint32_t nd = 0;
+        uint64_t sh[8];
+        ASSERT_EQ(omni_ckpt_reader_tensor_info(rd, i, &name, &dt, &nd, sh), 0);
+        const T *t = std::find_if(std::begin(tensors), std::end(tensors),
+                                  [&](const T &x) { return std::strcmp(x.name, name) == 0; });
+        ASSERT_NE(t, std::end(tensors)) << name;
+        EXPECT_EQ(dt, t->dtype) << name;
+        EXPECT_EQ(nd, 1u);
+        std::vector<uint8_t> got(6 * t->elem);
+        ASSERT_EQ(omni_ckpt_reader_read(rd, name, 1, off, shape, got.data(), got.size()), 0) << omni_ckpt_errmsg();
+        // The unchanged slice is the base's, the others those of step 2.
+        EXPECT_EQ(got, bytes_of(*t, std::strcmp(name, "f16") == 0 ? 1 : 2)) << name;
+    }
+    EXPECT_EQ(omni_ckpt_reader_tensor_info(rd, 5, nullptr, nullptr, nullptr, nullptr), -1);
+    EXPECT_STREQ(omni_ckpt_errmsg(), "omni_ckpt_reader_tensor_info: index 5 >= 5 tensors");
+    uint8_t one[8];
+    EXPECT_EQ(omni_ckpt_reader_read(rd, "u8", 1, off, shape, nullptr, 6), -1);
+    EXPECT_STREQ(omni_ckpt_errmsg(), "omni_ckpt_reader_read: NULL argument");
+    EXPECT_EQ(omni_ckpt_reader_read(rd, "u8", 9, off, shape, one, 6), -1);
+    EXPECT_STREQ(omni_ckpt_errmsg(), "tensor u8: ndim 9: expected 1..8");
+    uint8_t rng[2];
+    size_t rng_n = sizeof rng, cons_n = 0;
+    EXPECT_EQ(omni_ckpt_reader_rank_state(rd, 0, rng, &rng_n, nullptr, &cons_n), -1);
+    EXPECT_STREQ(omni_ckpt_errmsg(), "rank state of rank 0: buffers too small (3 rng bytes, 0 indices needed)");
+    omni_ckpt_reader_close(rd);
+    // The unchanged slice is a reference to the base's file: without it, step 2 cannot open.
+    ASSERT_EQ(::unlink((root + "/step-0000000001/shard-00000.h5").c_str()), 0);
+    EXPECT_EQ(omni_ckpt_reader_open((root + "/step-0000000002").c_str(), 0, 1, &rd), -1);
+    EXPECT_NE(std::string(omni_ckpt_errmsg()).find("tensor f16: source file " + root +
+                                                   "/step-0000000002/../step-0000000001/shard-00000.h5 is missing"),
+              std::string::npos)
+        << omni_ckpt_errmsg();
 }
