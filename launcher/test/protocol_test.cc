@@ -119,6 +119,47 @@ TEST(Protocol, JoinValidation) {
     EXPECT_FALSE(p.request_reshape(2, 0));
 }
 
+// After formation: a member cannot join again as something else; the waiting room holds at
+// most every rank of the elastic range; a joiner reported lost leaves it and frees its slot;
+// a rank declared lost cannot report a boundary.
+TEST(Protocol, MembersJoinersAndLostRanksAreKeptApart) {
+    auto p = formed(config(1, 2, 1, 3), 2);
+    auto again = p.join("u0", 5, 0, 0);
+    ASSERT_FALSE(again);
+    EXPECT_EQ(again.error(), "join: 'u0' is already rank 0 of generation 1");
+    // max 3 units of 1 rank: 3 may wait, the 4th may not.
+    for (const char *j : {"j1", "j2", "j3"}) EXPECT_TRUE(ok(p.join(j, j[1] - '0' + 10, 0, 0)).empty());
+    auto full = p.join("j4", 14, 0, 0);
+    ASSERT_FALSE(full);
+    EXPECT_EQ(full.error(), "join: too many ranks waiting to join (3)");
+    // A joiner lost before it was admitted: gone, its slot free for another.
+    EXPECT_TRUE(ok(p.lost("j1", 0)).empty());
+    EXPECT_FALSE(p.join("j5", 12, 0, 0));   // j2's slot is still taken
+    EXPECT_TRUE(ok(p.join("j5", 11, 0, 0)).empty());
+    // A member declared lost has no boundary to report.
+    EXPECT_TRUE(ok(p.lost("u1", 10)).empty());
+    auto late = p.boundary("u1", 1, 1, 20);
+    ASSERT_FALSE(late);
+    EXPECT_EQ(late.error(), "boundary: 'u1' was declared lost in generation 1");
+}
+
+// A stop asked for before generation 1 has formed reaches the ranks waiting for it at once.
+TEST(Protocol, StopBeforeFormationReachesTheWaitingRanks) {
+    Protocol p(config(1, 3, 1, 3));
+    (void)ok(p.join("a", 0, 0, 0));
+    (void)ok(p.join("b", 1, 0, 0));
+    auto out = ok(p.request_stop("sigterm"));
+    EXPECT_EQ(recipients(out), (std::set<std::string>{"a", "b"}));
+    auto d = same_decision(out);
+    ASSERT_NE(d, nullptr);
+    EXPECT_EQ(d->kind, DecisionKind::Stop);
+    EXPECT_EQ(d->reason, "sigterm");
+    EXPECT_EQ(p.phase(), Phase::Stopped);
+    auto late = p.join("c", 2, 0, 0);
+    ASSERT_FALSE(late);
+    EXPECT_EQ(late.error(), "join: the job is stopping");
+}
+
 TEST(Protocol, ContinueGoesToEveryRankOnlyWhenAllArrived) {
     auto p = formed(config(1, 3, 1, 4), 3);
     EXPECT_TRUE(ok(p.boundary("u0", 1, 1, 10)).empty());

@@ -103,6 +103,31 @@ TEST(PrivateDir, FilesAreWrittenPrivateAndReadStrictly) {
     EXPECT_FALSE(read_private_file(dir + "/missing"));
 }
 
+// What is not ours, or not what it should be, is refused by name: a directory or a secret
+// file owned by another user (someone who could have planted or could read the secret), a
+// file where the directory should be, a directory where the file should be.
+TEST(PrivateDir, OtherOwnersAndWrongKindsAreRefused) {
+    TempDir t;
+    const std::string dir = t.path + "/job";
+    ASSERT_TRUE(write_private_file(dir, "secret", "abc"));
+    auto not_dir = ensure_private_dir(dir + "/secret");
+    ASSERT_FALSE(not_dir);
+    EXPECT_EQ(not_dir.error(), dir + "/secret: not a directory");
+    auto not_file = read_private_file(dir);
+    ASSERT_FALSE(not_file);
+    EXPECT_NE(not_file.error().find(dir + ": not a regular file"), std::string::npos) << not_file.error();
+    if (::geteuid() != 0) GTEST_SKIP() << "giving files to another user (chown) needs root";
+    const std::string want = "owned by uid 65534, not by uid 0";
+    ASSERT_EQ(::chown((dir + "/secret").c_str(), 65534, 65534), 0);
+    auto file = read_private_file(dir + "/secret");
+    ASSERT_FALSE(file);
+    EXPECT_EQ(file.error(), dir + "/secret: " + want);
+    ASSERT_EQ(::chown(dir.c_str(), 65534, 65534), 0);
+    auto d = ensure_private_dir(dir);
+    ASSERT_FALSE(d);
+    EXPECT_EQ(d.error(), dir + ": " + want);
+}
+
 TEST(PrivateDir, JobDirFromEnvironment) {
     g_env.clear();
     EXPECT_FALSE(job_dir_from_env(fake_env));
