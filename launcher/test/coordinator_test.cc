@@ -248,6 +248,43 @@ TEST(Coordinator, KeyValueStore) {
     EXPECT_TRUE(b->kv_wait(1, {"rank_0", "rank_1"}, 0));
 }
 
+// Deferred kv requests are bounded (CoordinatorConfig::max_waiters): one over the bound is
+// refused at once, and the waiting ones are still answered.
+TEST(Coordinator, WaitingKvRequestsAreBounded) {
+    CoordinatorConfig cfg;
+    cfg.bind = {"tcp://127.0.0.1:0"};
+    cfg.secret = kSecret;
+    cfg.protocol.unit_size = 1;
+    cfg.protocol.initial_units = 1;
+    cfg.protocol.min_units = 1;
+    cfg.protocol.max_units = 1;
+    cfg.max_waiters = 2;
+    auto c = Coordinator::start(cfg);
+    ASSERT_TRUE(c) << c.error();
+    // Three waits for a key nobody has set: whichever arrives third is refused, long before
+    // its 5 s timeout; the other two wait.
+    std::vector<std::unique_ptr<CoordinatorClient>> clients;
+    for (int i = 0; i < 4; ++i) clients.push_back(client(*c.value()));
+    std::vector<std::future<Result<std::string>>> waits;
+    for (int i = 0; i < 3; ++i)
+        waits.push_back(std::async(std::launch::async, [&, i] { return clients[i]->kv_get(1, "k", 5000); }));
+    int refused = -1;
+    for (int tries = 0; tries < 400 && refused < 0; ++tries)
+        for (int i = 0; i < 3 && refused < 0; ++i)
+            if (waits[i].wait_for(std::chrono::milliseconds(10)) == std::future_status::ready) refused = i;
+    ASSERT_GE(refused, 0) << "no wait was refused";
+    auto over = waits[refused].get();
+    ASSERT_FALSE(over);
+    EXPECT_NE(over.error().find("too many waiting kv requests"), std::string::npos) << over.error();
+    ASSERT_TRUE(clients[3]->kv_set(1, "k", "v", 3000));
+    for (int i = 0; i < 3; ++i) {
+        if (i == refused) continue;
+        auto got = waits[i].get();
+        ASSERT_TRUE(got) << got.error();
+        EXPECT_EQ(got.value(), "v");
+    }
+}
+
 TEST(Coordinator, ClientTimeoutKeepsTheConnectionUsable) {
     auto c = start(2, 1, 2);
     ASSERT_TRUE(c);
