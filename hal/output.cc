@@ -183,6 +183,8 @@ std::string node_table(const Node &node) {
     }
     if (!node.nvswitches.empty()) o << "\nnvswitches " << node.nvswitches.size() << "\n";
     o << "\n";
+    // Domains are sets of GPUs: a node without any has none worth a line each.
+    if (node.gpus.empty()) return o.str() + pad("domains", 16) + "(no GPUs)\n";
     for (std::size_t k = 0; k < kDomainKinds; ++k) {
         o << pad(std::string(domain_kind_name(static_cast<DomainKind>(k))) + " domains", 16);
         bool first = true;

@@ -134,6 +134,13 @@ TEST(Cli, ShowTextNormalio) {
                              "eth1        0000:81:00.1  1     no    eth1",
                              "mlx5_0      0000:04:00.0  1     yes   ib0"})
         EXPECT_NE(r.out.find(std::string(line) + "\n"), std::string::npos) << line << "\n" << r.out;
+    EXPECT_NE(r.out.find("numa domains    {0} {1-3}\n"), std::string::npos) << r.out;
+    // A node without GPUs has no domains to list, one line says so.
+    auto vfs = omni_hal("show " + topo(kManyVfs));
+    ASSERT_EQ(vfs.rc, 0) << vfs.err;
+    EXPECT_NE(vfs.out.find("\n(no GPUs)\n"), std::string::npos) << vfs.out;
+    EXPECT_NE(vfs.out.find("\ndomains         (no GPUs)\n"), std::string::npos) << vfs.out;
+    EXPECT_EQ(vfs.out.find("numa domains"), std::string::npos) << vfs.out;
 }
 
 TEST(Cli, BadTopologyFiles) {
