@@ -17,13 +17,22 @@ fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
 root=$mnt/root
 
 "$MAKE_TEST_CKPT" "$root" 1 2 --rows 64 >/dev/null || { echo "FAIL: first checkpoint" >&2; exit 1; }
-"$MAKE_TEST_CKPT" "$root" 2 2 --rows 16384 >/dev/null 2>"$mnt/../omni-ckpt-enospc.err.$$"
-rc=$?
-err=$(cat "$mnt/../omni-ckpt-enospc.err.$$"); rm -f "$mnt/../omni-ckpt-enospc.err.$$"
-[ "$rc" -eq 1 ] || fail "second checkpoint exited $rc, expected 1"
-echo "error reported: $err"
-echo "$err" | grep -q "No space left on device" || fail "error does not say 'No space left on device'"
-echo "$err" | grep -q "shard-0000[01].h5" || fail "error does not name the shard file"
+
+# expect_enospc WHAT FILE_PATTERN CMD...: CMD must exit 1 saying "No space left on device"
+# and naming a file that matches FILE_PATTERN (grep).
+expect_enospc() {
+    local what=$1 file=$2; shift 2
+    local errf rc err
+    errf=$(mktemp /tmp/omni-ckpt-enospc-err.XXXXXX)
+    "$@" >/dev/null 2>"$errf"
+    rc=$?
+    err=$(cat "$errf"); rm -f "$errf"
+    [ "$rc" -eq 1 ] || fail "$what exited $rc, expected 1"
+    echo "$what: error reported: $err"
+    echo "$err" | grep -q "No space left on device" || fail "$what: error does not say 'No space left on device'"
+    echo "$err" | grep -q "$file" || fail "$what: error does not name the file ($file)"
+}
+expect_enospc "second checkpoint" "shard-0000[01].h5" "$MAKE_TEST_CKPT" "$root" 2 2 --rows 16384
 
 "$OMNI_CKPT" verify "$root/step-0000000001" || fail "previous checkpoint does not verify"
 "$OMNI_CKPT" ls "$root" | grep -q "^step-0000000002" && fail "the failed checkpoint was committed"
@@ -36,13 +45,9 @@ echo "$err" | grep -q "shard-0000[01].h5" || fail "error does not name the shard
 # error naming the file it was writing, and nothing of it left behind.
 big=$(mktemp -d /tmp/omni-ckpt-enospc-src.XXXXXX)
 "$MAKE_TEST_CKPT" "$big" 4 2 --rows 16384 >/dev/null || fail "source checkpoint for the reshard"
-"$OMNI_CKPT" reshard "$big/step-0000000004" --dp 3 -o "$mnt/r3" >/dev/null 2>"$big/err"
-rc=$?
-err=$(cat "$big/err"); rm -rf "$big"
-[ "$rc" -eq 1 ] || fail "reshard onto a full disk exited $rc, expected 1"
-echo "reshard error reported: $err"
-echo "$err" | grep -q "No space left on device" || fail "reshard error does not say 'No space left on device'"
-echo "$err" | grep -q "r3\.partial-.*/shard-0000[0-2]\.h5" || fail "reshard error does not name the shard file"
+expect_enospc "reshard onto a full disk" "r3\.partial-.*/shard-0000[0-2]\.h5" \
+    "$OMNI_CKPT" reshard "$big/step-0000000004" --dp 3 -o "$mnt/r3"
+rm -rf "$big"
 [ -z "$(ls -A "$mnt" | grep -v '^root$')" ] || fail "reshard left: $(ls -A "$mnt")"
 [ "$fails" -eq 0 ] && echo "enospc: all checks passed"
 exit $((fails > 0))

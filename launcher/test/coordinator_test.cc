@@ -22,7 +22,8 @@ namespace {
 const std::string kSecret = std::string(32, 'a') + std::string(32, '5');
 const std::string kOther = std::string(64, 'b');
 
-std::unique_ptr<Coordinator> start(std::uint32_t units, std::uint32_t min, std::uint32_t max) {
+std::unique_ptr<Coordinator> start(std::uint32_t units, std::uint32_t min, std::uint32_t max,
+                                   std::size_t max_waiters = CoordinatorConfig{}.max_waiters) {
     CoordinatorConfig cfg;
     cfg.bind = {"tcp://127.0.0.1:0"};
     cfg.secret = kSecret;
@@ -31,6 +32,7 @@ std::unique_ptr<Coordinator> start(std::uint32_t units, std::uint32_t min, std::
     cfg.protocol.min_units = min;
     cfg.protocol.max_units = max;
     cfg.protocol.boundary_timeout_ms = 3000;
+    cfg.max_waiters = max_waiters;
     auto c = Coordinator::start(cfg);
     EXPECT_TRUE(c) << c.error();
     return c ? std::move(c).value() : nullptr;
@@ -251,20 +253,12 @@ TEST(Coordinator, KeyValueStore) {
 // Deferred kv requests are bounded (CoordinatorConfig::max_waiters): one over the bound is
 // refused at once, and the waiting ones are still answered.
 TEST(Coordinator, WaitingKvRequestsAreBounded) {
-    CoordinatorConfig cfg;
-    cfg.bind = {"tcp://127.0.0.1:0"};
-    cfg.secret = kSecret;
-    cfg.protocol.unit_size = 1;
-    cfg.protocol.initial_units = 1;
-    cfg.protocol.min_units = 1;
-    cfg.protocol.max_units = 1;
-    cfg.max_waiters = 2;
-    auto c = Coordinator::start(cfg);
-    ASSERT_TRUE(c) << c.error();
+    auto c = start(1, 1, 1, 2);
+    ASSERT_TRUE(c);
     // Three waits for a key nobody has set: whichever arrives third is refused, long before
     // its 5 s timeout; the other two wait.
     std::vector<std::unique_ptr<CoordinatorClient>> clients;
-    for (int i = 0; i < 4; ++i) clients.push_back(client(*c.value()));
+    for (int i = 0; i < 4; ++i) clients.push_back(client(*c));
     std::vector<std::future<Result<std::string>>> waits;
     for (int i = 0; i < 3; ++i)
         waits.push_back(std::async(std::launch::async, [&, i] { return clients[i]->kv_get(1, "k", 5000); }));
