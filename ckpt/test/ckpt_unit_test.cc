@@ -1232,6 +1232,48 @@ TEST(Gc, KeepsLastKAndEveryMthAndSkipsYoungPartials) {
     EXPECT_FALSE(gc(root, p).ok());
 }
 
+// Free text in the metadata (the unit layout, the scheduler's kind) is JSON-escaped in the
+// index and read back as it was: quotes, backslashes and UTF-8.
+TEST(Manifest, FreeTextRoundTripsThroughTheIndex) {
+    TempDir d;
+    const std::string root = d / "root";
+    const float f[2] = {1, 2};
+    auto sw = ShardWriter::open(root, 1, 0);
+    ASSERT_TRUE(sw.ok());
+    ASSERT_TRUE(sw.value()->add_tensor("x", DType::fp32, {2}, {0}, {2}, f).ok());
+    ASSERT_TRUE(sw.value()->finish().ok());
+    Meta m = meta_for(1, 1);
+    m.unit_layout = "4@pcie \"a\" \\ b/c \xc3\xa9t\xc3\xa9";
+    m.lr.kind = "cos\"ine";
+    auto c = commit(root, 1, m);
+    ASSERT_TRUE(c.ok()) << c.error();
+    auto r = Reader::open(c.value());
+    ASSERT_TRUE(r.ok()) << r.error();
+    EXPECT_EQ(r.value()->manifest().meta.unit_layout, m.unit_layout);
+    EXPECT_EQ(r.value()->manifest().meta.lr.kind, m.lr.kind);
+}
+
+// An index of another format version is refused by name, not misread.
+TEST(Manifest, AnotherFormatVersionIsRefused) {
+    TempDir d;
+    const std::string ck = write_ckpt(d / "root", 1, 1, {{"x", DType::fp32, {4}, 1}});
+    const std::string index = ck + "/index.h5";
+    hid_t f = H5Fopen(index.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    hid_t a = H5Aopen(f, kVersionAttr, H5P_DEFAULT);
+    ASSERT_GE(a, 0);
+    const std::uint64_t two = 2;
+    ASSERT_GE(H5Awrite(a, H5T_NATIVE_UINT64, &two), 0);
+    H5Aclose(a);
+    ASSERT_GE(H5Fclose(f), 0);
+    auto r = Reader::open(ck);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error(), index + ": format version 2 is not supported; this omni-ckpt reads version 1");
+    auto v = verify(ck);
+    ASSERT_FALSE(v.ok());
+    EXPECT_EQ(v.error(), r.error());
+}
+
 TEST(Manifest, ParserRejectsHostileInput) {
     TempDir d;
     const std::string ck = write_ckpt(d / "root", 1, 2, {{"w", DType::fp32, {4}, 1}});
