@@ -163,16 +163,12 @@ Result<std::uint64_t> write_hashed_from(hid_t ds, hid_t type, int fd, std::uint6
     return h.digest();
 }
 
-Result<std::uint64_t> read_hashed(hid_t ds, hid_t type, const Shape &count, std::size_t elem,
-                                  void *dst, const std::function<void(std::uint64_t)> &on_block) {
+Result<std::uint64_t> read_hashed(hid_t ds, hid_t type, const Shape &count, std::size_t elem, void *dst) {
     Hasher h;
     char *base = static_cast<char *>(dst);
     auto st = for_blocks(ds, count, elem, [&](hid_t ms, hid_t fs, const Box &, std::uint64_t off, std::uint64_t n) {
         const herr_t rc = H5Dread(ds, type, ms, fs, H5P_DEFAULT, base + off);
-        if (rc >= 0) {
-            h.update(base + off, n);   // the block just landed in cache
-            if (on_block) on_block(n);
-        }
+        if (rc >= 0) h.update(base + off, n);   // the block just landed in cache
         return rc;
     });
     if (!st) return make_error(st.error());

@@ -47,10 +47,7 @@ Result<std::uint64_t> write_hashed_from(hid_t ds, hid_t type, int fd, std::uint6
                                         std::size_t elem, std::vector<char> &block,
                                         const std::function<Status(const Box &, char *)> &fill);
 // Reads dataset `ds` (shape `count`) into `dst` and returns the XXH3-64 of its bytes.
-// `on_block` (optional) is told each block's size in bytes, for progress.
-Result<std::uint64_t> read_hashed(hid_t ds, hid_t type, const Shape &count, std::size_t elem,
-                                  void *dst,
-                                  const std::function<void(std::uint64_t)> &on_block = {});
+Result<std::uint64_t> read_hashed(hid_t ds, hid_t type, const Shape &count, std::size_t elem, void *dst);
 // Reads dataset `ds` (shape `count`) block by block into `block` (grown to one block,
 // kStreamBlockBytes at most, however large the slice) and returns the XXH3-64 of all its
 // bytes; `each` is given every block as it lands, with its box in the dataset's coordinates.
