@@ -5,6 +5,7 @@
 
 #include <zmq.hpp>
 
+#include "conn_auth.h"
 #include "secret.h"
 
 namespace omni::launcher {
@@ -25,9 +26,27 @@ constexpr std::int64_t kMaxReplyBytes = 256 << 20;
 
 struct CoordinatorClient::Impl {
     std::string secret;
+    std::string endpoint;
     zmq::context_t ctx{1};
     zmq::socket_t sock{ctx, zmq::socket_type::dealer};
+    zmq::socket_t monitor;  // sock's failed handshakes (conn_auth.h)
+    std::string refused;    // set once the coordinator refused the handshake; sticky
     std::uint64_t next_rid = 1;
+
+    // A failed handshake ends this client: libzmq would retry it forever with the same secret.
+    bool note_failed_handshake() {
+        auto h = read_handshake_failure(monitor);
+        if (!h) return false;
+        refused = "coordinator " + endpoint + ": " +
+                  (h->auth ? std::string("refused: the job secret was not accepted")
+                           : "ZeroMQ handshake failed (protocol error " + std::to_string(h->code) +
+                                 "): not a slurm-omni coordinator, or of another version");
+        try {
+            sock.disconnect(endpoint);
+        } catch (const zmq::error_t &) {
+        }
+        return true;
+    }
 };
 
 CoordinatorClient::CoordinatorClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -41,9 +60,12 @@ Result<std::unique_ptr<CoordinatorClient>> CoordinatorClient::connect(const std:
     try {
         auto impl = std::make_unique<Impl>();
         impl->secret = secret;
+        impl->endpoint = ep.value().zmq();
         impl->sock.set(zmq::sockopt::linger, 0);
         impl->sock.set(zmq::sockopt::maxmsgsize, kMaxReplyBytes);
-        impl->sock.connect(ep.value().zmq());
+        set_client_credentials(impl->sock, secret);
+        impl->monitor = monitor_handshakes(impl->ctx, impl->sock, "inproc://omni-client-monitor");
+        impl->sock.connect(impl->endpoint);
         return std::unique_ptr<CoordinatorClient>(new CoordinatorClient(std::move(impl)));
     } catch (const zmq::error_t &e) {
         return make_error("coordinator " + endpoint + ": " + e.what());
@@ -54,6 +76,7 @@ Result<Reply> CoordinatorClient::call(Request req, std::int64_t timeout_ms) {
     req.rid = impl_->next_rid++;
     req.secret = impl_->secret;
     const std::string header = request_header(req);
+    if (!impl_->refused.empty()) return make_error(impl_->refused);
     try {
         auto &s = impl_->sock;
         if (req.op == Op::KvSet) {
@@ -66,9 +89,11 @@ Result<Reply> CoordinatorClient::call(Request req, std::int64_t timeout_ms) {
         while (true) {
             std::int64_t left = deadline - now_ms();
             if (left <= 0) break;
-            zmq::pollitem_t item{static_cast<void *>(s), 0, ZMQ_POLLIN, 0};
-            zmq::poll(&item, 1, std::chrono::milliseconds(left));
-            if (!(item.revents & ZMQ_POLLIN)) continue;
+            zmq::pollitem_t items[] = {{static_cast<void *>(s), 0, ZMQ_POLLIN, 0},
+                                       {static_cast<void *>(impl_->monitor), 0, ZMQ_POLLIN, 0}};
+            zmq::poll(items, 2, std::chrono::milliseconds(left));
+            if (impl_->note_failed_handshake()) return make_error(impl_->refused);
+            if (!(items[0].revents & ZMQ_POLLIN)) continue;
             // Read the whole message; keep the header and the first value frame.
             std::vector<zmq::message_t> parts;
             while (true) {

@@ -7,6 +7,7 @@
 
 #include <zmq.hpp>
 
+#include "conn_auth.h"
 #include "log.h"
 #include "secret.h"
 #include "wire.h"
@@ -44,6 +45,8 @@ struct Coordinator::Impl {
     CoordinatorConfig cfg;
     zmq::context_t ctx{1};
     zmq::socket_t sock{ctx, zmq::socket_type::router};
+    zmq::socket_t zap{ctx, zmq::socket_type::rep};  // conn_auth.h
+    zmq::socket_t monitor;                          // sock's failed handshakes
     Protocol protocol;
     KvStore kv;
     std::map<std::string, Waiting, std::less<>> waiting;
@@ -284,6 +287,33 @@ struct Coordinator::Impl {
         return t;
     }
 
+    // A peer's handshake: admitted only with the job secret as its PLAIN password.
+    bool answer_zap() {
+        auto req = read_zap_request(zap);
+        if (!req) return false;
+        const bool admit = req->mechanism == "PLAIN" && secrets_equal(req->password, cfg.secret);
+        if (!admit) {
+            counters->refused++;
+            log_limited(LogLevel::Warning, "refused a connection from " + req->address + ": " +
+                                               (req->password.empty() ? "no job secret" : "wrong job secret"));
+        }
+        send_zap_reply(zap, *req, admit);
+        return true;
+    }
+
+    // A handshake that failed before ZAP was asked (a peer that does not speak PLAIN).
+    bool note_failed_handshake() {
+        auto h = read_handshake_failure(monitor);
+        if (!h) return false;
+        if (!h->auth) {  // auth failures were counted and logged by answer_zap
+            counters->refused++;
+            log_limited(LogLevel::Warning, "refused a connection on " + h->endpoint +
+                                               ": no job secret (ZeroMQ handshake error " +
+                                               std::to_string(h->code) + ")");
+        }
+        return true;
+    }
+
     // Reads one whole multipart message; returns false when none is waiting.
     bool receive_one() {
         zmq::message_t part;
@@ -326,9 +356,15 @@ struct Coordinator::Impl {
         try {
             while (!stopping) {
                 std::int64_t now = now_ms();
-                zmq::pollitem_t item{static_cast<void *>(sock), 0, ZMQ_POLLIN, 0};
-                zmq::poll(&item, 1, std::chrono::milliseconds(poll_timeout(now)));
-                // Bounded batch, so timers run even under a flood of requests.
+                zmq::pollitem_t items[] = {{static_cast<void *>(sock), 0, ZMQ_POLLIN, 0},
+                                           {static_cast<void *>(zap), 0, ZMQ_POLLIN, 0},
+                                           {static_cast<void *>(monitor), 0, ZMQ_POLLIN, 0}};
+                zmq::poll(items, 3, std::chrono::milliseconds(poll_timeout(now)));
+                // Bounded batches, so timers run even under a flood of requests or connections.
+                for (int i = 0; i < 256 && answer_zap(); ++i) {
+                }
+                for (int i = 0; i < 256 && note_failed_handshake(); ++i) {
+                }
                 for (int i = 0; i < 256 && receive_one(); ++i) {
                 }
                 expire(now_ms());
@@ -362,6 +398,8 @@ Result<std::unique_ptr<Coordinator>> Coordinator::start(const CoordinatorConfig 
               static_cast<std::int64_t>(std::max(kMaxHeaderBytes, kMaxValueBytes)));
         s.set(zmq::sockopt::rcvhwm, 64);
         s.set(zmq::sockopt::sndhwm, 1024);
+        require_credentials(s, impl->zap);
+        impl->monitor = monitor_handshakes(impl->ctx, s, "inproc://omni-coordinator-monitor");
         std::unique_ptr<Coordinator> c(new Coordinator(std::move(impl)));
         for (const auto &e : eps) {
             try {

@@ -2,13 +2,16 @@
 // (kv_store.h) behind a ZeroMQ ROUTER socket, on a thread of its own.
 //
 // Security (issue 6, item 4): it binds only to the literal IPv4 addresses it is given (the
-// job's node addresses; never a wildcard); every request must carry the job secret, compared
-// in constant time; requests without it or with a wrong one are answered "refused", counted
-// and logged with the peer address (rate-limited). Inputs are bounded before parsing:
-// ZMQ_MAXMSGSIZE drops peers that send an oversized frame, a request has at most two frames,
-// the header is strict JSON (wire.h), and the store, the waiting rooms and the joiners are
-// capped. The secret is not encrypted on the wire: the coordinator trusts the job's network
-// as Slurm's own PMIx wire-up does; MUNGE for omni-ctl from outside the job is later work.
+// job's node addresses; never a wildcard). A peer must present the job secret at the ZeroMQ
+// handshake (PLAIN password, checked by the coordinator's own ZAP handler, conn_auth.h)
+// before libzmq accepts any frame from it; peers without it are disconnected, counted as
+// refused and logged with their address (rate-limited). Every request carries the secret as
+// well, compared in constant time, and is answered "refused" without it. Inputs are bounded
+// before parsing: ZMQ_MAXMSGSIZE drops peers that send an oversized frame, a request has at
+// most two frames, the header is strict JSON (wire.h), and the store, the waiting rooms and
+// the joiners are capped. The secret is not encrypted on the wire: the coordinator trusts the
+// job's network as Slurm's own PMIx wire-up does; MUNGE for omni-ctl from outside the job is
+// later work.
 //
 // Replies to join, boundary, kv_get and kv_wait are deferred until the protocol or the store
 // can answer (or the request's timeout passes), so ranks block in their request, not in a
@@ -39,7 +42,7 @@ struct CoordinatorConfig {
 
 struct CoordinatorCounters {
     std::atomic<std::uint64_t> requests{0};
-    std::atomic<std::uint64_t> refused{0};    // missing or wrong secret
+    std::atomic<std::uint64_t> refused{0};    // missing or wrong secret: connections and requests
     std::atomic<std::uint64_t> malformed{0};  // failed parsing
 };
 

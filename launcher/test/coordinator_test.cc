@@ -3,6 +3,13 @@
 // generation-prefixed key/value store answers set/get/wait with timeouts.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -10,6 +17,7 @@
 #include <zmq.hpp>
 
 #include "client.h"
+#include "conn_auth.h"
 #include "coordinator.h"
 #include "log.h"
 #include "secret.h"
@@ -69,12 +77,15 @@ struct LogCapture {
     }
 };
 
-// A raw DEALER for requests the client class would never send.
+// A raw DEALER for requests the client class would never send. It presents `password` at
+// the handshake as the client does (the job secret by default); with `plain` false it uses
+// ZeroMQ's NULL mechanism, as a peer that knows nothing of the job would.
 struct Raw {
     zmq::context_t ctx{1};
     zmq::socket_t sock{ctx, zmq::socket_type::dealer};
-    explicit Raw(const std::string &ep) {
+    explicit Raw(const std::string &ep, bool plain = true, const std::string &password = kSecret) {
         sock.set(zmq::sockopt::linger, 0);
+        if (plain) set_client_credentials(sock, password);
         sock.connect(ep);
     }
     // Sends frames and returns the first reply frame, or "" after timeout_ms.
@@ -127,23 +138,116 @@ TEST(Coordinator, RefusesRequestsWithoutTheSecret) {
     auto good = client(*c);
     ASSERT_TRUE(status(*good)) << "the right secret works";
 
+    // A wrong secret is refused at the handshake and reported as such, not as a timeout;
+    // the client stays refused (libzmq would retry the same secret forever).
     auto wrong = client(*c, kOther);
     auto r = status(*wrong);
     ASSERT_FALSE(r);
-    EXPECT_NE(r.error().find("refused"), std::string::npos) << r.error();
+    EXPECT_NE(r.error().find("refused: the job secret was not accepted"), std::string::npos) << r.error();
     Request reshape;
     reshape.op = Op::Reshape;
     reshape.units = 1;
-    EXPECT_FALSE(wrong->call(reshape, 3000));
+    auto again = wrong->call(reshape, 3000);
+    ASSERT_FALSE(again);
+    EXPECT_NE(again.error().find("refused"), std::string::npos) << again.error();
 
+    // Past the handshake, a request must still carry the secret.
     Raw raw(c->endpoints().front());
     std::string reply = raw.roundtrip({R"({"v":1,"op":"status","rid":9})"});  // no secret
     EXPECT_NE(reply.find("refused"), std::string::npos) << reply;
-    EXPECT_EQ(c->counters().refused.load(), 3u);
+    // A peer that does not present the secret at all gets no reply.
+    Raw null_peer(c->endpoints().front(), false);
+    EXPECT_EQ(null_peer.roundtrip({R"({"v":1,"op":"status","rid":9})"}, 1000), "");
+
+    for (int i = 0; i < 100 && !log.contains("refused a connection on"); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_GE(c->counters().refused.load(), 3u);
+    EXPECT_TRUE(log.contains("refused a connection from 127.0.0.1: wrong job secret"));
     EXPECT_TRUE(log.contains("refused status from tcp://127.0.0.1") ||
                 log.contains("refused status from 127.0.0.1"));
     EXPECT_TRUE(log.contains("no job secret"));
-    EXPECT_TRUE(log.contains("wrong job secret"));
+    EXPECT_TRUE(log.contains("refused a connection on tcp://127.0.0.1:"));
+    EXPECT_TRUE(status(*good)) << "the service is unharmed";
+}
+
+namespace {
+
+long rss_kib() {
+    std::ifstream f("/proc/self/status");
+    std::string line;
+    while (std::getline(f, line))
+        if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+    return -1;
+}
+
+// A peer speaking raw ZMTP 3.0 (RFC 23, RFC 24 for PLAIN) rather than through libzmq, so it
+// can send what libzmq would not: its greeting and handshake (NULL, or PLAIN with
+// `password`), then up to `frames` frames of `frame_bytes`, each flagged MORE, so the message
+// never ends. Returns how many frames the kernel took before the coordinator closed the
+// connection; -1 if the connection could not be made.
+int flood_unfinished_message(const std::string &endpoint, const char *mechanism,
+                             const std::string &password, int frames, std::size_t frame_bytes) {
+    const auto colon = endpoint.rfind(':');
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<std::uint16_t>(std::stoi(endpoint.substr(colon + 1))));
+    inet_pton(AF_INET, endpoint.substr(6, colon - 6).c_str(), &a.sin_addr);
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof a) != 0) return -1;
+    auto put = [&](const std::string &b) {
+        return ::send(fd, b.data(), b.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(b.size());
+    };
+    std::string greeting(64, '\0');
+    greeting[0] = '\xff';
+    greeting[9] = '\x7f';
+    greeting[10] = 3;  // ZMTP 3.0
+    std::memcpy(&greeting[12], mechanism, std::strlen(mechanism));
+    put(greeting);
+    auto command = [](const std::string &body) {
+        return std::string(1, '\x04') + std::string(1, static_cast<char>(body.size())) + body;
+    };
+    if (std::strcmp(mechanism, "PLAIN") == 0)
+        put(command(std::string("\x05HELLO", 6) + std::string(1, 4) + "omni" +
+                    std::string(1, static_cast<char>(password.size())) + password));
+    const std::string ready_body = std::string("\x05READY", 6) + std::string(1, 11) + "Socket-Type" +
+                                   std::string("\0\0\0\x06", 4) + "DEALER";
+    if (std::strcmp(mechanism, "PLAIN") == 0) put(command(std::string("\x08INITIATE", 9) + ready_body.substr(6)));
+    else put(command(ready_body));
+    std::string header(9, '\0');
+    header[0] = 0x03;  // MORE | LONG
+    for (int i = 0; i < 8; ++i) header[1 + i] = static_cast<char>((frame_bytes >> (56 - 8 * i)) & 0xff);
+    const std::string payload(frame_bytes, 'x');
+    int sent = 0;
+    while (sent < frames && put(header) && put(payload)) ++sent;
+    ::close(fd);
+    return sent;
+}
+
+}  // namespace
+
+// libzmq holds every frame of a message until its last one, whatever ZMQ_MAXMSGSIZE says
+// (it bounds one frame). A peer without the secret is dropped at the handshake, so what it
+// sends is never buffered: the service's memory does not grow with it.
+TEST(Coordinator, FramesOfPeersWithoutTheSecretAreNeverBuffered) {
+    LogCapture log;
+    auto c = start(1, 1, 1);
+    ASSERT_TRUE(c);
+    const long before = rss_kib();
+    const int frames = 96;  // 96 MiB, all flagged MORE
+    for (const auto &[mechanism, password] :
+         {std::pair<const char *, std::string>{"NULL", ""}, {"PLAIN", kOther}}) {
+        const int sent = flood_unfinished_message(c->endpoints().front(), mechanism, password,
+                                                  frames, 1 << 20);
+        ASSERT_GE(sent, 0) << mechanism;
+        EXPECT_LT(sent, frames) << mechanism << ": the coordinator did not close the connection";
+    }
+    // Give the service time to take in whatever it would have buffered.
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const long grown = rss_kib() - before;
+    EXPECT_LT(grown, 16 * 1024) << "the coordinator grew by " << grown << " KiB";
+    EXPECT_TRUE(log.contains("refused a connection from 127.0.0.1: wrong job secret"));
+    auto good = client(*c);
+    EXPECT_TRUE(status(*good)) << "the service is unharmed";
 }
 
 TEST(Coordinator, BoundsAndValidatesInput) {

@@ -78,7 +78,7 @@ printf '%064d\n' 7 >"$other/secret"; chmod 600 "$other/secret"
 cp "$dir/coordinator" "$other/coordinator"
 "$OMNI_CTL" status --job-dir "$other" >"$tmp/err" 2>&1; check "wrong secret" 1 $?
 grep -q "refused" "$tmp/err" || { echo "FAIL: refusal message"; cat "$tmp/err"; fails=$((fails + 1)); }
-grep -q "refused status" "$tmp/server.log" || { echo "FAIL: refusal not logged"; fails=$((fails + 1)); }
+grep -q "refused a connection from 127.0.0.1: wrong job secret" "$tmp/server.log" || { echo "FAIL: refusal not logged"; fails=$((fails + 1)); }
 # Environment variables work as well as the directory.
 OMNI_COORD_ADDR=$(cat "$dir/coordinator") OMNI_COORD_SECRET=$(cat "$dir/secret") OMNI_JOB_DIR= \
     "$OMNI_CTL" status >/dev/null 2>&1; check "address and secret from the environment" 0 $?

@@ -4,7 +4,7 @@
 # units, then to 3 (a joining srun step with a fresh unit id). Checks: the events file shows
 # initial 0 -> 4, planned 4 -> 2, planned 2 -> 3 and the end; the job and omni-launch exit 0;
 # the coordinator listens only on the node address (127.0.0.1 here), never on a wildcard;
-# a request with a wrong secret is refused and logged.
+# a connection with a wrong secret is refused and logged.
 . "$(dirname "$0")/lib.sh"
 launch=$top_build/launcher/omni-launch
 ctl=$top_build/launcher/omni-ctl
@@ -88,7 +88,7 @@ grep -q 'omni-launch' "$work/ss.txt" || fail "the listener is not omni-launch's"
 
 expect_eq "wrong secret refused (omni-ctl exit)" "$(sed -n 's/^wrong-secret-exit //p' "$work/job.out")" 1
 grep -q refused "$work/refused.txt" || fail "omni-ctl did not report the refusal: $(cat "$work/refused.txt")"
-grep -q 'refused status from' "$work/job.out" || fail "the coordinator did not log the refusal"
+grep -q 'refused a connection from .*: wrong job secret' "$work/job.out" || fail "the coordinator did not log the refusal"
 expect_eq "reshape beyond --max-units (omni-ctl exit)" "$(sed -n 's/^too-many-exit //p' "$work/job.out")" 1
 
 # One step per unit: units 0-3 at the start, unit 4 joining; the leavers' steps ended at the
