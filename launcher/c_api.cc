@@ -68,8 +68,11 @@ Runtime *get(const char *fn) {
 // has none until omni_start admits it.
 omni::launcher::Communicator *comm_of(Runtime *r, const char *fn) {
     if (r->has_comm()) return &r->comm();
-    fail(OMNI_ESTATE, std::string(fn) + ": this rank joins at an announced change and has no "
-                      "communicator before omni_start");
+    fail(OMNI_ESTATE, std::string(fn) +
+                          (r->started() ? ": this rank left the job at a planned shrink (OMNI_LEFT) "
+                                          "and has no communicator"
+                                        : ": this rank joins at an announced change and has no "
+                                          "communicator before omni_start"));
     return nullptr;
 }
 
@@ -132,44 +135,60 @@ int omni_finalize(void) {
 }
 
 int omni_rank(uint32_t *rank) {
-    auto *r = rt::get("omni_rank");
-    if (!r) return OMNI_ESTATE;
-    if (rank) *rank = r->rank();
-    return OMNI_OK;
+    return guarded([&] {
+        auto *r = rt::get("omni_rank");
+        if (!r) return int(OMNI_ESTATE);
+        if (rank) *rank = r->rank();
+        return int(OMNI_OK);
+    });
 }
 
 int omni_world_size(uint32_t *world) {
-    auto *r = rt::get("omni_world_size");
-    if (!r) return OMNI_ESTATE;
-    if (world) *world = r->world();
-    return OMNI_OK;
+    return guarded([&] {
+        auto *r = rt::get("omni_world_size");
+        if (!r) return int(OMNI_ESTATE);
+        if (world) *world = r->world();
+        return int(OMNI_OK);
+    });
 }
 
 int omni_unit(uint32_t *unit, uint32_t *slot) {
-    auto *r = rt::get("omni_unit");
-    if (!r) return OMNI_ESTATE;
-    if (unit) *unit = r->unit();
-    if (slot) *slot = r->slot();
-    return OMNI_OK;
+    return guarded([&] {
+        auto *r = rt::get("omni_unit");
+        if (!r) return int(OMNI_ESTATE);
+        if (unit) *unit = r->unit();
+        if (slot) *slot = r->slot();
+        return int(OMNI_OK);
+    });
 }
 
 int omni_generation(uint64_t *generation) {
-    auto *r = rt::get("omni_generation");
-    if (!r) return OMNI_ESTATE;
-    if (generation) *generation = r->generation();
-    return OMNI_OK;
+    return guarded([&] {
+        auto *r = rt::get("omni_generation");
+        if (!r) return int(OMNI_ESTATE);
+        if (generation) *generation = r->generation();
+        return int(OMNI_OK);
+    });
 }
 
 int omni_standalone(int *standalone) {
-    auto *r = rt::get("omni_standalone");
-    if (!r) return OMNI_ESTATE;
-    if (standalone) *standalone = r->standalone() ? 1 : 0;
-    return OMNI_OK;
+    return guarded([&] {
+        auto *r = rt::get("omni_standalone");
+        if (!r) return int(OMNI_ESTATE);
+        if (standalone) *standalone = r->standalone() ? 1 : 0;
+        return int(OMNI_OK);
+    });
 }
 
 const char *omni_backend(void) {
-    if (!rt::process || !rt::process->runtime) return nullptr;
-    return rt::process->runtime->comm().backend();
+    try {
+        if (!rt::process || !rt::process->runtime) return nullptr;
+        // A joiner before omni_start and a rank after OMNI_LEFT have no communicator.
+        if (!rt::process->runtime->has_comm()) return nullptr;
+        return rt::process->runtime->comm().backend();
+    } catch (...) {
+        return nullptr;
+    }
 }
 
 int omni_register_params(float *params, size_t count) {
@@ -200,20 +219,22 @@ int omni_state_add(size_t length, size_t *index) {
 }
 
 int omni_state_shard(size_t index, float **data, size_t *begin, size_t *count) {
-    auto *r = rt::get("omni_state_shard");
-    if (!r) return OMNI_ESTATE;
-    if (index >= rt::process->shards.size())
-        return fail(OMNI_EINVAL, "omni_state_shard: no vector " + std::to_string(index) + " (" +
-                                     std::to_string(rt::process->shards.size()) + " added)");
-    auto &v = rt::process->shards[index];
-    if (data) *data = v.data();
-    if (begin || count) {
-        const std::size_t length = r->shard_length(index);
-        auto range = r->shard_range(length);
-        if (begin) *begin = range.begin;
-        if (count) *count = range.size();
-    }
-    return OMNI_OK;
+    return guarded([&] {
+        auto *r = rt::get("omni_state_shard");
+        if (!r) return int(OMNI_ESTATE);
+        if (index >= rt::process->shards.size())
+            return fail(OMNI_EINVAL, "omni_state_shard: no vector " + std::to_string(index) + " (" +
+                                         std::to_string(rt::process->shards.size()) + " added)");
+        auto &v = rt::process->shards[index];
+        if (data) *data = v.data();
+        if (begin || count) {
+            const std::size_t length = r->shard_length(index);
+            auto range = r->shard_range(length);
+            if (begin) *begin = range.begin;
+            if (count) *count = range.size();
+        }
+        return int(OMNI_OK);
+    });
 }
 
 int omni_data_configure(uint64_t dataset_size, uint64_t seed, uint64_t global_batch,
@@ -228,12 +249,14 @@ int omni_data_configure(uint64_t dataset_size, uint64_t seed, uint64_t global_ba
 }
 
 int omni_data_grad_accum(uint32_t *grad_accum) {
-    auto *r = rt::get("omni_data_grad_accum");
-    if (!r) return OMNI_ESTATE;
-    if (!r->ledger()) return fail(OMNI_ESTATE, "omni_data_grad_accum: no ledger configured");
-    if (!grad_accum) return fail(OMNI_EINVAL, "omni_data_grad_accum: NULL argument");
-    *grad_accum = r->ledger()->grad_accum();
-    return OMNI_OK;
+    return guarded([&] {
+        auto *r = rt::get("omni_data_grad_accum");
+        if (!r) return int(OMNI_ESTATE);
+        if (!r->ledger()) return fail(OMNI_ESTATE, "omni_data_grad_accum: no ledger configured");
+        if (!grad_accum) return fail(OMNI_EINVAL, "omni_data_grad_accum: NULL argument");
+        *grad_accum = r->ledger()->grad_accum();
+        return int(OMNI_OK);
+    });
 }
 
 int omni_data_micro_batch(uint32_t micro, uint64_t *indices, size_t capacity, size_t *count) {
@@ -436,18 +459,22 @@ int omni_ledger_create(uint64_t dataset_size, uint64_t global_batch, uint64_t mi
 void omni_ledger_destroy(omni_ledger *ledger) { delete ledger; }
 
 int omni_ledger_grad_accum(const omni_ledger *ledger, uint32_t *grad_accum) {
-    if (!ledger || !grad_accum) return fail(OMNI_EINVAL, "omni_ledger_grad_accum: NULL argument");
-    *grad_accum = ledger->ledger.grad_accum();
-    return OMNI_OK;
+    return guarded([&] {
+        if (!ledger || !grad_accum) return fail(OMNI_EINVAL, "omni_ledger_grad_accum: NULL argument");
+        *grad_accum = ledger->ledger.grad_accum();
+        return int(OMNI_OK);
+    });
 }
 
 int omni_ledger_position(const omni_ledger *ledger, uint64_t *step, uint64_t *epoch,
                          uint64_t *consumed_in_epoch) {
-    if (!ledger) return fail(OMNI_EINVAL, "omni_ledger_position: ledger is NULL");
-    if (step) *step = ledger->ledger.step();
-    if (epoch) *epoch = ledger->ledger.epoch();
-    if (consumed_in_epoch) *consumed_in_epoch = ledger->ledger.consumed_in_epoch();
-    return OMNI_OK;
+    return guarded([&] {
+        if (!ledger) return fail(OMNI_EINVAL, "omni_ledger_position: ledger is NULL");
+        if (step) *step = ledger->ledger.step();
+        if (epoch) *epoch = ledger->ledger.epoch();
+        if (consumed_in_epoch) *consumed_in_epoch = ledger->ledger.consumed_in_epoch();
+        return int(OMNI_OK);
+    });
 }
 
 int omni_ledger_micro_batch(const omni_ledger *ledger, uint32_t rank, uint32_t micro,

@@ -267,11 +267,15 @@ public:
         // Gloo's new-style API has no reduce-scatter: reduce the whole buffer (ring
         // allreduce moves 2(n-1)/n of it, against (n-1)/n for a ring reduce-scatter) and keep
         // this rank's part. Correct for every size; the cost is one extra pass.
-        const std::size_t bytes = count * dtype_size(type);
+        std::size_t bytes = 0, total = 0;
+        if (__builtin_mul_overflow(count, dtype_size(type), &bytes) ||
+            __builtin_mul_overflow(bytes, static_cast<std::size_t>(ctx_->size), &total))
+            return make_error("reduce_scatter: " + std::to_string(count) + " elements per rank x " +
+                              std::to_string(ctx_->size) + " ranks overflow the address space");
         try {
-            scratch_.resize(bytes * static_cast<std::size_t>(ctx_->size));
-        } catch (const std::bad_alloc &) {
-            return make_error("reduce_scatter: out of memory for " + std::to_string(scratch_.size()) + " bytes");
+            scratch_.resize(total);
+        } catch (const std::exception &) {  // bad_alloc, or length_error past max_size()
+            return make_error("reduce_scatter: out of memory for " + std::to_string(total) + " bytes");
         }
         std::memcpy(scratch_.data(), send, scratch_.size());
         if (auto st = allreduce(scratch_.data(), count * static_cast<std::size_t>(ctx_->size), type, op); !st)

@@ -111,7 +111,8 @@ int omni_unit(uint32_t *unit, uint32_t *slot);
 int omni_generation(uint64_t *generation);
 /* 1 when running standalone (no coordinator), else 0. */
 int omni_standalone(int *standalone);
-/* "gloo", "nccl" or "solo" (standalone); a static string, NULL when not initialised. */
+/* "gloo", "nccl" or "solo" (standalone); a static string. NULL when not initialised, and
+ * while this rank has no communicator: a joiner before omni_start, a rank after OMNI_LEFT. */
 const char *omni_backend(void);
 
 /* The replicated parameters: `count` fp32 values in the caller's memory, which must stay

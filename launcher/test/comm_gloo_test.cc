@@ -85,6 +85,10 @@ TEST(GlooComm, BroadcastAllgatherReduceScatterBarrier) {
         ASSERT_TRUE(c.reduce_scatter(send.data(), recv.data(), 2, DType::fp32, ReduceOp::sum).ok());
         EXPECT_EQ(recv[0], 300.0f + 3.0f * (2 * r));
         EXPECT_EQ(recv[1], 300.0f + 3.0f * (2 * r + 1));
+        // A count whose scratch size overflows is refused on each rank before anything moves.
+        auto huge = c.reduce_scatter(send.data(), recv.data(), SIZE_MAX / 4, DType::fp32, ReduceOp::sum);
+        ASSERT_FALSE(huge.ok());
+        EXPECT_NE(huge.error().find("overflow"), std::string::npos) << huge.error();
         ASSERT_TRUE(c.barrier().ok());
         EXPECT_STREQ(c.backend(), "gloo");
         EXPECT_EQ(c.size(), kRanks);

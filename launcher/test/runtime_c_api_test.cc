@@ -3,10 +3,14 @@
 // coordinator on 127.0.0.1 with a wrong or missing secret.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <future>
 #include <string>
+#include <thread>
 
+#include "client.h"
 #include "coordinator.h"
 #include "omni/omni.h"
 #include "omni/omni.hpp"
@@ -166,6 +170,57 @@ TEST(RuntimeCApi, CoordinatorRefusesAWrongSecretAndAMissingOneIsNamed) {
     ASSERT_EQ(omni_boundary(1, &d), OMNI_OK) << omni_last_error();
     EXPECT_EQ(d.kind, OMNI_CONTINUE);
     EXPECT_EQ(d.generation, 1u);
+    ASSERT_EQ(omni_finalize(), OMNI_OK);
+    clear_environment();
+}
+
+// A joiner named by an announced grow returns from omni_init a step early, with no
+// communicator until omni_start admits it: omni_backend says NULL (it dereferenced the
+// missing communicator before), and collectives fail with OMNI_ESTATE, naming why.
+TEST(RuntimeCApi, AJoinerBeforeStartHasNoBackend) {
+    clear_environment();
+    omni::launcher::CoordinatorConfig cfg;
+    cfg.bind = {"tcp://127.0.0.1:0"};
+    cfg.secret = std::string(64, 'a');
+    cfg.protocol.unit_size = 1;
+    cfg.protocol.initial_units = 1;
+    cfg.protocol.min_units = 1;
+    cfg.protocol.max_units = 2;
+    cfg.protocol.announce_planned = true;
+    cfg.protocol.grow_wait_ms = 20000;
+    auto c = omni::launcher::Coordinator::start(cfg);
+    ASSERT_TRUE(c) << c.error();
+    const std::string ep = c.value()->endpoints().front();
+
+    // Unit 0 is a bare protocol client: it forms generation 1 and asks for 2 units.
+    auto member = omni::launcher::CoordinatorClient::connect(ep, cfg.secret);
+    ASSERT_TRUE(member) << member.error();
+    auto formed = member.value()->join("unit-0", 0, 0, 5000);
+    ASSERT_TRUE(formed) << formed.error();
+    omni::launcher::Request grow;
+    grow.op = omni::launcher::Op::Reshape;
+    grow.units = 2;
+    ASSERT_TRUE(member.value()->call(grow, 5000));
+
+    setenv("OMNI_COORD_ADDR", ep.c_str(), 1);
+    setenv("OMNI_COORD_SECRET", cfg.secret.c_str(), 1);
+    setenv("OMNI_UNIT_ID", "1", 1);
+    setenv("OMNI_UNIT_SLOT", "0", 1);
+    setenv("OMNI_GLOO_HOST", "127.0.0.1", 1);
+    setenv("OMNI_JOIN_TIMEOUT_MS", "10000", 1);
+    auto init = std::async(std::launch::async, [] { return omni_init(); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    auto announced = member.value()->boundary("unit-0", 1, 1, 5000);  // announces the grow
+    ASSERT_TRUE(announced) << announced.error();
+    ASSERT_EQ(init.get(), OMNI_OK) << omni_last_error();
+    uint32_t world = 0;
+    ASSERT_EQ(omni_world_size(&world), OMNI_OK);
+    EXPECT_EQ(world, 2u);
+    EXPECT_EQ(omni_backend(), nullptr);
+    float x = 1.0f;
+    EXPECT_EQ(omni_allreduce(&x, 1, OMNI_FP32, OMNI_SUM), OMNI_ESTATE);
+    EXPECT_NE(std::string(omni_last_error()).find("joins at an announced change"), std::string::npos)
+        << omni_last_error();
     ASSERT_EQ(omni_finalize(), OMNI_OK);
     clear_environment();
 }
