@@ -150,12 +150,14 @@ Result<Decision> CoordinatorClient::join(const std::string &id, std::uint32_t un
 }
 
 Result<Decision> CoordinatorClient::boundary(const std::string &id, std::uint64_t generation,
-                                             std::uint64_t step, std::int64_t timeout_ms) {
+                                             std::uint64_t step, std::int64_t timeout_ms,
+                                             BatchGeometry batch) {
     Request r;
     r.op = Op::Boundary;
     r.id = id;
     r.generation = generation;
     r.step = step;
+    r.batch = batch;
     return decision_of(call(std::move(r), timeout_ms));
 }
 

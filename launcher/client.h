@@ -41,8 +41,9 @@ public:
 
     Result<Decision> join(const std::string &id, std::uint32_t unit, std::uint32_t slot,
                           std::int64_t timeout_ms);
+    // `batch`: this rank's ledger geometry (Protocol::boundary), 0/0 without a ledger.
     Result<Decision> boundary(const std::string &id, std::uint64_t generation, std::uint64_t step,
-                              std::int64_t timeout_ms);
+                              std::int64_t timeout_ms, BatchGeometry batch = {});
     // This rank's pause after the change that made `generation` is over (Protocol::ready).
     Status ready(const std::string &id, std::uint64_t generation, std::int64_t timeout_ms);
     Status kv_set(std::uint64_t generation, const std::string &key, const std::string &value,

@@ -191,7 +191,7 @@ struct Coordinator::Impl {
         case Op::Join:
         case Op::Boundary: {
             auto res = r.op == Op::Join ? protocol.join(r.id, r.unit, r.slot, now)
-                                        : protocol.boundary(r.id, r.generation, r.step, now);
+                                        : protocol.boundary(r.id, r.generation, r.step, now, r.batch);
             if (!res) {
                 send(routing, error_reply(r.rid, res.error()));
                 return;

@@ -183,8 +183,17 @@ Result<std::vector<Delivery>> Protocol::join(std::string_view id, std::uint32_t 
     return std::vector<Delivery>{};
 }
 
+bool Protocol::feasible(std::size_t units) const {
+    if (!batch_ || batch_->global_batch == 0) return true;
+    std::uint64_t per_step = 0;  // samples per micro-step of the whole world
+    if (__builtin_mul_overflow(batch_->micro_batch, std::uint64_t(units) * cfg_.unit_size, &per_step))
+        return false;  // more than any global batch
+    return per_step != 0 && batch_->global_batch % per_step == 0;
+}
+
 Result<std::vector<Delivery>> Protocol::boundary(std::string_view id, std::uint64_t generation,
-                                                 std::uint64_t step, std::int64_t now_ms) {
+                                                 std::uint64_t step, std::int64_t now_ms,
+                                                 BatchGeometry batch) {
     // A repeated request for the boundary that was decided last gets the same decision.
     if (last_ && last_->generation == generation && generation > 0 && last_->step == step &&
         last_members_.count(id))
@@ -200,6 +209,15 @@ Result<std::vector<Delivery>> Protocol::boundary(std::string_view id, std::uint6
     if (lost_.count(id))
         return make_error("boundary: '" + std::string(id) + "' was declared lost in generation " +
                           u(layout_.generation));
+    if ((batch.global_batch == 0) != (batch.micro_batch == 0) ||
+        (batch.global_batch != 0 && batch.global_batch % batch.micro_batch != 0))
+        return make_error("boundary: global batch " + u(batch.global_batch) + " and micro-batch " +
+                          u(batch.micro_batch) + ": expected both 0 (no ledger) or B a multiple of b");
+    if (batch_ && !(*batch_ == batch))
+        return make_error("boundary: '" + std::string(id) + "' has global batch " +
+                          u(batch.global_batch) + " / micro-batch " + u(batch.micro_batch) +
+                          ", the other ranks " + u(batch_->global_batch) + " / " +
+                          u(batch_->micro_batch));
     if (!boundary_step_) {
         boundary_step_ = step;
         boundary_since_ms_ = now_ms;
@@ -209,6 +227,7 @@ Result<std::vector<Delivery>> Protocol::boundary(std::string_view id, std::uint6
                           u(*boundary_step_) + " reported by other ranks of generation " +
                           u(layout_.generation));
     }
+    if (!batch_) batch_ = batch;
     arrived_.emplace(id);
     if (arrived_.size() + lost_.size() == layout_.members.size()) return decide(now_ms);
     return std::vector<Delivery>{};
@@ -279,6 +298,13 @@ std::vector<Delivery> Protocol::decide(std::int64_t now_ms) {
     for (auto unit : layout_.units)
         if (!dropped.count(unit)) units.push_back(unit);
 
+    // A planned change asked for before the ranks' batch geometry was known may not fit it.
+    if (target_units_ && !feasible(*target_units_)) target_units_.reset();
+    // After a loss the last survivors leave as well while the world would not divide the
+    // global batch (the trainer could not run it); below MIN that ends in STOP.
+    if (!dropped.empty())
+        while (!units.empty() && !feasible(units.size())) units.pop_back();
+
     bool changed = !dropped.empty();
     std::vector<std::uint32_t> joining_units;
     if (stop_reason_) {
@@ -295,8 +321,12 @@ std::vector<Delivery> Protocol::decide(std::int64_t now_ms) {
             auto complete = complete_pending_units();
             std::size_t need = *target_units_ - units.size();
             bool waited = now_ms - target_since_ms_ >= cfg_.grow_wait_ms;
-            if (complete.size() >= need || (waited && !complete.empty())) {
-                complete.resize(std::min(need, complete.size()));
+            // All the units asked for, or after the wait as many as are complete and keep
+            // the world one the global batch divides.
+            std::size_t take = std::min(need, complete.size());
+            while (take > 0 && !feasible(units.size() + take)) --take;
+            if ((complete.size() >= need || waited) && take > 0) {
+                complete.resize(take);
                 joining_units = complete;
                 units.insert(units.end(), complete.begin(), complete.end());
                 changed = true;
@@ -382,6 +412,16 @@ Status Protocol::request_reshape(std::uint32_t units, std::int64_t now_ms) {
     if (units < cfg_.min_units || units > cfg_.max_units)
         return make_error("reshape: " + u(units) + " units is outside the elastic range " +
                           u(cfg_.min_units) + ".." + u(cfg_.max_units));
+    if (!feasible(units)) {
+        std::string ok;
+        for (std::uint32_t n = cfg_.min_units; n <= cfg_.max_units; ++n)
+            if (feasible(n)) ok += (ok.empty() ? "" : ", ") + u(n);
+        return make_error("reshape: " + u(units) + " units are " + u(std::uint64_t(units) * cfg_.unit_size) +
+                          " data-parallel ranks, and the global batch " + u(batch_->global_batch) +
+                          " is not a whole number of micro-batches of " + u(batch_->micro_batch) +
+                          " per rank (GA = B / (b x DP)); unit counts that work: " +
+                          (ok.empty() ? "none" : ok));
+    }
     if (units == layout_.units.size()) {
         target_units_.reset();  // cancels a planned change that has not happened yet
     } else if (target_units_ != units) {

@@ -27,6 +27,12 @@
 //    step); they stay pending, repeat their join, and are admitted when the change applies.
 //  - Requests are idempotent: a member that repeats boundary(g, s) after the decision (a
 //    lost reply) gets the same Decision again.
+//  - Members say at their boundaries which global batch B and micro-batch b their ledger
+//    has. From then on every world is one where GA = B / (b x world) is whole: a planned
+//    reshape to another unit count is refused when asked for, a grow takes only as many
+//    complete joiner units as keep GA whole, and after a loss the last surviving units leave
+//    until it is (STOP when that is below `min_units`). Without it the ranks would refuse the
+//    new generation only after the coordinator had moved to it.
 #ifndef OMNI_LAUNCHER_PROTOCOL_H
 #define OMNI_LAUNCHER_PROTOCOL_H
 
@@ -133,6 +139,15 @@ struct ProtocolStatus {
     Layout layout;
 };
 
+// A rank's data ledger as it reports it at boundaries: global batch B and micro-batch b
+// (both 0: the rank has no ledger, and any world will do).
+struct BatchGeometry {
+    std::uint64_t global_batch = 0, micro_batch = 0;
+    bool operator==(const BatchGeometry &o) const {
+        return global_batch == o.global_batch && micro_batch == o.micro_batch;
+    }
+};
+
 class Protocol {
 public:
     explicit Protocol(const ProtocolConfig &cfg);  // cfg must pass validate()
@@ -141,9 +156,11 @@ public:
     // waits as a joiner until a grow admits it. Repeating the same join is harmless.
     Result<std::vector<Delivery>> join(std::string_view id, std::uint32_t unit,
                                        std::uint32_t slot, std::int64_t now_ms);
-    // A member reached the boundary after step `step` of `generation`.
+    // A member reached the boundary after step `step` of `generation`, with the ledger
+    // geometry `batch` (every member must report the same one).
     Result<std::vector<Delivery>> boundary(std::string_view id, std::uint64_t generation,
-                                           std::uint64_t step, std::int64_t now_ms);
+                                           std::uint64_t step, std::int64_t now_ms,
+                                           BatchGeometry batch = {});
     // The launcher saw a rank die (task exit, node failure). Unknown ids are an error.
     Result<std::vector<Delivery>> lost(std::string_view id, std::int64_t now_ms);
     // Timeouts: formation, boundaries that some members never reach, grow waits.
@@ -155,7 +172,8 @@ public:
     // longer the current one is ignored (a slow rank; the job moved on); an id that is not a
     // member of the current one is an error.
     Status ready(std::string_view id, std::uint64_t generation, std::int64_t now_ms);
-    // A planned reshape to `units` units (min..max), applied at a coming boundary.
+    // A planned reshape to `units` units (min..max, and a world the members' global batch
+    // divides into whole micro-batches), applied at a coming boundary.
     Status request_reshape(std::uint32_t units, std::int64_t now_ms);
     // STOP at the next boundary (e.g. the launcher got SIGTERM). While forming, the job stops
     // at once and the waiting ranks get the STOP.
@@ -174,6 +192,8 @@ private:
         std::uint32_t unit, slot;
     };
     std::vector<std::uint32_t> complete_pending_units() const;
+    // Whether `units` units make a world the reported batch geometry allows.
+    bool feasible(std::size_t units) const;
     std::vector<Delivery> form(const std::vector<std::uint32_t> &units, std::string reason,
                                std::int64_t now_ms);
     void generation_began(std::int64_t now_ms);
@@ -196,6 +216,7 @@ private:
     std::int64_t target_since_ms_ = 0;
     std::vector<std::uint32_t> announced_;  // units of the change announced at the last boundary
     std::optional<std::string> stop_reason_;
+    std::optional<BatchGeometry> batch_;  // the first geometry a member reported
     // The last decision, kept for repeated requests and for status.
     std::shared_ptr<const Decision> last_;
     std::set<std::string, std::less<>> last_members_;  // the generation that decided last_

@@ -590,7 +590,10 @@ Result<BoundaryResult> Runtime::boundary(std::uint64_t step) {
         return finish(Outcome::Continue);
     }
 
-    auto got = client_->boundary(opts_.member_id, generation_, step, opts_.boundary_timeout_ms);
+    // The ledger's geometry lets the coordinator keep every world one whose GA is whole.
+    BatchGeometry batch;
+    if (ledger_) batch = {ledger_->config().global_batch, ledger_->config().micro_batch};
+    auto got = client_->boundary(opts_.member_id, generation_, step, opts_.boundary_timeout_ms, batch);
     if (!got) return make_error("boundary after step " + u(step) + ": " + got.error());
     const Decision &d = got.value();
     step_ = step;

@@ -22,7 +22,7 @@ struct OpSpec {
 const std::vector<OpSpec> &op_specs() {
     static const std::vector<OpSpec> specs = {
         {Op::Join, "join", {"id", "unit", "slot"}},
-        {Op::Boundary, "boundary", {"id", "generation", "step"}},
+        {Op::Boundary, "boundary", {"id", "generation", "step", "global_batch", "micro_batch"}},
         {Op::Lost, "lost", {"id"}},
         {Op::Ready, "ready", {"id", "generation"}},
         {Op::Reshape, "reshape", {"units"}},
@@ -146,6 +146,10 @@ Result<Request> parse_request(std::string_view header, const std::string_view *v
             auto v = get_uint(j, f, std::uint64_t(1) << 62);
             if (!v) return fail(v.error());
             (name == "generation" ? r.generation : r.step) = v.value();
+        } else if (name == "global_batch" || name == "micro_batch") {
+            auto v = get_uint(j, f, std::uint64_t(1) << 62);
+            if (!v) return fail(v.error());
+            (name == "global_batch" ? r.batch.global_batch : r.batch.micro_batch) = v.value();
         } else if (name == "timeout_ms") {
             auto v = get_uint(j, f, kMaxWaitMs);
             if (!v) return fail(v.error());
@@ -191,7 +195,13 @@ std::string request_header(const Request &r) {
     json j = {{"v", kWireVersion}, {"op", to_string(r.op)}, {"rid", r.rid}, {"secret", r.secret}};
     switch (r.op) {
     case Op::Join: j["id"] = r.id; j["unit"] = r.unit; j["slot"] = r.slot; break;
-    case Op::Boundary: j["id"] = r.id; j["generation"] = r.generation; j["step"] = r.step; break;
+    case Op::Boundary:
+        j["id"] = r.id;
+        j["generation"] = r.generation;
+        j["step"] = r.step;
+        j["global_batch"] = r.batch.global_batch;
+        j["micro_batch"] = r.batch.micro_batch;
+        break;
     case Op::Lost: j["id"] = r.id; break;
     case Op::Ready: j["id"] = r.id; j["generation"] = r.generation; break;
     case Op::Reshape: j["units"] = r.units; break;

@@ -59,6 +59,7 @@ struct Request {
     std::uint32_t unit = 0, slot = 0;  // join
     std::uint64_t generation = 0;   // boundary, ready, kv_*
     std::uint64_t step = 0;         // boundary
+    BatchGeometry batch;            // boundary: the rank's ledger (0/0: none)
     std::uint32_t units = 0;        // reshape
     std::string reason;             // stop
     std::vector<std::string> keys;  // kv_set/kv_get: one key; kv_wait: 1..kMaxWaitKeys

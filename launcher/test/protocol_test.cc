@@ -59,9 +59,10 @@ Protocol formed(const ProtocolConfig &c, std::uint32_t units) {
 }
 
 std::vector<Delivery> all_arrive(Protocol &p, std::uint64_t gen, std::uint64_t step,
-                                 const std::vector<std::string> &ids, std::int64_t now = 10) {
+                                 const std::vector<std::string> &ids, std::int64_t now = 10,
+                                 BatchGeometry batch = {}) {
     std::vector<Delivery> last;
-    for (const auto &id : ids) last = ok(p.boundary(id, gen, step, now));
+    for (const auto &id : ids) last = ok(p.boundary(id, gen, step, now, batch));
     return last;
 }
 
@@ -463,4 +464,79 @@ TEST(Protocol, AnnouncedGrowAdmitsItsJoinersEarly) {
     EXPECT_EQ(d->joining, std::vector<std::string>{"j5"});
     EXPECT_EQ(rank_of(*d, "j5"), 2u);
     EXPECT_EQ(p.status().pending_joiners, std::vector<std::string>{"j6"});
+}
+
+// B = 12 samples per step in micro-batches of 1: GA = 12 / DP is whole for DP 1, 2, 3, 4, 6
+// and 12 and for no other (single-rank units, so DP = units).
+TEST(Protocol, EveryWorldKeepsGradientAccumulationWhole) {
+    const BatchGeometry b12{12, 1};
+    auto p = formed(config(1, 4, 1, 8), 4);
+    // Before any rank said what its batch is, any count in range is taken.
+    EXPECT_TRUE(p.request_reshape(4, 0));
+    (void)all_arrive(p, 1, 1, {"u0", "u1", "u2", "u3"}, 10, b12);
+    auto r = p.request_reshape(5, 20);
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error(), "reshape: 5 units are 5 data-parallel ranks, and the global batch 12 is not a "
+                         "whole number of micro-batches of 1 per rank (GA = B / (b x DP)); unit counts "
+                         "that work: 1, 2, 3, 4, 6");
+    EXPECT_FALSE(p.request_reshape(8, 20));
+    EXPECT_TRUE(p.request_reshape(6, 20));
+    EXPECT_TRUE(p.request_reshape(4, 20));  // cancels it again
+
+    // Every rank must report the same geometry, and a consistent one.
+    auto other = p.boundary("u0", 1, 2, 30, BatchGeometry{24, 1});
+    ASSERT_FALSE(other);
+    EXPECT_EQ(other.error(), "boundary: 'u0' has global batch 24 / micro-batch 1, the other ranks 12 / 1");
+    EXPECT_FALSE(p.boundary("u0", 1, 2, 30, BatchGeometry{12, 5}));
+    EXPECT_FALSE(p.boundary("u0", 1, 2, 30, BatchGeometry{12, 0}));
+
+    // A loss leaves 3 units: 12 / 3 is whole, so all three go on.
+    (void)ok(p.lost("u3", 40));
+    auto d = same_decision(all_arrive(p, 1, 2, {"u0", "u1", "u2"}, 50, b12));
+    EXPECT_EQ(d->kind, DecisionKind::Reshaped);
+    EXPECT_EQ(d->next.units, (std::vector<std::uint32_t>{0, 1, 2}));
+}
+
+TEST(Protocol, AfterALossTheLastSurvivorsLeaveUntilTheWorldFits) {
+    const BatchGeometry b12{12, 1};
+    auto p = formed(config(1, 6, 1, 8), 6);
+    (void)all_arrive(p, 1, 1, {"u0", "u1", "u2", "u3", "u4", "u5"}, 10, b12);
+    // 6 -> 5 survivors: 12 / 5 is not whole, 12 / 4 is: u4 leaves healthy with the lost u5.
+    (void)ok(p.lost("u5", 20));
+    auto out = all_arrive(p, 1, 2, {"u0", "u1", "u2", "u3", "u4"}, 30, b12);
+    auto d = same_decision(out);
+    EXPECT_EQ(recipients(out), (std::set<std::string>{"u0", "u1", "u2", "u3", "u4"}));
+    EXPECT_EQ(d->kind, DecisionKind::Reshaped);
+    EXPECT_EQ(d->reason, "lost");
+    EXPECT_TRUE(d->rewind);
+    EXPECT_EQ(d->next.units, (std::vector<std::uint32_t>{0, 1, 2, 3}));
+    EXPECT_EQ(d->leaving, (std::vector<std::string>{"u4", "u5"}));
+    EXPECT_EQ(d->lost, (std::vector<std::string>{"u5"}));
+
+    // MIN 4 and B = 20: losing one of 5 units keeps 4 (20 / 4 is whole).
+    auto q = formed(config(1, 5, 4, 8), 5);
+    (void)all_arrive(q, 1, 1, {"u0", "u1", "u2", "u3", "u4"}, 10, BatchGeometry{20, 1});
+    (void)ok(q.lost("u0", 20));
+    auto k = same_decision(all_arrive(q, 1, 2, {"u1", "u2", "u3", "u4"}, 30, BatchGeometry{20, 1}));
+    EXPECT_EQ(k->kind, DecisionKind::Reshaped);
+    EXPECT_EQ(k->next.world, 4u);
+    // Losing one more: 3 does not divide 20, 2 would but is below MIN 4: STOP.
+    (void)ok(q.lost("u1", 40));
+    auto s = same_decision(all_arrive(q, 2, 3, {"u2", "u3", "u4"}, 50, BatchGeometry{20, 1}));
+    EXPECT_EQ(s->kind, DecisionKind::Stop);
+    EXPECT_EQ(s->reason, "below-min");
+}
+
+TEST(Protocol, APartialGrowTakesOnlyUnitsThatKeepTheWorldFitting) {
+    const BatchGeometry b8{8, 1};
+    auto p = formed(config(1, 2, 1, 8), 2);
+    (void)all_arrive(p, 1, 1, {"u0", "u1"}, 10, b8);
+    ASSERT_TRUE(p.request_reshape(8, 1000));
+    for (std::uint32_t j = 2; j < 5; ++j) (void)ok(p.join("j" + std::to_string(j), j, 0, 1000));
+    // After the wait 3 complete joiner units are in: 2 + 3 = 5 does not divide 8, 2 + 2 does.
+    auto d = same_decision(all_arrive(p, 1, 2, {"u0", "u1"}, 4000, b8));
+    EXPECT_EQ(d->kind, DecisionKind::Reshaped);
+    EXPECT_EQ(d->next.world, 4u);
+    EXPECT_EQ(d->joining, (std::vector<std::string>{"j2", "j3"}));
+    EXPECT_EQ(p.status().pending_joiners, (std::vector<std::string>{"j4"}));
 }

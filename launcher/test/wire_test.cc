@@ -28,11 +28,17 @@ TEST(Wire, ParsesEveryOp) {
     EXPECT_EQ(r.value().id, "node1.1234");
     EXPECT_EQ(r.value().unit, 3u);
     EXPECT_EQ(r.value().slot, 1u);
-    auto b = parse(R"({"v":1,"op":"boundary","rid":1,"id":"x","generation":4,"step":99})");
+    auto b = parse(R"({"v":1,"op":"boundary","rid":1,"id":"x","generation":4,"step":99,)"
+                   R"("global_batch":96,"micro_batch":4})");
     ASSERT_TRUE(b) << b.error();
     EXPECT_EQ(b.value().secret, "");  // missing secret: parsed, refused by the service
     EXPECT_EQ(b.value().generation, 4u);
     EXPECT_EQ(b.value().step, 99u);
+    EXPECT_EQ(b.value().batch.global_batch, 96u);
+    EXPECT_EQ(b.value().batch.micro_batch, 4u);
+    auto nb = parse(R"({"v":1,"op":"boundary","rid":1,"id":"x","generation":4,"step":99})");
+    ASSERT_FALSE(nb);
+    EXPECT_EQ(nb.error(), "op boundary: field 'global_batch' is missing");
     auto w = parse(R"({"v":1,"op":"kv_wait","rid":1,"generation":2,"keys":["rank_0","1/a"],"timeout_ms":500})");
     ASSERT_TRUE(w) << w.error();
     EXPECT_EQ(w.value().keys, (std::vector<std::string>{"rank_0", "1/a"}));
@@ -52,6 +58,15 @@ TEST(Wire, RoundTripThroughRequestHeader) {
     auto back = parse(request_header(r));
     ASSERT_TRUE(back) << back.error();
     EXPECT_EQ(back.value().op, Op::Reshape);
+    Request bd;
+    bd.op = Op::Boundary;
+    bd.id = "r0";
+    bd.generation = 2;
+    bd.step = 7;
+    bd.batch = {48, 2};
+    auto bback = parse(request_header(bd));
+    ASSERT_TRUE(bback) << bback.error();
+    EXPECT_EQ(bback.value().batch, (BatchGeometry{48, 2}));
     EXPECT_EQ(back.value().units, 6u);
     EXPECT_EQ(back.value().rid, 42u);
     Request g;
