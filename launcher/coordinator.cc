@@ -2,8 +2,8 @@
 #include "coordinator.h"
 
 #include <chrono>
-#include <list>
 #include <map>
+#include <set>
 
 #include <zmq.hpp>
 
@@ -40,6 +40,7 @@ struct Coordinator::Impl {
         std::vector<std::string> keys;
         bool want_value;
         std::int64_t deadline;
+        std::set<std::string> missing;  // of keys, those not set yet (each in kv_wanted)
     };
 
     CoordinatorConfig cfg;
@@ -50,7 +51,12 @@ struct Coordinator::Impl {
     Protocol protocol;
     KvStore kv;
     std::map<std::string, Waiting, std::less<>> waiting;
-    std::list<KvWaiter> kv_waiters;
+    // Waiters by number, and the waiters missing each (generation, key): a kv_set wakes only
+    // those waiting for its key, so its cost does not grow with every key everybody awaits.
+    std::map<std::uint64_t, KvWaiter> kv_waiters;
+    std::map<std::pair<std::uint64_t, std::string>, std::set<std::uint64_t>> kv_wanted;
+    std::uint64_t next_waiter = 0;
+    std::size_t kv_waiting_keys = 0;  // the sum of every waiter's missing keys
     RateLimit log_limit{20, 1000};
     std::uint64_t generation_seen = 0;
     CoordinatorCounters *counters = nullptr;  // owned by the Coordinator
@@ -124,14 +130,42 @@ struct Coordinator::Impl {
         if (g < 2) return;
         kv.drop_below(g - 1);
         for (auto it = kv_waiters.begin(); it != kv_waiters.end();) {
-            if (it->generation < g - 1) {
-                send(it->routing, error_reply(it->rid, "generation " + std::to_string(it->generation) +
-                                                           " was retired"));
-                it = kv_waiters.erase(it);
+            if (it->second.generation < g - 1) {
+                send(it->second.routing, error_reply(it->second.rid, "generation " +
+                                                                         std::to_string(it->second.generation) +
+                                                                         " was retired"));
+                it = remove_waiter(it);
             } else {
                 ++it;
             }
         }
+    }
+
+    // Parks a kv_get/kv_wait whose keys are not all set, within the bounds on waiters and
+    // on the keys they wait for together (each waiting key costs memory until it is set).
+    Status add_waiter(KvWaiter w) {
+        for (const auto &k : w.keys)
+            if (!kv.get(w.generation, k)) w.missing.insert(k);
+        if (kv_waiters.size() >= cfg.max_waiters) return make_error("too many waiting kv requests");
+        if (w.missing.size() > cfg.max_waiting_keys - std::min(kv_waiting_keys, cfg.max_waiting_keys))
+            return make_error("too many keys waited for (" + std::to_string(kv_waiting_keys) +
+                              " already, at most " + std::to_string(cfg.max_waiting_keys) + ")");
+        const std::uint64_t n = next_waiter++;
+        for (const auto &k : w.missing) kv_wanted[{w.generation, k}].insert(n);
+        kv_waiting_keys += w.missing.size();
+        kv_waiters.emplace(n, std::move(w));
+        return Status::success();
+    }
+
+    std::map<std::uint64_t, KvWaiter>::iterator remove_waiter(std::map<std::uint64_t, KvWaiter>::iterator it) {
+        for (const auto &k : it->second.missing) {
+            auto w = kv_wanted.find({it->second.generation, k});
+            if (w == kv_wanted.end()) continue;
+            w->second.erase(it->first);
+            if (w->second.empty()) kv_wanted.erase(w);
+        }
+        kv_waiting_keys -= it->second.missing.size();
+        return kv_waiters.erase(it);
     }
 
     Status check_kv_generation(std::uint64_t g) const {
@@ -143,15 +177,20 @@ struct Coordinator::Impl {
         return Status::success();
     }
 
-    // Answers the waiters of `generation` whose keys are all present.
-    void wake_kv(std::uint64_t generation) {
-        for (auto it = kv_waiters.begin(); it != kv_waiters.end();) {
-            if (it->generation == generation && kv.has_all(generation, it->keys)) {
-                answer_kv(*it);
-                it = kv_waiters.erase(it);
-            } else {
-                ++it;
-            }
+    // `key` of `generation` was set: answers the waiters it was the last missing key of.
+    void wake_kv(std::uint64_t generation, const std::string &key) {
+        auto wanted = kv_wanted.find({generation, key});
+        if (wanted == kv_wanted.end()) return;
+        const std::set<std::uint64_t> ids = std::move(wanted->second);
+        kv_wanted.erase(wanted);
+        for (std::uint64_t id : ids) {
+            auto it = kv_waiters.find(id);
+            if (it == kv_waiters.end()) continue;
+            it->second.missing.erase(key);
+            --kv_waiting_keys;
+            if (!it->second.missing.empty()) continue;
+            answer_kv(it->second);
+            kv_waiters.erase(it);
         }
     }
 
@@ -249,19 +288,17 @@ struct Coordinator::Impl {
             if (auto st = check_kv_generation(r.generation); !st) return reply_status(st);
             auto st = kv.set(r.generation, r.keys.front(), r.value);
             reply_status(st);
-            if (st) wake_kv(r.generation);
+            if (st) wake_kv(r.generation, r.keys.front());
             return;
         }
         case Op::KvGet:
         case Op::KvWait: {
             if (auto st = check_kv_generation(r.generation); !st) return reply_status(st);
-            KvWaiter w{routing, r.rid, r.generation, r.keys, r.op == Op::KvGet, now + r.timeout_ms};
+            KvWaiter w{routing, r.rid, r.generation, r.keys, r.op == Op::KvGet, now + r.timeout_ms, {}};
             if (kv.has_all(r.generation, r.keys)) return answer_kv(w);
             if (r.timeout_ms == 0)
                 return send(routing, error_reply(r.rid, "key '" + r.keys.front() + "' not found"));
-            if (kv_waiters.size() >= cfg.max_waiters)
-                return send(routing, error_reply(r.rid, "too many waiting kv requests"));
-            kv_waiters.push_back(std::move(w));
+            if (auto st = add_waiter(std::move(w)); !st) return send(routing, error_reply(r.rid, st.error()));
             return;
         }
         }
@@ -270,10 +307,10 @@ struct Coordinator::Impl {
     void expire(std::int64_t now) {
         deliver(protocol.tick(now));
         for (auto it = kv_waiters.begin(); it != kv_waiters.end();) {
-            if (now >= it->deadline) {
-                send(it->routing, error_reply(it->rid, "timeout waiting for key(s) in generation " +
-                                                           std::to_string(it->generation)));
-                it = kv_waiters.erase(it);
+            if (now >= it->second.deadline) {
+                send(it->second.routing, error_reply(it->second.rid, "timeout waiting for key(s) in generation " +
+                                                                         std::to_string(it->second.generation)));
+                it = remove_waiter(it);
             } else {
                 ++it;
             }
@@ -283,7 +320,7 @@ struct Coordinator::Impl {
     std::int64_t poll_timeout(std::int64_t now) const {
         std::int64_t t = kPollMs;
         if (auto d = protocol.next_deadline()) t = std::min(t, std::max<std::int64_t>(0, *d - now));
-        for (const auto &w : kv_waiters) t = std::min(t, std::max<std::int64_t>(0, w.deadline - now));
+        for (const auto &[n, w] : kv_waiters) t = std::min(t, std::max<std::int64_t>(0, w.deadline - now));
         return t;
     }
 

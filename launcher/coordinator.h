@@ -38,6 +38,7 @@ struct CoordinatorConfig {
     ProtocolConfig protocol;
     KvLimits kv;
     std::size_t max_waiters = 65536;  // deferred kv_get/kv_wait requests
+    std::size_t max_waiting_keys = 1u << 20;  // the keys they wait for, all together
 };
 
 struct CoordinatorCounters {

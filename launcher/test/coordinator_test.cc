@@ -31,7 +31,8 @@ const std::string kSecret = std::string(32, 'a') + std::string(32, '5');
 const std::string kOther = std::string(64, 'b');
 
 std::unique_ptr<Coordinator> start(std::uint32_t units, std::uint32_t min, std::uint32_t max,
-                                   std::size_t max_waiters = CoordinatorConfig{}.max_waiters) {
+                                   std::size_t max_waiters = CoordinatorConfig{}.max_waiters,
+                                   std::size_t max_waiting_keys = CoordinatorConfig{}.max_waiting_keys) {
     CoordinatorConfig cfg;
     cfg.bind = {"tcp://127.0.0.1:0"};
     cfg.secret = kSecret;
@@ -41,6 +42,7 @@ std::unique_ptr<Coordinator> start(std::uint32_t units, std::uint32_t min, std::
     cfg.protocol.max_units = max;
     cfg.protocol.boundary_timeout_ms = 3000;
     cfg.max_waiters = max_waiters;
+    cfg.max_waiting_keys = max_waiting_keys;
     auto c = Coordinator::start(cfg);
     EXPECT_TRUE(c) << c.error();
     return c ? std::move(c).value() : nullptr;
@@ -381,6 +383,44 @@ TEST(Coordinator, WaitingKvRequestsAreBounded) {
         ASSERT_TRUE(got) << got.error();
         EXPECT_EQ(got.value(), "v");
     }
+}
+
+// The keys all waiters wait for are bounded together (one waiter may name 4096): a wait
+// that would pass the bound is refused at once; set keys stop counting.
+TEST(Coordinator, KeysWaitedForAreBoundedTogether) {
+    auto c = start(1, 1, 1, CoordinatorConfig{}.max_waiters, 4);
+    ASSERT_TRUE(c);
+    std::vector<std::unique_ptr<CoordinatorClient>> clients;
+    for (int i = 0; i < 4; ++i) clients.push_back(client(*c));
+    auto wait = [&](int i, std::vector<std::string> keys) {
+        return std::async(std::launch::async, [&, i, keys] { return clients[i]->kv_wait(1, keys, 5000); });
+    };
+    ASSERT_TRUE(clients[3]->kv_set(1, "set", "v", 3000));
+    // 3 missing keys ("set" is there, "c" named twice counts once), then 1 more: 4 in all.
+    auto w0 = wait(0, {"a", "b", "c", "c", "set"});
+    auto w1 = wait(1, {"a"});
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    EXPECT_EQ(w0.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout);
+    EXPECT_EQ(w1.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout);
+    auto over = clients[2]->kv_wait(1, {"d"}, 5000);  // a fifth: refused at once
+    ASSERT_FALSE(over);
+    EXPECT_NE(over.error().find("too many keys waited for (4 already, at most 4)"), std::string::npos)
+        << over.error();
+    // Setting "a" answers w1 (its only key) and leaves w0 waiting for b and c.
+    ASSERT_TRUE(clients[3]->kv_set(1, "a", "1", 3000));
+    auto r1 = w1.get();
+    EXPECT_TRUE(r1) << r1.error();
+    EXPECT_EQ(w0.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout);
+    // b and c are now the only keys waited for: two more fit.
+    auto w2 = wait(2, {"d", "e"});
+    ASSERT_TRUE(clients[3]->kv_set(1, "b", "1", 3000));
+    ASSERT_TRUE(clients[3]->kv_set(1, "c", "1", 3000));
+    auto r0 = w0.get();
+    EXPECT_TRUE(r0) << r0.error();
+    ASSERT_TRUE(clients[3]->kv_set(1, "e", "1", 3000));
+    ASSERT_TRUE(clients[3]->kv_set(1, "d", "1", 3000));
+    auto r2 = w2.get();
+    EXPECT_TRUE(r2) << r2.error();
 }
 
 TEST(Coordinator, ClientTimeoutKeepsTheConnectionUsable) {
