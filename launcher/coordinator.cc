@@ -37,10 +37,12 @@ struct Coordinator::Impl {
         std::string routing;
         std::uint64_t rid;
         std::uint64_t generation;
-        std::vector<std::string> keys;
+        std::string first_key;  // kv_get answers with its value
         bool want_value;
         std::int64_t deadline;
-        std::set<std::string> missing;  // of keys, those not set yet (each in kv_wanted)
+        // The keys not set yet (each in kv_wanted). Only these are kept, so a waiter's
+        // memory is bounded by max_waiting_keys, however many keys it named.
+        std::set<std::string> missing;
     };
 
     CoordinatorConfig cfg;
@@ -143,8 +145,8 @@ struct Coordinator::Impl {
 
     // Parks a kv_get/kv_wait whose keys are not all set, within the bounds on waiters and
     // on the keys they wait for together (each waiting key costs memory until it is set).
-    Status add_waiter(KvWaiter w) {
-        for (const auto &k : w.keys)
+    Status add_waiter(KvWaiter w, const std::vector<std::string> &keys) {
+        for (const auto &k : keys)
             if (!kv.get(w.generation, k)) w.missing.insert(k);
         if (kv_waiters.size() >= cfg.max_waiters) return make_error("too many waiting kv requests");
         if (w.missing.size() > cfg.max_waiting_keys - std::min(kv_waiting_keys, cfg.max_waiting_keys))
@@ -196,7 +198,7 @@ struct Coordinator::Impl {
 
     void answer_kv(const KvWaiter &w) {
         if (w.want_value) {
-            send(w.routing, ok_reply(w.rid), kv.get(w.generation, w.keys.front()));
+            send(w.routing, ok_reply(w.rid), kv.get(w.generation, w.first_key));
         } else {
             send(w.routing, ok_reply(w.rid));
         }
@@ -294,11 +296,11 @@ struct Coordinator::Impl {
         case Op::KvGet:
         case Op::KvWait: {
             if (auto st = check_kv_generation(r.generation); !st) return reply_status(st);
-            KvWaiter w{routing, r.rid, r.generation, r.keys, r.op == Op::KvGet, now + r.timeout_ms, {}};
+            KvWaiter w{routing, r.rid, r.generation, r.keys.front(), r.op == Op::KvGet, now + r.timeout_ms, {}};
             if (kv.has_all(r.generation, r.keys)) return answer_kv(w);
             if (r.timeout_ms == 0)
                 return send(routing, error_reply(r.rid, "key '" + r.keys.front() + "' not found"));
-            if (auto st = add_waiter(std::move(w)); !st) return send(routing, error_reply(r.rid, st.error()));
+            if (auto st = add_waiter(std::move(w), r.keys); !st) return send(routing, error_reply(r.rid, st.error()));
             return;
         }
         }
