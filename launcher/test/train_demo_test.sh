@@ -36,11 +36,13 @@ last=$(tail -n 1 t.jsonl | sed 's/.*"step": \([0-9]*\).*/\1/')
 "$omni_ckpt" ls --json T | grep -q "\"step\": *$last" || fail "no checkpoint of step $last after SIGTERM"
 
 # Bad options: exit 2 and a message naming the option.
+# Negative numbers are refused, not wrapped to 2^64 - N (--steps -3 trained without end).
 for bad in "--global-batch 0" "--global-batch 4096" "--micro-batch 3" "--steps 0" \
-           "--ckpt-every 5" "--lr -1" "--steps abc" "--no-such-option"; do
+           "--ckpt-every 5" "--lr -1" "--steps abc" "--no-such-option" "--steps -3" \
+           "--pace-ms -1" "--warmup -1" "--seed -1" "--ckpt-every -1" "--global-batch -64"; do
   rc=0
   # shellcheck disable=SC2086
-  "$demo" $bad >out 2>err || rc=$?
+  timeout 20 "$demo" $bad >out 2>err || rc=$?
   [ "$rc" = 2 ] || fail "'$bad': exit $rc, expected 2"
   opt=${bad%% *}
   grep -qe "${opt#--}" err || fail "'$bad': message does not name ${opt}: $(cat err)"

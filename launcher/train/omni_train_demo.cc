@@ -23,7 +23,10 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
+
+#include "omni/parse.h"
 
 #include "../comm.h"
 #include "../ledger.h"
@@ -317,19 +320,32 @@ int main(int argc, char **argv) {
         "Adam, warmup + cosine LR, gradient accumulation, checkpoints, JSONL metrics. The\n"
         "loss of every step is bitwise the same for any DP size and resize history. Runs\n"
         "standalone as one rank; resumes from the newest checkpoint in --ckpt.\n\nOptions");
+    // Integers are read as text and parsed strictly (omni/parse.h): boost's unsigned parser
+    // takes "-3" as 2^64 - 3, which made --steps -3 train without end.
+    struct UintOption {
+        const char *name;
+        std::uint64_t *to, min, max;
+        const char *help;
+    };
+    const std::uint64_t kMaxCount = std::uint64_t(1) << 40;
+    const UintOption uints[] = {
+        {"steps", &o.steps, 1, kMaxCount, "optimizer steps in all (the LR decays over them)"},
+        {"global-batch", &o.global_batch, 1, kMaxBatch, "samples per optimizer step, 1..2048"},
+        {"micro-batch", &o.micro_batch, 1, kMaxBatch, "samples per rank per micro-step; divides the global batch"},
+        {"seed", &o.seed, 0, UINT64_MAX, "data, order and initialisation seed"},
+        {"dataset-size", &o.dataset_size, 1, omni::launcher::kMaxDatasetSize, "samples per epoch, 1..2^48"},
+        {"warmup", &o.warmup, 0, kMaxCount, "steps of linear warmup"},
+        {"ckpt-every", &o.ckpt_every, 0, kMaxCount, "checkpoint every N steps (0: only on SIGTERM)"},
+        {"pace-ms", &o.pace_ms, 0, 3600000, "sleep this long in every step, as if computing (demos, tests)"},
+    };
+    std::map<std::string, std::string> uint_text;
+    desc.add_options()("help,h", "show this help and exit");
+    for (const auto &u : uints)
+        desc.add_options()(u.name, po::value<std::string>(&uint_text[u.name])->default_value(std::to_string(*u.to)), u.help);
     desc.add_options()
-        ("help,h", "show this help and exit")
-        ("steps", po::value<std::uint64_t>(&o.steps)->default_value(o.steps), "optimizer steps in all (the LR decays over them)")
-        ("global-batch", po::value<std::uint64_t>(&o.global_batch)->default_value(o.global_batch), "samples per optimizer step, 1..2048")
-        ("micro-batch", po::value<std::uint64_t>(&o.micro_batch)->default_value(o.micro_batch), "samples per rank per micro-step; divides the global batch")
-        ("seed", po::value<std::uint64_t>(&o.seed)->default_value(o.seed), "data, order and initialisation seed")
-        ("dataset-size", po::value<std::uint64_t>(&o.dataset_size)->default_value(o.dataset_size), "samples per epoch")
         ("lr", po::value<double>(&o.lr)->default_value(o.lr), "peak learning rate")
-        ("warmup", po::value<std::uint64_t>(&o.warmup)->default_value(o.warmup), "steps of linear warmup")
         ("ckpt", po::value<std::string>(&o.ckpt), "checkpoint root (resume from its newest checkpoint)")
-        ("ckpt-every", po::value<std::uint64_t>(&o.ckpt_every)->default_value(0), "checkpoint every N steps (0: only on SIGTERM)")
         ("metrics", po::value<std::string>(&o.metrics), "JSONL metrics file, one line per step")
-        ("pace-ms", po::value<std::uint64_t>(&o.pace_ms)->default_value(0), "sleep this long in every step, as if computing (demos, tests)")
         ("timestamps", po::bool_switch(&o.timestamps), "add the wall-clock time_ms to every metrics line (benchmarks)");
     po::variables_map vm;
     try {
@@ -339,13 +355,13 @@ int main(int argc, char **argv) {
         return usage_error(e.what());
     }
     if (vm.count("help")) { std::cout << desc << "\n"; return 0; }
-    if (o.steps == 0) return usage_error("--steps: expected at least 1");
-    if (o.global_batch < 1 || o.global_batch > kMaxBatch)
-        return usage_error("--global-batch " + std::to_string(o.global_batch) + ": expected 1.." + std::to_string(kMaxBatch));
-    if (o.micro_batch < 1 || o.global_batch % o.micro_batch)
+    for (const auto &u : uints) {
+        auto v = omni::parse_uint(uint_text[u.name], u.min, u.max, std::string("--") + u.name);
+        if (!v) return usage_error(v.error());
+        *u.to = v.value();
+    }
+    if (o.global_batch % o.micro_batch)
         return usage_error("--micro-batch " + std::to_string(o.micro_batch) + ": expected a divisor of --global-batch " + std::to_string(o.global_batch));
-    if (o.dataset_size < 1 || o.dataset_size > omni::launcher::kMaxDatasetSize)
-        return usage_error("--dataset-size: expected 1..2^48");
     if (!(o.lr > 0 && o.lr < 10)) return usage_error("--lr: expected a number in (0, 10)");
     if (o.ckpt_every && o.ckpt.empty()) return usage_error("--ckpt-every needs --ckpt DIR");
     struct sigaction sa {};
