@@ -52,7 +52,8 @@ const char *const kCommands =
 
 void usage_top(std::ostream &o) {
     o << "Usage: omni-hal COMMAND [OPTIONS]\n"
-         "       omni-hal COMMAND --help\n\n"
+         "       omni-hal COMMAND --help\n"
+         "       omni-hal --version\n\n"
       << kCommands
       << "\nThe topology is the live machine, or --topology FILE (hwloc XML, lstopo --of xml),\n"
          "or $HWLOC_XMLFILE; $HWLOC_FSROOT is honoured for the live machine.\n"
@@ -108,7 +109,13 @@ public:
     }
     virtual ~Command() = default;
 
-    po::options_description &options() { return desc_; }
+    /* Everything the command parses: its documented options and the hidden ones that
+     * carry positional arguments (help shows only the former). */
+    po::options_description options() const {
+        po::options_description all;
+        all.add(desc_).add(hidden_);
+        return all;
+    }
     void add_topology() {
         desc_.add_options()("topology,t", po::value<std::string>(),
                             "hwloc XML file to read instead of the live machine");
@@ -146,6 +153,7 @@ protected:
 
     std::string name_, synopsis_, about_;
     po::options_description desc_;
+    po::options_description hidden_;  // positional arguments
 };
 
 class Show : public Command {
@@ -335,8 +343,8 @@ public:
     Merge() : Command("merge", "-o FILE INPUT...",
                       "Combine topology files (omni-topology(5)) into one site file; a host in "
                       "two inputs is an error.") {
-        desc_.add_options()("output,o", po::value<std::string>(), "file to write, - for stdout")(
-            "input", po::value<std::vector<std::string>>(), "topology files");
+        desc_.add_options()("output,o", po::value<std::string>(), "file to write, - for stdout");
+        hidden_.add_options()("input", po::value<std::vector<std::string>>(), "topology files");
         positional.add("input", -1);
     }
     int run(const po::variables_map &vm) override {
@@ -367,7 +375,7 @@ public:
     Validate() : Command("validate", "FILE...",
                          "Check site topology files (omni-topology(5)); exit 0 when all are "
                          "valid, 1 otherwise.") {
-        desc_.add_options()("input", po::value<std::vector<std::string>>(), "topology files");
+        hidden_.add_options()("input", po::value<std::vector<std::string>>(), "topology files");
         positional.add("input", -1);
     }
     int run(const po::variables_map &vm) override {

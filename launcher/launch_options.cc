@@ -49,7 +49,7 @@ po::options_description describe() {
         ("announce", po::value<std::string>(), "yes|no: announce a planned resize one step ahead, "
                                                 "so that ranks allocate for it during that step and the "
                                                 "pause is shorter (default yes)")
-        ("dry-run", "print the srun command line of the first step and exit");
+        ("dry-run", "print the srun command line of every initial unit's step and exit");
     return o;
 }
 
