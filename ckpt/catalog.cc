@@ -1,5 +1,10 @@
 // Listing a checkpoint root (omni-ckpt ls) and retention (omni-ckpt gc).
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -34,7 +39,14 @@ std::uint64_t youngest_age(const std::string &dir) {
     return youngest;
 }
 
+std::function<void()> &gc_before_latest_hook() {
+    static std::function<void()> hook;
+    return hook;
+}
+
 }  // namespace
+
+void set_gc_before_latest_hook(std::function<void()> hook) { gc_before_latest_hook() = std::move(hook); }
 
 Result<std::vector<CheckpointEntry>> list(const std::string &root) {
     if (!fsio::is_dir(root)) return make_error(root + ": not a directory (expected a checkpoint root)");
@@ -49,13 +61,26 @@ Result<std::vector<CheckpointEntry>> list(const std::string &root) {
         e.path = path;
         if (auto step = parse_step_dir_name(name)) {
             e.step = *step;
-            auto m = read_index(path);
-            if (m) {
-                const Manifest &man = m.value();
-                if (man.meta.step != e.step) {
-                    e.problem = "index records step " + std::to_string(man.meta.step);
+            // Only a missing index.h5 makes a step directory incomplete (gc retires it). An
+            // index that exists but cannot be read now (another process holds HDF5's lock on
+            // it, a newer format, EACCES, EIO) belongs to a committed checkpoint that gc must
+            // not remove and open_latest must not skip.
+            struct stat st;
+            const std::string index = fsio::join(path, kIndexFile);
+            const int stat_err = ::stat(index.c_str(), &st) == 0 ? 0 : errno;
+            if (stat_err == ENOENT) {
+                e.problem = "no index.h5: retired by gc (it keeps only files that newer "
+                            "checkpoints reference) or damaged";
+            } else {
+                e.complete = true;
+                auto m = stat_err ? Result<Manifest>(make_error(index + ": " + std::strerror(stat_err)))
+                                  : read_index(path);
+                Status consistent = m ? check_index_step(path, m.value()) : Status(make_error(m.error()));
+                if (!consistent) {
+                    e.unreadable = true;
+                    e.problem = "unreadable: " + consistent.error();
                 } else {
-                    e.complete = true;
+                    const Manifest &man = m.value();
                     e.writers = man.writers;
                     e.generation = man.meta.generation;
                     e.world_size = man.meta.world_size;
@@ -69,11 +94,6 @@ Result<std::vector<CheckpointEntry>> list(const std::string &root) {
                         }
                     e.bases.assign(bases.begin(), bases.end());
                 }
-            } else if (!fsio::exists(fsio::join(path, kIndexFile))) {
-                e.problem = "no index.h5: retired by gc (it keeps only files that newer "
-                            "checkpoints reference) or damaged";
-            } else {
-                e.problem = m.error();
             }
         } else if (auto pstep = parse_partial_dir_name(name)) {
             e.step = *pstep;
@@ -103,6 +123,35 @@ Result<GcReport> gc(const std::string &root, const GcPolicy &policy) {
     if (!listed) return make_error(listed.error());
     const auto &entries = listed.value();
 
+    GcReport rep;
+    for (const auto &e : entries)
+        if (e.unreadable) rep.unreadable.push_back(e.name + ": " + e.problem);
+    if (!rep.unreadable.empty()) {
+        // gc cannot tell which files of other checkpoints an unreadable one references, so it
+        // keeps every committed and retired directory. Partial directories are never
+        // referenced (a base is always committed), so those past the grace time still go.
+        for (const auto &e : entries) {
+            if (!parse_partial_dir_name(e.name)) {
+                if (e.complete) rep.kept.push_back(e.name);
+                continue;
+            }
+            if (e.age_seconds < policy.grace_seconds) {
+                rep.skipped.push_back(e.name);
+                continue;
+            }
+            if (!policy.dry_run)
+                if (auto st = fsio::remove_tree(e.path); !st) return make_error("gc: " + st.error());
+            rep.bytes_freed += e.bytes;
+            rep.removed.push_back(e.name);
+        }
+        if (!policy.dry_run) {
+            if (auto hook = gc_before_latest_hook()) hook();
+            if (auto st = update_latest(root); !st) return make_error("gc: " + st.error());
+            (void)fsio::fsync_path(root);
+        }
+        return rep;
+    }
+
     std::set<std::string> kept;
     std::vector<const CheckpointEntry *> complete;
     for (const auto &e : entries)
@@ -127,7 +176,6 @@ Result<GcReport> gc(const std::string &root, const GcPolicy &policy) {
             }
     }
 
-    GcReport rep;
     rep.kept.assign(kept.begin(), kept.end());
     for (const auto &e : entries) {
         if (kept.count(e.name)) continue;
@@ -167,10 +215,13 @@ Result<GcReport> gc(const std::string &root, const GcPolicy &policy) {
         }
     }
     // Keep `latest` pointing at the newest complete checkpoint: a crash between a commit's
-    // rename and its link update may have left it on an older one that was just removed.
-    if (!policy.dry_run && !complete.empty())
-        if (auto st = fsio::replace_symlink(complete.back()->name, fsio::join(root, kLatestLink)); !st)
-            return make_error("gc: " + st.error());
+    // rename and its link update may have left it on an older one that was just removed. The
+    // root is looked at again now, not as listed above: a checkpoint committed while gc ran
+    // is newer than anything in that listing.
+    if (!policy.dry_run) {
+        if (auto hook = gc_before_latest_hook()) hook();
+        if (auto st = update_latest(root); !st) return make_error("gc: " + st.error());
+    }
     // Durability of the removals is not needed for safety: a resurrected file is removed by
     // the next gc.
     if (!policy.dry_run) (void)fsio::fsync_path(root);

@@ -5,8 +5,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <climits>
+#include <cstdlib>
 #include <cerrno>
 
+#include <algorithm>
 #include <ctime>
 #include <deque>
 #include <mutex>
@@ -175,6 +178,17 @@ std::shared_ptr<const ShardManifest> written_shard(const std::string &ckpt_dir, 
     return nullptr;
 }
 
+Status check_index_step(const std::string &ckpt_dir, const Manifest &m) {
+    std::string name = fsio::basename(ckpt_dir);
+    char real[PATH_MAX];
+    if (::realpath(ckpt_dir.c_str(), real)) name = fsio::basename(real);   // ROOT/latest
+    const auto step = parse_step_dir_name(name);
+    if (!step || *step == m.meta.step) return Status::success();
+    return make_error(fsio::join(ckpt_dir, kIndexFile) + " records step " + std::to_string(m.meta.step) +
+                      ", but its directory is " + name + ": expected " + step_dir_name(m.meta.step) +
+                      " (copied or renamed by hand?)");
+}
+
 namespace {
 // Identifies an index by its bytes: size and XXH3 of the whole file (an index is a few
 // hundred bytes per slice; hashing it costs a fraction of parsing it). Timestamps and inode
@@ -185,7 +199,8 @@ namespace {
 constexpr std::uint64_t kIndexCacheMaxBytes = std::uint64_t(64) << 20;
 }  // namespace
 
-Result<std::shared_ptr<const Manifest>> read_index_cached(const std::string &ckpt_dir) {
+namespace {
+Result<std::shared_ptr<const Manifest>> read_index_cached_unchecked(const std::string &ckpt_dir) {
     static std::mutex mu;
     using Key = std::pair<std::string, std::pair<std::uint64_t, std::uint64_t>>;
     static std::deque<std::pair<Key, std::shared_ptr<const Manifest>>> cache;   // newest first
@@ -212,6 +227,16 @@ Result<std::shared_ptr<const Manifest>> read_index_cached(const std::string &ckp
     cache.emplace_front(key, shared);
     if (cache.size() > kIndexCacheEntries) cache.pop_back();
     return shared;
+}
+}  // namespace
+
+Result<std::shared_ptr<const Manifest>> read_index_cached(const std::string &ckpt_dir) {
+    auto m = read_index_cached_unchecked(ckpt_dir);
+    if (!m) return m;
+    // Reader::open comes through here: open_latest must fail on a step-N directory holding
+    // another step's index rather than load it as step N.
+    if (auto st = check_index_step(ckpt_dir, *m.value()); !st) return make_error(st.error());
+    return m;
 }
 
 namespace {
@@ -481,14 +506,50 @@ Result<std::string> commit_partial(const CommitRequest &req) {
     if (req.fsync)
         if (auto st = fsio::fsync_path(parent); !st) return make_error("commit: " + st.error());
     if (!req.latest_root.empty()) {
-        if (auto st = fsio::replace_symlink(fsio::basename(req.final_dir),
-                                            fsio::join(req.latest_root, kLatestLink));
-            !st)
+        // To the newest committed step, which is this one unless a higher step was committed
+        // first (a retried or late lower step must not move `latest` backwards).
+        if (auto st = update_latest(req.latest_root); !st)
             return make_error("commit: checkpoint committed, but " + st.error());
         // Not fsynced: `latest` is a convenience for tools; loaders pick the newest complete
         // directory, so a link lost in a crash costs nothing and saves a journal commit.
     }
     return req.final_dir;
+}
+
+Result<std::string> newest_committed(const std::string &root) {
+    auto names = fsio::list_dir(root);
+    if (!names) return make_error(names.error());
+    std::vector<std::pair<std::uint64_t, std::string>> steps;
+    for (const auto &n : names.value())
+        if (auto step = parse_step_dir_name(n)) steps.emplace_back(*step, n);
+    std::sort(steps.begin(), steps.end());
+    for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+        const std::string dir = fsio::join(root, it->second);
+        if (!fsio::is_dir(dir)) continue;
+        struct stat st;
+        // Only a missing index (retired by gc, or not a checkpoint) disqualifies a directory;
+        // one we cannot even stat may be committed, and latest must not go below it.
+        if (::stat(fsio::join(dir, kIndexFile).c_str(), &st) != 0 && errno == ENOENT) continue;
+        return it->second;
+    }
+    return std::string();
+}
+
+Status update_latest(const std::string &root) {
+    const std::string link = fsio::join(root, kLatestLink);
+    // Each round either finds the link already at the newest step or replaces it and looks
+    // again; a few rounds settle any number of concurrent updaters, each of which scans after
+    // its own replace. The bound only stops a root committed into without pause.
+    for (int round = 0; round < 8; ++round) {
+        auto newest = newest_committed(root);
+        if (!newest) return make_error(newest.error());
+        if (newest.value().empty()) return Status::success();
+        char buf[PATH_MAX];
+        const ssize_t n = ::readlink(link.c_str(), buf, sizeof buf - 1);
+        if (n > 0 && std::string(buf, static_cast<std::size_t>(n)) == newest.value()) return Status::success();
+        if (auto st = fsio::replace_symlink(newest.value(), link); !st) return st;
+    }
+    return Status::success();
 }
 
 Result<std::string> commit(const std::string &root, std::uint32_t writers, const Meta &meta,

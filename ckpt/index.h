@@ -4,6 +4,7 @@
 #ifndef OMNI_CKPT_INDEX_H
 #define OMNI_CKPT_INDEX_H
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -77,6 +78,24 @@ struct CommitRequest {
     bool fsync = true;
 };
 Result<std::string> commit_partial(const CommitRequest &req);
+
+// The name of the committed checkpoint with the highest step under `root`: a step-N directory
+// holding an index.h5, readable or not (an index that cannot be read right now, or of a newer
+// format, is still a commit). "" if there is none.
+Result<std::string> newest_committed(const std::string &root);
+// Points ROOT/latest at newest_committed(root), as found at that moment, so it never moves to
+// a lower step than a committed one it named; leaves it alone when nothing is committed.
+// Scans again after replacing the link: a commit that replaced it between our scan and our
+// replace would otherwise be overwritten with an older step.
+Status update_latest(const std::string &root);
+// Test seam: when set, gc calls it after its removals and before it updates `latest` (a test
+// commits a checkpoint there, as a trainer may while gc runs).
+void set_gc_before_latest_hook(std::function<void()> hook);
+
+// Refuses the index `m` of `ckpt_dir` when the directory (symbolic links resolved) is named
+// step-N and `m` records another step: a checkpoint root takes step-N for step N, so such a
+// directory (copied or renamed by hand) is neither loaded nor counted as that step.
+Status check_index_step(const std::string &ckpt_dir, const Manifest &m);
 
 // The XXH3-64 of a rank's state: its rng bytes followed by its consumed indices.
 std::uint64_t rank_state_hash(const RankState &s);

@@ -3,6 +3,9 @@
 // Both read every logical tensor through a verifying Reader (so a corrupt or missing source
 // fails the rewrite instead of being copied) and write through ShardWriter + commit, so the
 // output goes through the same atomic commit as a training checkpoint.
+#include <limits.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <vector>
@@ -26,6 +29,62 @@ struct Assignment {
 
 using Layout = std::vector<std::vector<Assignment>>;   // per writer
 
+std::string real_path(const std::string &path) {
+    char buf[PATH_MAX];
+    return ::realpath(path.c_str(), buf) ? std::string(buf) : std::string();
+}
+
+// The absolute path `out` will have once created: the real path of its nearest existing
+// ancestor with the rest appended ("x/.." of a directory still to be made is its parent).
+// "" if no ancestor resolves.
+std::string resolved_output(const std::string &out) {
+    std::vector<std::string> rest;
+    std::string p = out;
+    struct stat st;
+    while (::lstat(p.c_str(), &st) != 0) {
+        const std::string parent = fsio::dirname(p);
+        rest.push_back(fsio::basename(p));
+        if (parent == p) return std::string();
+        p = parent;
+    }
+    std::string r = real_path(p);
+    if (r.empty()) return r;
+    for (auto it = rest.rbegin(); it != rest.rend(); ++it) {
+        if (*it == "." || it->empty()) continue;
+        if (*it == "..") r = fsio::dirname(r);
+        else r = r == "/" ? "/" + *it : r + "/" + *it;
+    }
+    return r;
+}
+
+// Refuses an output that gc would destroy: one inside the source or any other checkpoint
+// directory (removed whole when that checkpoint goes), and one named step-N or like a partial
+// directory in a way that does not match `step` (listed as another step's checkpoint with an
+// index of the wrong step, or as an abandoned partial).
+Status check_output(const std::string &ckpt_dir, const std::string &out, std::uint64_t step) {
+    const std::string real = resolved_output(out);
+    if (real.empty()) return make_error("output " + out + ": cannot resolve its parent directory");
+    const std::string src = real_path(ckpt_dir);
+    const std::string why = ": gc removes a checkpoint directory with everything in it; expected a "
+                            "path outside every checkpoint directory";
+    if (!src.empty() && (real == src || real.compare(0, src.size() + 1, src + "/") == 0))
+        return make_error("output " + out + " lies inside the source checkpoint " + ckpt_dir + why);
+    for (std::string a = fsio::dirname(real); a != "/" && a != "."; a = fsio::dirname(a)) {
+        const std::string name = fsio::basename(a);
+        if (parse_step_dir_name(name) || parse_partial_dir_name(name) || fsio::exists(fsio::join(a, kIndexFile)))
+            return make_error("output " + out + " lies inside the checkpoint directory " + a + why);
+    }
+    const std::string name = fsio::basename(real);
+    if (auto n = parse_step_dir_name(name); n && *n != step)
+        return make_error("output " + out + " is named for step " + std::to_string(*n) + ", but " + ckpt_dir +
+                          " holds step " + std::to_string(step) + ": expected " + step_dir_name(step) +
+                          " or a name not of the form step-N (in a checkpoint root, step-N is step N)");
+    if (parse_partial_dir_name(name))
+        return make_error("output " + out + " is named like a partial checkpoint directory, which gc "
+                          "removes; expected another name");
+    return Status::success();
+}
+
 Result<std::string> rewrite(const std::string &ckpt_dir, const std::string &out,
                             std::uint32_t writers, const std::function<Layout(const Manifest &)> &plan,
                             const Progress &progress) {
@@ -34,6 +93,7 @@ Result<std::string> rewrite(const std::string &ckpt_dir, const std::string &out,
     if (!reader) return make_error(reader.error());
     Reader &r = *reader.value();
     const Manifest &m = r.manifest();
+    if (auto st = check_output(ckpt_dir, out, m.meta.step); !st) return make_error(st.error());
     const Layout layout = plan(m);
 
     const std::string parent = fsio::dirname(out);

@@ -93,6 +93,7 @@ json entry_json(const CheckpointEntry &e) {
                 {"name", e.name},
                 {"step", e.step},
                 {"complete", e.complete},
+                {"unreadable", e.unreadable},
                 {"latest", e.latest},
                 {"problem", e.problem},
                 {"bytes", e.bytes},
@@ -113,8 +114,8 @@ int cmd_ls(const std::vector<std::string> &args) {
     if (!parse("ls", args, opts, {"DIR"}, vm, err)) return usage_error("ls", err);
     if (vm.count("help"))
         return print_help("ls [--json] DIR", "List the checkpoints under the checkpoint root DIR: step, "
-                          "size, complete or incomplete, and the checkpoints an incremental one "
-                          "references.", opts), kOk;
+                          "size, complete, unreadable (committed, but its index cannot be read now) "
+                          "or incomplete, and the checkpoints an incremental one references.", opts), kOk;
     auto entries = list(str(vm, "DIR"));
     if (!entries) return failure("ls", entries.error());
     if (vm.count("json")) {
@@ -123,14 +124,15 @@ int cmd_ls(const std::vector<std::string> &args) {
         std::cout << out.dump(2) << "\n";
         return kOk;
     }
-    std::printf("%-34s %12s  %-10s %10s  %s\n", "CHECKPOINT", "STEP", "STATE", "SIZE", "REFERENCES");
+    std::printf("%-34s %12s  %-11s %10s  %s\n", "CHECKPOINT", "STEP", "STATE", "SIZE", "REFERENCES");
     for (const auto &e : entries.value()) {
-        std::string state = e.complete ? (e.latest ? "complete*" : "complete") : "INCOMPLETE";
+        std::string state = !e.complete ? "INCOMPLETE" : e.unreadable ? "UNREADABLE" : "complete";
+        if (e.latest) state += "*";
         std::string refs;
         for (const auto &b : e.bases) refs += (refs.empty() ? "" : ",") + b;
         if (!e.bases.empty()) refs += " (" + human_bytes(e.referenced_bytes) + ")";
-        if (!e.complete) refs = e.problem;
-        std::printf("%-34s %12llu  %-10s %10s  %s\n", e.name.c_str(),
+        if (!e.complete || e.unreadable) refs = e.problem;
+        std::printf("%-34s %12llu  %-11s %10s  %s\n", e.name.c_str(),
                     static_cast<unsigned long long>(e.step), state.c_str(),
                     human_bytes(e.bytes).c_str(), refs.c_str());
     }
@@ -265,6 +267,18 @@ int cmd_reshard(const std::vector<std::string> &args) {
     return kOk;
 }
 
+// gc kept everything but old partial directories because an index could not be read: that
+// is a failure the operator has to act on (the retention policy was not applied), so exit 1.
+int unreadable_failure(const GcReport &g) {
+    if (g.unreadable.empty()) return kOk;
+    for (const auto &u : g.unreadable) std::fprintf(stderr, "omni-ckpt gc: %s\n", u.c_str());
+    return failure("gc", "kept every committed and retired checkpoint (it removed only partial directories past the grace time): it cannot tell which files " +
+                             std::string(g.unreadable.size() == 1 ? "an unreadable checkpoint references"
+                                                                  : "unreadable checkpoints reference") +
+                             "; make the index readable (or move the directory out of the root) and "
+                             "run gc again");
+}
+
 int cmd_gc(const std::vector<std::string> &args) {
     po::options_description opts("Options");
     opts.add_options()("help,h", "show this help")("keep", po::value<std::string>(),
@@ -279,7 +293,9 @@ int cmd_gc(const std::vector<std::string> &args) {
     if (vm.count("help"))
         return print_help("gc DIR --keep K [--every M] [--grace S] [--dry-run] [--json]",
                           "Remove incomplete checkpoints and every file that no kept checkpoint "
-                          "references; a file that a kept checkpoint references is never removed.",
+                          "references; a file that a kept checkpoint references is never removed. "
+                          "While a checkpoint's index cannot be read, remove only partial "
+                          "directories past the grace time and exit 1 naming it.",
                           opts), kOk;
     if (!vm.count("keep")) return usage_error("gc", "missing --keep K");
     GcPolicy p;
@@ -307,9 +323,10 @@ int cmd_gc(const std::vector<std::string> &args) {
                           {"removed_files", g.removed_files},
                           {"retained_for_references", g.retained_for_references},
                           {"skipped_in_flight", g.skipped},
+                          {"unreadable", g.unreadable},
                           {"bytes_freed", g.bytes_freed}}.dump(2)
                   << "\n";
-        return kOk;
+        return unreadable_failure(g);
     }
     const char *verb = p.dry_run ? "would remove" : "removed";
     for (const auto &n : g.removed) std::printf("%s %s\n", verb, n.c_str());
@@ -321,7 +338,7 @@ int cmd_gc(const std::vector<std::string> &args) {
                     n.c_str(), (unsigned long long)p.grace_seconds);
     std::printf("kept %zu checkpoint(s); %s %s\n", g.kept.size(), p.dry_run ? "would free" : "freed",
                 human_bytes(g.bytes_freed).c_str());
-    return kOk;
+    return unreadable_failure(g);
 }
 
 }  // namespace

@@ -210,7 +210,8 @@ private:
 
 struct CommitOptions {
     std::string attempt = "0";   // must match the writers' WriterOptions::attempt
-    bool update_latest = true;   // replace ROOT/latest after the rename
+    bool update_latest = true;   // after the rename, point ROOT/latest at the newest committed
+                                 // checkpoint: this one, unless a higher step is committed
     bool fsync = true;
 };
 
@@ -318,7 +319,9 @@ public:
      * version, or if any source file it references is missing. */
     static Result<std::unique_ptr<Reader>> open(const std::string &ckpt_dir,
                                                 const ReadOptions &options = {});
-    /* Opens the complete checkpoint with the highest step under `root`. */
+    /* Opens the complete checkpoint with the highest step under `root` (list()'s `latest`).
+     * If that one's index cannot be read (CheckpointEntry::unreadable), fails naming it rather
+     * than load an older step: a job restarting silently from an older step loses work. */
     static Result<std::unique_ptr<Reader>> open_latest(const std::string &root,
                                                        const ReadOptions &options = {});
     ~Reader();
@@ -367,7 +370,9 @@ struct VerifyReport {
 Result<VerifyReport> verify(const std::string &ckpt_dir, const Progress &progress = {});
 
 /* Materialises `ckpt_dir` (incremental or not) into a self-contained checkpoint at `out` with
- * the same shard layout. `out` must not exist. */
+ * the same shard layout. `out` must not exist, must not lie inside a checkpoint directory
+ * (gc would remove it with that checkpoint) and, if named step-N, N must be the checkpoint's
+ * step (a checkpoint root takes step-N for step N); merge and reshard refuse it otherwise. */
 Result<std::string> merge(const std::string &ckpt_dir, const std::string &out,
                           const Progress &progress = {});
 /* Rewrites `ckpt_dir` for `writers` writers: every tensor split along its first dimension
@@ -379,9 +384,12 @@ struct CheckpointEntry {
     std::string name;            // directory name
     std::string path;
     std::uint64_t step = 0;
-    bool complete = false;
+    bool complete = false;       // committed: a step-N directory holding index.h5
+    bool unreadable = false;     // complete, but its index cannot be read now (locked, newer
+                                 // format, I/O error) or records another step: gc removes
+                                 // nothing it might reference, open_latest fails on it
     bool latest = false;         // the highest complete step (what open_latest loads)
-    std::string problem;         // why it is incomplete
+    std::string problem;         // why it is incomplete, or "unreadable: " and why
     std::uint64_t bytes = 0;     // bytes of the files in its own directory
     std::uint64_t referenced_bytes = 0;   // bytes of other checkpoints' files it reuses
     std::vector<std::string> bases;       // checkpoints whose files it references
@@ -408,11 +416,16 @@ struct GcReport {
                                                 // files still referenced
     std::vector<std::string> retained_for_references;   // unkept, but referenced files stay
     std::vector<std::string> skipped;           // incomplete but younger than the grace time
+    std::vector<std::string> unreadable;        // "NAME: reason" of each unreadable checkpoint;
+                                                // if any, gc removed only partial directories
     std::uint64_t bytes_freed = 0;
 };
 
 /* Removes incomplete checkpoints and every file no kept checkpoint references; never a file
- * that a kept checkpoint references. */
+ * that a kept checkpoint references. While any checkpoint under `root` is unreadable, gc
+ * cannot know which files it references: it removes only partial directories older than the
+ * grace time, keeps everything else and lists the unreadable ones in GcReport::unreadable.
+ * Afterwards it points ROOT/latest at the newest committed checkpoint at that moment. */
 Result<GcReport> gc(const std::string &root, const GcPolicy &policy);
 
 /* Parses a manifest as stored in index.h5 (exposed for the fuzz target and tools). */
