@@ -2,14 +2,24 @@
 #include "h5.h"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <mutex>
 #include <vector>
+
+#include "format.h"
+#include "hash.h"
 
 namespace omni {
 namespace ckpt {
@@ -244,6 +254,10 @@ Result<std::string> read_fixed_string(hid_t t, hid_t space_id, std::size_t max_l
 }
 }  // namespace
 
+namespace {
+constexpr const char *kTextChecksumAttr = "xxh3";
+}  // namespace
+
 Status write_string_dataset(hid_t loc, const char *name, const std::string &value) {
     Handle t = type(H5Tcopy(H5T_C_S1));
     if (!t || H5Tset_size(t.get(), value.empty() ? 1 : value.size()) < 0)
@@ -255,7 +269,10 @@ Status write_string_dataset(hid_t loc, const char *name, const std::string &valu
     std::string buf = value.empty() ? std::string(1, '\0') : value;
     if (!d || H5Dwrite(d.get(), t.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()) < 0)
         return fail(std::string("writing ") + name);
-    return Status::success();
+    // Of the text as read back: up to the first NUL, which is where a reader stops (JSON
+    // escapes every NUL, so for a manifest that is all of it).
+    const std::string text = value.substr(0, value.find('\0'));
+    return write_attr_u64(d.get(), kTextChecksumAttr, xxh3(text.data(), text.size()));
 }
 
 Result<std::string> read_string_dataset(hid_t loc, const char *name, std::size_t max_len) {
@@ -265,10 +282,26 @@ Result<std::string> read_string_dataset(hid_t loc, const char *name, std::size_t
     Handle s = space(H5Dget_space(d.get()));
     if (!t || !s) return fail(std::string("reading ") + name);
     const hid_t did = d.get();
-    return read_fixed_string(t.get(), s.get(), max_len, std::string("dataset ") + name,
-                             [did](hid_t tt, void *buf) {
-                                 return H5Dread(did, tt, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
-                             });
+    auto text = read_fixed_string(t.get(), s.get(), max_len, std::string("dataset ") + name,
+                                  [did](hid_t tt, void *buf) {
+                                      return H5Dread(did, tt, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
+                                  });
+    if (!text) return text;
+    // Required: every writer of this format writes it (omni-ckpt(5), INDEX FILE), and a text
+    // without it could be any text.
+    const htri_t has = H5Aexists(did, kTextChecksumAttr);
+    if (has <= 0) {
+        H5Eclear2(H5E_DEFAULT);
+        return make_error(std::string("metadata checksum missing (dataset ") + name + " has no " +
+                          kTextChecksumAttr + " attribute)");
+    }
+    auto want = read_attr_u64(did, kTextChecksumAttr);
+    if (!want) return make_error(std::string("metadata checksum of dataset ") + name + ": " + want.error());
+    const std::uint64_t got = xxh3(text.value().data(), text.value().size());
+    if (got != want.value())
+        return make_error(std::string("metadata checksum mismatch (dataset ") + name + ": " +
+                          kTextChecksumAttr + " attribute " + hex64(want.value()) + ", text " + hex64(got) + ")");
+    return text;
 }
 
 Status write_1d(hid_t loc, const std::string &name, hid_t file_type, hid_t mem_type,
@@ -282,6 +315,128 @@ Status write_1d(hid_t loc, const std::string &name, hid_t file_type, hid_t mem_t
     if (n > 0 && H5Dwrite(d.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
         return fail("writing " + name);
     return d.close("closing " + name);
+}
+
+namespace {
+struct ForkRequest {
+    const std::function<void(int)> *child;
+    int read_fd, write_fd;
+    pid_t pid = -1;
+    int err = 0;
+};
+
+[[noreturn]] void child_main(ForkRequest &req, pid_t parent) {
+    ::close(req.read_fd);
+    // Killed with the caller: nothing is left running HDF5 on a file nobody waits for.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(3);
+    // Dies by the signal HDF5's fault raises, whatever handlers the caller installed (a
+    // handler of a language runtime would run in a process that has none of its threads);
+    // no core file for a fault that the caller reports.
+    for (int sig : {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL, SIGPIPE, SIGTERM}) ::signal(sig, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    const struct rlimit no_core = {0, 0};
+    ::setrlimit(RLIMIT_CORE, &no_core);
+    // glibc's "buffer overflow detected" and HDF5's own prints are the caller's to report.
+    const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (null >= 0) ::dup2(null, STDERR_FILENO);
+    try {
+        (*req.child)(req.write_fd);
+    } catch (...) {
+        ::_exit(2);
+    }
+    ::_exit(0);
+}
+
+// Forks while HDF5 holds its global lock for this thread (see run_isolated in h5.h): H5Piterate
+// calls this for the first property of a list, the parent returns 1 to stop there.
+herr_t fork_in_callback(hid_t, const char *, void *data) {
+    auto &req = *static_cast<ForkRequest *>(data);
+    const pid_t parent = ::getpid();
+    const pid_t pid = ::fork();
+    if (pid == 0) child_main(req, parent);
+    req.pid = pid;
+    req.err = pid < 0 ? errno : 0;
+    return 1;
+}
+}  // namespace
+
+Result<Isolated> run_isolated(const std::function<void(int fd)> &child, int idle_limit_ms) {
+    init();
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) return make_error(std::string("pipe: ") + std::strerror(errno));
+    ForkRequest req{&child, fds[0], fds[1]};
+    Handle props = plist(H5Pcreate(H5P_FILE_ACCESS));
+    const int it = props ? H5Piterate(props.get(), nullptr, fork_in_callback, &req) : -1;
+    ::close(fds[1]);
+    if (req.pid < 0) {
+        ::close(fds[0]);
+        if (req.err) return make_error(std::string("fork: ") + std::strerror(req.err));
+        return fail("fork in an HDF5 callback (" + std::to_string(it) + ")");
+    }
+    Isolated out;
+    using Clock = std::chrono::steady_clock;
+    auto deadline = Clock::now() + std::chrono::milliseconds(idle_limit_ms);
+    bool exited = false;
+    int status = 0;
+    char buf[1 << 16];
+    for (;;) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+        if (left <= 0) {
+            out.end = Isolated::kTimedOut;
+            break;
+        }
+        // In slices: a descriptor copied into a process another thread forked meanwhile keeps
+        // the pipe open after our child has gone, so its end is also watched for directly.
+        struct pollfd p = {fds[0], POLLIN, 0};
+        const int r = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 250)));
+        if (r < 0 && errno != EINTR) {
+            const int err = errno;
+            ::close(fds[0]);
+            ::kill(req.pid, SIGKILL);
+            while (::waitpid(req.pid, &status, 0) < 0 && errno == EINTR) {
+            }
+            return make_error(std::string("poll: ") + std::strerror(err));
+        }
+        if (r <= 0) {
+            if (::waitpid(req.pid, &status, WNOHANG) == req.pid) {
+                exited = true;
+                // Whatever it wrote before it ended is in the pipe already.
+                int flags = ::fcntl(fds[0], F_GETFL);
+                ::fcntl(fds[0], F_SETFL, flags | O_NONBLOCK);
+                ssize_t n;
+                while ((n = ::read(fds[0], buf, sizeof buf)) > 0) out.output.append(buf, static_cast<std::size_t>(n));
+                break;
+            }
+            continue;
+        }
+        const ssize_t n = ::read(fds[0], buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;   // the child has closed its end: it ended
+        out.output.append(buf, static_cast<std::size_t>(n));
+        deadline = Clock::now() + std::chrono::milliseconds(idle_limit_ms);
+    }
+    ::close(fds[0]);
+    if (out.end == Isolated::kTimedOut) ::kill(req.pid, SIGKILL);
+    while (!exited) {
+        const pid_t w = ::waitpid(req.pid, &status, 0);
+        if (w == req.pid) break;
+        if (w < 0 && errno == EINTR) continue;
+        // No status (SIGCHLD ignored by the caller: the kernel reaped it): it ended, how is unknown.
+        status = 0;
+        break;
+    }
+    if (out.end == Isolated::kTimedOut) return out;
+    if (WIFSIGNALED(status)) {
+        out.end = Isolated::kSignaled;
+        out.code = WTERMSIG(status);
+    } else {
+        out.end = Isolated::kExited;
+        out.code = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
+    }
+    return out;
 }
 
 }  // namespace h5

@@ -10,6 +10,7 @@
 #include <hdf5.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "omni/ckpt_cpp.h"
@@ -100,13 +101,39 @@ Status write_attr_u64(hid_t obj, const char *name, std::uint64_t value);
 Status write_attr_string(hid_t obj, const char *name, const std::string &value);
 Result<std::uint64_t> read_attr_u64(hid_t obj, const char *name);
 
-// A scalar fixed-length string dataset (how the JSON manifests are stored: readable in h5dump).
+// A scalar fixed-length string dataset (how the JSON manifests are stored: readable in h5dump),
+// with attribute "xxh3" (uint64), the XXH3-64 of the text. The manifests are the only bytes
+// of a checkpoint that no slice or rank-state checksum covers, and a flipped bit in one
+// parses as easily as the original (another learning rate, another seed): reading refuses a
+// dataset without the attribute or whose text does not hash to it ("metadata checksum
+// mismatch"), so load, verify and show all see it.
 Status write_string_dataset(hid_t loc, const char *name, const std::string &value);
 Result<std::string> read_string_dataset(hid_t loc, const char *name, std::size_t max_len);
 
 // A 1-D contiguous dataset of `n` elements of `mem_type`.
 Status write_1d(hid_t loc, const std::string &name, hid_t file_type, hid_t mem_type,
                 std::uint64_t n, const void *data);
+
+// How a function run by run_isolated() ended.
+struct Isolated {
+    enum End { kExited, kSignaled, kTimedOut };
+    End end = kExited;
+    int code = 0;          // the exit status (kExited) or the signal (kSignaled)
+    std::string output;    // what the child wrote to its descriptor, up to its end
+};
+
+// Runs child(fd) in a child process (fork, no exec) and returns what it wrote to `fd` and how
+// it ended: the way to let HDF5 read a file that may crash it (HDF5 1.10 trusts the bytes of
+// its global heap; a flipped byte there overflows buffers or loops forever) without taking
+// the caller down. The child is killed once it has written nothing for `idle_limit_ms`,
+// so a caller that writes a little per unit of work gets a limit that scales with the work.
+// The fork happens inside an HDF5 callback, that is while this thread holds HDF5's global lock
+// (thread-safe builds): no other thread of the process is inside HDF5 at that moment, so the
+// child, whose only thread is this one, finds the library's state consistent and the lock its
+// own. `child` must use nothing else that another thread may have held locked at the fork,
+// and must not return into the caller: the child _exits after it. An error only when no
+// child could be started.
+Result<Isolated> run_isolated(const std::function<void(int fd)> &child, int idle_limit_ms);
 
 }  // namespace h5
 }  // namespace ckpt

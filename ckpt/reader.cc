@@ -209,6 +209,228 @@ std::string checksum_problem(std::uint64_t want, std::uint64_t got) {
     return "checksum mismatch (manifest " + hex64(want) + ", data " + hex64(got) + ")";
 }
 
+// ---- verify: the index's own datasets --------------------------------------------------
+
+// How long the child that reads the index may go without finishing one virtual dataset or
+// rank state (run_isolated's idle limit): a few milliseconds each normally, so a limit per
+// item scales with the index and still ends a hang (HDF5 1.10 loops forever on some flipped
+// bytes of the global heap) in bounded time.
+constexpr int kIndexItemLimitMs = 30000;
+
+// Where mapping `i` of the virtual dataset `dcpl` of tensor `t` puts its source, when its
+// virtual selection is one box inside the tensor's shape; else what is wrong with it.
+Result<Box> mapped_box(hid_t dcpl, std::size_t i, const TensorInfo &t) {
+    h5::Handle vs = h5::space(H5Pget_virtual_vspace(dcpl, i));
+    if (!vs) return h5::fail("its virtual selection");
+    const int n = H5Sget_simple_extent_ndims(vs.get());
+    std::vector<hsize_t> dims(kMaxRank);
+    if (n != static_cast<int>(t.shape.size()) || H5Sget_simple_extent_dims(vs.get(), dims.data(), nullptr) != n ||
+        !std::equal(t.shape.begin(), t.shape.end(), dims.begin()))
+        return make_error("its virtual extent is not the tensor's shape " + shape_string(t.shape));
+    std::vector<hsize_t> lo(n), hi(n);
+    const hssize_t points = H5Sget_select_npoints(vs.get());
+    if (points <= 0 || H5Sget_select_bounds(vs.get(), lo.data(), hi.data()) < 0) {
+        H5Eclear2(H5E_DEFAULT);
+        return make_error("it selects nothing in the tensor");
+    }
+    Box b;
+    for (int d = 0; d < n; ++d) {
+        b.offset.push_back(lo[d]);
+        b.count.push_back(hi[d] - lo[d] + 1);
+    }
+    // A selection has at most as many points as its bounding box; as many means it is the box.
+    if (static_cast<std::uint64_t>(points) != element_count(b.count))
+        return make_error("it selects " + std::to_string(points) + " elements of the box at offset " +
+                          shape_string(b.offset) + " count " + shape_string(b.count) + ", not one whole box");
+    return b;
+}
+
+// Whether mapping `i` reads the whole source dataset: its source selection is "all", as
+// every index writer writes it. (The file stores no extent with such a selection; HDF5 takes
+// the source dataset's own, whose shape verify checks against the manifest's count.)
+Status check_source_space(hid_t dcpl, std::size_t i) {
+    h5::Handle ss = h5::space(H5Pget_virtual_srcspace(dcpl, i));
+    if (!ss) return h5::fail("its source selection");
+    if (H5Sget_select_type(ss.get()) != H5S_SEL_ALL) {
+        H5Eclear2(H5E_DEFAULT);
+        return make_error("it reads a selection of the source dataset, not all of it");
+    }
+    return Status::success();
+}
+
+// The problems of tensor `t`'s virtual dataset in the open index: it must map each source of
+// the manifest, whole, to where the manifest places it, and nothing else; else h5py users
+// read other bytes than the loader (which reads through the manifest).
+std::vector<std::string> virtual_dataset_problems(hid_t idx, const TensorInfo &t) {
+    const std::string name = virtual_dataset_name(t.name);
+    h5::Handle d = h5::dataset(H5Dopen2(idx, name.c_str(), H5P_DEFAULT));
+    h5::Handle dcpl = d ? h5::plist(H5Dget_create_plist(d.get())) : h5::Handle();
+    std::size_t n = 0;
+    if (!dcpl || H5Pget_layout(dcpl.get()) != H5D_VIRTUAL || H5Pget_virtual_count(dcpl.get(), &n) < 0) {
+        H5Eclear2(H5E_DEFAULT);
+        return {"no virtual dataset " + name};
+    }
+    auto where = [](const Shape &off, const Shape &cnt) {
+        return "offset " + shape_string(off) + " count " + shape_string(cnt);
+    };
+    std::vector<std::string> out;
+    std::vector<bool> mapped(t.sources.size(), false);
+    for (std::size_t i = 0; i < n; ++i) {
+        char file[1024] = {0}, dset[1024] = {0};
+        if (H5Pget_virtual_filename(dcpl.get(), i, file, sizeof file) < 0 ||
+            H5Pget_virtual_dsetname(dcpl.get(), i, dset, sizeof dset) < 0) {
+            H5Eclear2(H5E_DEFAULT);
+            out.push_back(name + ": mapping " + std::to_string(i) + " names no source");
+            continue;
+        }
+        const std::string src = std::string(file) + " " + dset;
+        auto box = mapped_box(dcpl.get(), i, t);
+        // The manifest's source of this file and dataset, preferring one not yet matched
+        // that is at the same place.
+        std::size_t match = t.sources.size();
+        for (std::size_t k = 0; k < t.sources.size(); ++k) {
+            const SourceRef &s = t.sources[k];
+            if (mapped[k] || s.file != file || s.dataset != dset) continue;
+            if (match == t.sources.size()) match = k;
+            if (box && box.value().offset == s.offset && box.value().count == s.count) {
+                match = k;
+                break;
+            }
+        }
+        if (match == t.sources.size()) {
+            out.push_back(name + " maps " + src + ", which is not a source of the tensor in the manifest");
+            continue;
+        }
+        mapped[match] = true;
+        const SourceRef &s = t.sources[match];
+        if (!box) {
+            out.push_back(name + ": the mapping of " + src + " is wrong: " + box.error());
+            continue;
+        }
+        if (box.value().offset != s.offset || box.value().count != s.count)
+            out.push_back(name + " maps " + src + " to " + where(box.value().offset, box.value().count) +
+                          "; the manifest places it at " + where(s.offset, s.count));
+        else if (auto st = check_source_space(dcpl.get(), i); !st)
+            out.push_back(name + ": the mapping of " + src + " is wrong: " + st.error());
+    }
+    for (std::size_t k = 0; k < t.sources.size(); ++k)
+        if (!mapped[k])
+            out.push_back(name + " does not map the source " + t.sources[k].file + " " + t.sources[k].dataset +
+                          " (" + where(t.sources[k].offset, t.sources[k].count) + ")");
+    return out;
+}
+
+// What the child of check_index() tells its parent, one record at a time: 'T' (tensor, what)
+// before each item it reads, so a crash or hang is pinned on that item; 'I' (tensor,
+// problem) for each problem; 'E' when it is done.
+void put_field(std::string &rec, const std::string &s) {
+    const std::uint32_t n = static_cast<std::uint32_t>(std::min<std::size_t>(s.size(), 1u << 20));
+    rec.append(reinterpret_cast<const char *>(&n), sizeof n);
+    rec.append(s, 0, n);
+}
+
+void send_record(int fd, char type, const std::string &a = {}, const std::string &b = {}) {
+    std::string rec(1, type);
+    if (type != 'E') {
+        put_field(rec, a);
+        put_field(rec, b);
+    }
+    for (std::size_t done = 0; done < rec.size();) {
+        const ssize_t w = ::write(fd, rec.data() + done, rec.size() - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) ::_exit(4);   // the parent is gone or stopped listening
+        done += static_cast<std::size_t>(w);
+    }
+}
+
+// Checks the index's virtual datasets and rank states against the manifest, in a child
+// process (h5::run_isolated): HDF5 1.10 reads the virtual datasets' mappings from the file's
+// global heap on trust, and a flipped byte there crashes it (buffer overflow, SIGSEGV) or
+// makes it loop forever. The parent turns a child that dies or hangs into an issue naming
+// the item it was reading and the index file, so verify diagnoses the corruption instead
+// of dying of it. Loading never opens the virtual datasets.
+void check_index(const Manifest &man, const std::string &index_path, VerifyReport &rep) {
+    auto run = h5::run_isolated(
+        [&](int fd) {
+            // Only HDF5, malloc and write(2) from here: nothing another thread of the parent
+            // may have held locked at the fork (h5.h).
+            send_record(fd, 'T', "", "the index");
+            auto idx = h5::open_file(index_path);
+            if (!idx) {
+                send_record(fd, 'I', "", idx.error());
+            } else {
+                for (const auto &t : man.tensors) {
+                    send_record(fd, 'T', t.name, "the virtual dataset " + virtual_dataset_name(t.name));
+                    for (const auto &p : virtual_dataset_problems(idx.value().get(), t)) send_record(fd, 'I', t.name, p);
+                }
+                idx.value().reset();
+                for (const auto &info : man.rank_states) {
+                    send_record(fd, 'T', "", "the rank state of rank " + std::to_string(info.rank));
+                    if (auto rs = read_rank_state(index_path, info); !rs) send_record(fd, 'I', "", rs.error());
+                }
+            }
+            send_record(fd, 'E');
+        },
+        kIndexItemLimitMs);
+    if (!run) {
+        rep.issues.push_back({"", index_path, "its virtual datasets and rank states were not checked: " + run.error()});
+        return;
+    }
+    const h5::Isolated &r = run.value();
+    std::string tensor, what = "the index";
+    std::size_t items = 0;   // 'T' records: the index, each tensor, each rank state
+    bool done = false;
+    for (std::size_t at = 0; at < r.output.size() && !done;) {
+        const char type = r.output[at++];
+        if (type == 'E') {
+            done = true;
+            break;
+        }
+        std::string field[2];
+        bool whole = true;
+        for (auto &f : field) {
+            std::uint32_t n = 0;
+            if (r.output.size() - at < sizeof n) {
+                whole = false;
+                break;
+            }
+            std::memcpy(&n, r.output.data() + at, sizeof n);
+            at += sizeof n;
+            if (r.output.size() - at < n) {
+                whole = false;
+                break;
+            }
+            f.assign(r.output, at, n);
+            at += n;
+        }
+        if (!whole) break;
+        if (type == 'T') {
+            ++items;
+            tensor = field[0];
+            what = field[1];
+        } else {
+            rep.issues.push_back({field[0], index_path, field[1]});
+        }
+    }
+    if (done && r.end == h5::Isolated::kExited && r.code == 0) return;
+    std::string how;
+    if (r.end == h5::Isolated::kSignaled)
+        how = "HDF5 crashed: signal " + std::to_string(r.code) + ", " + strsignal(r.code);
+    else if (r.end == h5::Isolated::kTimedOut)
+        how = "HDF5 did not finish in " + std::to_string(kIndexItemLimitMs / 1000) + " s";
+    else
+        how = "the checking process ended with status " + std::to_string(r.code);
+    // One child reads them all, so what comes after the item it died on is unchecked; the
+    // checkpoint has failed verification by then anyway.
+    const std::size_t all = 1 + man.tensors.size() + man.rank_states.size();
+    const std::size_t unchecked = all - std::min(items, all);
+    rep.issues.push_back({tensor, index_path,
+                          what + " cannot be read (" + how + ")" +
+                              (unchecked ? "; the " + std::to_string(unchecked) +
+                                               " virtual datasets and rank states after it were not checked"
+                                         : "")});
+}
+
 }  // namespace
 
 struct Reader::Impl {
@@ -456,34 +678,7 @@ Result<VerifyReport> verify(const std::string &ckpt_dir, const Progress &progres
     }
     // The virtual datasets must map exactly the manifest's sources, or h5py users read
     // something else than the loader.
-    const std::string index_path = fsio::join(ckpt_dir, kIndexFile);
-    if (auto idx = h5::open_file(index_path); !idx) {
-        rep.issues.push_back({"", index_path, idx.error()});
-    } else {
-        for (const auto &t : man.tensors) {
-            h5::Handle d = h5::dataset(H5Dopen2(idx.value().get(), virtual_dataset_name(t.name).c_str(), H5P_DEFAULT));
-            h5::Handle dcpl = d ? h5::plist(H5Dget_create_plist(d.get())) : h5::Handle();
-            std::size_t n = 0;
-            if (!dcpl || H5Pget_layout(dcpl.get()) != H5D_VIRTUAL || H5Pget_virtual_count(dcpl.get(), &n) < 0) {
-                rep.issues.push_back({t.name, index_path, "no virtual dataset " + virtual_dataset_name(t.name)});
-                H5Eclear2(H5E_DEFAULT);
-                continue;
-            }
-            std::multiset<std::pair<std::string, std::string>> want, got;
-            for (const auto &s : t.sources) want.emplace(s.file, s.dataset);
-            for (std::size_t i = 0; i < n; ++i) {
-                char file[1024] = {0}, dset[1024] = {0};
-                H5Pget_virtual_filename(dcpl.get(), i, file, sizeof file);
-                H5Pget_virtual_dsetname(dcpl.get(), i, dset, sizeof dset);
-                got.emplace(file, dset);
-            }
-            if (want != got)
-                rep.issues.push_back({t.name, index_path, "virtual dataset mappings differ from the manifest"});
-        }
-        for (const auto &info : man.rank_states)
-            if (auto rs = read_rank_state(index_path, info); !rs)
-                rep.issues.push_back({"", index_path, rs.error()});
-    }
+    check_index(man, fsio::join(ckpt_dir, kIndexFile), rep);
     if (progress) progress(total, total);
     return rep;
 }

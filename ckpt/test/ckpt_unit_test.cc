@@ -647,7 +647,9 @@ TEST(Corruption, ForeignDatasetsAndTamperedVirtualDatasetsAreNamed) {
         "a | " + shard + " | dataset /t/a does not have the shape [32,4] the manifest records",
         "b | " + shard + " | dataset /t/b is not of type fp32",
         "a | " + index + " | no virtual dataset /tensors/a",
-        "b | " + index + " | virtual dataset mappings differ from the manifest",
+        // Each mapping that differs, and how: the source it should map, the one it maps.
+        "b | " + index + " | /tensors/b does not map the source shard-00001.h5 /t/b (offset [32,0] count [32,4])",
+        "b | " + index + " | /tensors/b maps shard-00001.h5 /t/a, which is not a source of the tensor in the manifest",
     };
     EXPECT_EQ(got, want);
 }
