@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "config.h"
+
 #include "../format.h"
 #include "../index.h"
 #include "omni/ckpt_cpp.h"
@@ -26,6 +28,7 @@ constexpr int kOk = 0, kFail = 1, kUsage = 2;
 
 const char *kTopHelp =
     "Usage: omni-ckpt COMMAND [OPTIONS] ARGS\n"
+    "       omni-ckpt --version\n"
     "Inspect and maintain slurm-omni HDF5 checkpoints (see omni-ckpt(1), omni-ckpt(5)).\n"
     "\n"
     "Commands:\n"
@@ -352,7 +355,8 @@ int main(int argc, char **argv) {
         return kOk;
     }
     if (cmd == "--version") {
-        std::printf("omni-ckpt (slurm-omni) format version %u\n", kFormatVersion);
+        std::printf("omni-ckpt (" PACKAGE_NAME ") " PACKAGE_VERSION ", checkpoint format version %u\n",
+                    kFormatVersion);
         return kOk;
     }
     const std::map<std::string, int (*)(const std::vector<std::string> &)> cmds = {

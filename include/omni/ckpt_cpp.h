@@ -365,8 +365,11 @@ struct VerifyReport {
     bool ok() const { return issues.empty(); }
 };
 
-/* Checks every source file and dataset, shape, dtype and checksum, plus rank state. An error
- * Result means the checkpoint could not be examined at all (no index, bad manifest). */
+/* Checks every source file and dataset, shape, dtype and checksum, plus rank state, and that
+ * each tensor's virtual dataset in index.h5 maps every source to the place the manifest gives
+ * it (what h5py reads). The virtual datasets are read in a child process, so an index that
+ * crashes or hangs HDF5 becomes an issue naming the tensor. An error Result means the
+ * checkpoint could not be examined at all (no index, bad manifest or its checksum). */
 Result<VerifyReport> verify(const std::string &ckpt_dir, const Progress &progress = {});
 
 /* Materialises `ckpt_dir` (incremental or not) into a self-contained checkpoint at `out` with
