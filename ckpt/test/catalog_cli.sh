@@ -8,15 +8,7 @@ PY=/usr/bin/python3
 tmp=$(mktemp -d /tmp/omni-ckpt-catalog.XXXXXX)
 holder=
 trap '[ -n "$holder" ] && kill "$holder" 2>/dev/null; rm -rf "$tmp"' EXIT
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
-expect() {
-    local want=$1; shift
-    "$@" >"$tmp/out" 2>"$tmp/err"
-    local rc=$?
-    [ "$rc" -eq "$want" ] || fail "'$*' exited $rc, expected $want; stderr: $(head -c 400 "$tmp/err")"
-}
-grep_out() { grep -q -- "$1" "$tmp/$2" || fail "'$1' not in $2: $(head -c 400 "$tmp/$2")"; }
+. "$(dirname "$0")/cli_lib.sh"
 
 root=$tmp/root
 for s in 1 2 3; do "$MAKE_TEST_CKPT" "$root" $s 2 >/dev/null || fail "make_test_ckpt $s"; done

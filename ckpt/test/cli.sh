@@ -7,16 +7,7 @@ set -u
 PY=/usr/bin/python3
 tmp=$(mktemp -d /tmp/omni-ckpt-cli.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
-# expect RC CMD...: runs CMD, output to $tmp/out and $tmp/err, checks the exit status.
-expect() {
-    local want=$1; shift
-    "$@" >"$tmp/out" 2>"$tmp/err"
-    local rc=$?
-    [ "$rc" -eq "$want" ] || fail "'$*' exited $rc, expected $want; stderr: $(head -c 400 "$tmp/err")"
-}
-grep_out() { grep -q -- "$1" "$tmp/$2" || fail "'$1' not in $2: $(head -c 400 "$tmp/$2")"; }
+. "$(dirname "$0")/cli_lib.sh"
 
 # Usage and help.
 expect 2 "$OMNI_CKPT"
