@@ -86,7 +86,13 @@ Status set_job_option(JobOptions &o, std::string_view name, std::string_view val
     if (value.size() > kMaxValueLength) return fail(name, value, "value too long");
     if (name == "omni-elastic") {
         auto r = parse_range(value, ':', 1, site.max_units, "");
-        if (!r) return fail(name, value, r.error().substr(r.error().find(": ") + 2));
+        if (!r) {
+            // The error starts with the quoted value, which fail() shows already; cut exactly
+            // that (the value itself may hold ": ").
+            const std::string head = quoted(value) + ": ";
+            const std::string &e = r.error();
+            return fail(name, value, e.rfind(head, 0) == 0 ? e.substr(head.size()) : e);
+        }
         o.elastic = r.value();
     } else if (name == "omni-unit") {
         const auto at = value.find('@');
@@ -184,11 +190,13 @@ Status validate_job_options(const JobOptions &o, const SiteConfig &site) {
             std::vector<std::string> bad;
             std::size_t nbad = 0;
             for (std::uint64_t u = o.elastic->first; u <= o.elastic->second; ++u) {
-                const std::uint64_t need = b * u * per_unit;  // < 2^40 * 2^16 * 2^12: no overflow
-                if (B % need != 0) {
+                // b * u * per_unit reaches 2^68 (b <= 2^40, u <= 2^16, per_unit <= 2^12) and
+                // could wrap to 0 (SIGFPE below, in slurmstepd): past 2^64 it exceeds B anyway.
+                std::uint64_t need = 0;
+                if (mul_overflows(b, u * per_unit, &need) || B % need != 0) {
                     if (++nbad <= 12)
-                        bad.push_back(std::to_string(u) + " (d=" + std::to_string(u * per_unit) +
-                                      ", b*d=" + std::to_string(need) + ")");
+                        bad.push_back(std::to_string(u) + " (d=" + std::to_string(u * per_unit) + ", b*d=" +
+                                      (need ? std::to_string(need) : std::string("over 2^64")) + ")");
                 }
             }
             if (nbad) {

@@ -5,11 +5,9 @@
 #include <limits>
 
 namespace omni {
-namespace {
-
 // Quote a value for an error message, cutting it short so a huge input cannot make a huge
 // message (the input may come from an untrusted user inside a root daemon).
-std::string quote(std::string_view text) {
+std::string quoted(std::string_view text) {
     constexpr std::size_t kShown = 64;
     std::string out = "'";
     for (std::size_t i = 0; i < text.size() && i < kShown; ++i) {
@@ -27,6 +25,10 @@ std::string quote(std::string_view text) {
     out += "'";
     return out;
 }
+
+namespace {
+
+std::string quote(std::string_view text) { return quoted(text); }
 
 std::string prefix(std::string_view what) {
     return what.empty() ? std::string() : std::string(what) + ": ";

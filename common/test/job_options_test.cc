@@ -112,6 +112,26 @@ TEST(JobOptions, BatchStepOverflowIsAClearError) {
               std::string::npos) << msg;
 }
 
+// b * u * (N/M) can pass 2^64 within the limits (b <= 2^40, u <= 65536 with max_units,
+// N <= 4096): it wrapped to exactly 0 here, and B % 0 killed slurmstepd with SIGFPE.
+TEST(JobOptions, HugeMicroBatchTimesWorldIsNotDivisible) {
+    SiteConfig big;
+    big.max_units = 65536;
+    auto msg = run({{"omni-elastic", "4096:4096"}, {"omni-unit", "4096"},
+                    {"omni-global-batch", "1099511627776"}, {"omni-micro-batch", "1099511627776"}},
+                   big);
+    EXPECT_NE(msg.find("it is not for u = 4096 (d=16777216, b*d=over 2^64)"), std::string::npos) << msg;
+}
+
+// The value may itself hold ": ", which must not be mistaken for the end of the quoted value.
+TEST(JobOptions, ElasticErrorKeepsAValueWithAColonSpace) {
+    JobOptions o;
+    auto st = set_job_option(o, "omni-elastic", "1: 2", SiteConfig());
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.error(), "--omni-elastic=1: 2: MAX: ' 2' is not a number; expected an integer in 1..1024")
+        << st.error();
+}
+
 TEST(JobOptions, CrossOptionRules) {
     EXPECT_EQ(run({{"omni-unit", "4"}, {"omni-mp", "3"}}),
               "--omni-mp=3: must divide the unit size 4 (--omni-unit=N)");

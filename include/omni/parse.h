@@ -25,6 +25,10 @@ namespace omni {
 /* Longest value any parser accepts; longer input is rejected before it is looked at. */
 constexpr std::size_t kMaxValueLength = 4096;
 
+/* `text` as error messages show it: in single quotes, control characters as \xHH, cut after
+ * 64 characters with "...". */
+std::string quoted(std::string_view text);
+
 /* A decimal unsigned integer in [min, max]. Leading zeros are accepted ("007" is 7);
  * anything but digits, an empty string, or a value beyond uint64 is an error. */
 Result<std::uint64_t> parse_uint(std::string_view text, std::uint64_t min, std::uint64_t max,
