@@ -30,10 +30,11 @@ omni::Result<std::vector<unsigned>> index_list(std::string_view text, std::strin
 }  // namespace
 
 omni::Result<std::vector<unsigned>> task_gpus(std::string_view cuda_visible,
-                                              std::string_view slurm_gpus) {
+                                              std::string_view slurm_gpus,
+                                              std::string_view slurm_gpus_name) {
     auto visible = index_list(cuda_visible, "CUDA_VISIBLE_DEVICES");
     if (!visible) return visible;
-    auto real = index_list(slurm_gpus, "SLURM_STEP_GPUS");
+    auto real = index_list(slurm_gpus, slurm_gpus_name);
     if (!real) return real;
     if (real.value().empty()) return visible;
     const auto &r = real.value();
@@ -41,11 +42,16 @@ omni::Result<std::vector<unsigned>> task_gpus(std::string_view cuda_visible,
     if (std::all_of(visible.value().begin(), visible.value().end(),
                     [&](unsigned v) { return std::find(r.begin(), r.end(), v) != r.end(); }))
         return visible;
+    const auto &vis = visible.value();
+    const bool step_rule = std::all_of(vis.begin(), vis.end(), [&](unsigned v) { return v < r.size(); });
+    // Per-task binding: SLURM_STEP_GPUS holds only this task's GPUs, in its order.
+    if (!step_rule && vis.size() == r.size()) return real;
     std::vector<unsigned> out;
-    for (unsigned v : visible.value()) {
+    for (unsigned v : vis) {
         if (v >= r.size())
-            return omni::make_error("CUDA_VISIBLE_DEVICES index " + std::to_string(v) +
-                                    " is beyond SLURM_STEP_GPUS '" + std::string(slurm_gpus.substr(0, 64)) + "'");
+            return omni::make_error("CUDA_VISIBLE_DEVICES index " + std::to_string(v) + " is beyond " +
+                                    std::string(slurm_gpus_name) + " '" +
+                                    std::string(slurm_gpus.substr(0, 64)) + "'");
         out.push_back(r[v]);
     }
     return out;

@@ -15,10 +15,15 @@ namespace omni_spank {
 // The node-local GPU indexes a task uses, from its CUDA_VISIBLE_DEVICES and the step's (or
 // job's) SLURM_STEP_GPUS / SLURM_JOB_GPUS. Without device confinement Slurm puts the node's
 // own indexes in CUDA_VISIBLE_DEVICES; with it (ConstrainDevices) it renumbers them 0..k-1 and
-// the real ones are in SLURM_*_GPUS, in the same order. An unset or empty value gives no GPU;
-// UUIDs or MIG names give an error (binding then stays Slurm's).
+// the real ones are in SLURM_*_GPUS, in the same order. With GPUs bound per task
+// (--gpus-per-task, --gpu-bind) Slurm narrows SLURM_STEP_GPUS to the task's own GPUs while
+// CUDA_VISIBLE_DEVICES keeps their positions in the step: lists of the same length whose
+// indexes do not fit the step rule pair up by position. An unset or empty value gives no GPU;
+// UUIDs or MIG names give an error (binding then stays Slurm's). `slurm_gpus_name` names the
+// variable `slurm_gpus` came from, in errors.
 omni::Result<std::vector<unsigned>> task_gpus(std::string_view cuda_visible,
-                                              std::string_view slurm_gpus);
+                                              std::string_view slurm_gpus,
+                                              std::string_view slurm_gpus_name = "SLURM_STEP_GPUS");
 
 struct Binding {
     std::vector<unsigned> cpus;      // OS CPUs to bind to; empty: keep Slurm's binding

@@ -31,12 +31,14 @@ int option_cb(int val, const char *optarg, int remote) noexcept {
         if (val < 0 || static_cast<std::size_t>(val) >= names.size()) return -1;
         auto &st = state();
         auto res = omni::set_job_option(st.opts, names[val], optarg ? optarg : "", st.site);
+        st.any_option = true;
         if (!res) {
             slurm_error(OMNI_SPANK_PREFIX "%s", res.error().c_str());
+            // slurmstepd drops an option whose callback fails and goes on: keep the first
+            // refusal for task_init, where it fails the task and reaches the user.
+            if (remote && st.options_error.empty()) st.options_error = res.error();
             return -1;
         }
-        st.any_option = true;
-        (void)remote;
         return 0;
     } catch (...) {
         slurm_error(OMNI_SPANK_PREFIX "out of memory while parsing --%s",

@@ -71,7 +71,9 @@ bool options_from_spank_env(spank_t sp) {
     auto opts = omni::job_options_from_env(get, st.site);
     if (!any) return false;
     if (!opts) {
-        slurm_error(OMNI_SPANK_PREFIX "job environment: %s", opts.error().c_str());
+        // Raised in every task: a job must not run without the options it asked for.
+        st.options_error = "job environment: " + opts.error();
+        st.any_option = true;
         return false;
     }
     st.opts = opts.value();
@@ -97,9 +99,10 @@ int bind_task(spank_t sp) {
     const omni::hal::SiteNode *node = find_node(st.topology, host);
     if (!node) return set(sp, "OMNI_BIND", "none: node " + host + " is not in " + st.site.topology);
 
-    std::string step_gpus = job_env(sp, "SLURM_STEP_GPUS");
-    if (step_gpus.empty()) step_gpus = job_env(sp, "SLURM_JOB_GPUS");
-    auto gpus = task_gpus(job_env(sp, "CUDA_VISIBLE_DEVICES"), step_gpus);
+    const char *gpus_var = "SLURM_STEP_GPUS";
+    std::string step_gpus = job_env(sp, gpus_var);
+    if (step_gpus.empty()) step_gpus = job_env(sp, gpus_var = "SLURM_JOB_GPUS");
+    auto gpus = task_gpus(job_env(sp, "CUDA_VISIBLE_DEVICES"), step_gpus, gpus_var);
     if (!gpus) return set(sp, "OMNI_BIND", "none: " + gpus.error());
 
     char *cores_text = nullptr;
@@ -154,7 +157,13 @@ int bind_task(spank_t sp) {
 
 int remote_post_opt(spank_t sp) {
     auto &st = state();
+    if (st.any_option && st.options_error.empty()) {
+        // Options that came through the callbacks: the cross-option rules, as on the submit
+        // host (this node's plugstack.conf may differ from it).
+        if (auto v = omni::validate_job_options(st.opts, st.site); !v) st.options_error = v.error();
+    }
     if (!st.any_option && !options_from_spank_env(sp)) return 0;
+    if (!st.options_error.empty()) return 0;
     if (!st.site.bind || st.site.topology.empty()) return 0;
     auto topo = omni::hal::read_site_topology(st.site.topology);
     if (!topo) {
@@ -170,6 +179,11 @@ int remote_post_opt(spank_t sp) {
 int remote_task_init(spank_t sp) {
     auto &st = state();
     if (!st.any_option) return 0;
+    if (!st.options_error.empty()) {
+        slurm_error(OMNI_SPANK_PREFIX "%s (checked on node %s)", st.options_error.c_str(),
+                    job_env(sp, "SLURMD_NODENAME").c_str());
+        return -1;
+    }
     if (!st.topology_error.empty()) {
         slurm_error(OMNI_SPANK_PREFIX "site topology file: %s", st.topology_error.c_str());
         return -1;

@@ -27,6 +27,10 @@ struct State {
     bool topology_loaded = false;
     omni::hal::SiteTopology topology;
     std::string topology_error;  // reported by every task of the step
+    // Remote context: why the job's options were refused here (Slurm ignores option
+    // callback errors in slurmstepd, and post_opt errors do not reach the user): raised in
+    // every task, so the job does not run without them.
+    std::string options_error;
 };
 
 State &state();

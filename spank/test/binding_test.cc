@@ -32,6 +32,10 @@ TEST(TaskGpus, PlainAndRenumbered) {
     EXPECT_EQ(task_gpus("2,3", "2,3").value(), v({2, 3}));  // Slurm did not renumber
     EXPECT_EQ(task_gpus("1", "4,6").value(), v({6}));      // ConstrainDevices renumbered 0..k-1
     EXPECT_EQ(task_gpus("0,1", "4,6").value(), v({4, 6}));
+    // --gpus-per-task: Slurm narrows SLURM_STEP_GPUS to the task's own GPU (global 5) and
+    // leaves CUDA_VISIBLE_DEVICES at its place in the step (1).
+    EXPECT_EQ(task_gpus("1", "5").value(), v({5}));
+    EXPECT_EQ(task_gpus("2,3", "6,7").value(), v({6, 7}));
     EXPECT_TRUE(task_gpus("", "").value().empty());
     EXPECT_TRUE(task_gpus("", "0,1").value().empty());
 }
@@ -44,6 +48,9 @@ TEST(TaskGpus, Rejects) {
     auto beyond = task_gpus("3", "4,6");
     ASSERT_FALSE(beyond.ok());
     EXPECT_EQ(beyond.error(), "CUDA_VISIBLE_DEVICES index 3 is beyond SLURM_STEP_GPUS '4,6'");
+    auto job = task_gpus("3", "4,5", "SLURM_JOB_GPUS");  // named after where it came from
+    ASSERT_FALSE(job.ok());
+    EXPECT_EQ(job.error(), "CUDA_VISIBLE_DEVICES index 3 is beyond SLURM_JOB_GPUS '4,5'");
     EXPECT_FALSE(task_gpus("0,", "").ok());
 }
 
