@@ -105,10 +105,16 @@ int bind_task(spank_t sp) {
     auto gpus = task_gpus(job_env(sp, "CUDA_VISIBLE_DEVICES"), step_gpus, gpus_var);
     if (!gpus) return set(sp, "OMNI_BIND", "none: " + gpus.error());
 
+    // The step's cores, not the job's: the step's cpuset holds only those, and the job's
+    // other cores may belong to another step of the same job.
     char *cores_text = nullptr;
-    if (spank_get_item(sp, S_JOB_ALLOC_CORES, &cores_text) != ESPANK_SUCCESS || !cores_text)
-        return set(sp, "OMNI_BIND", "none: Slurm did not say which cores the job holds");
-    auto cores = omni::hal::parse_cpulist(cores_text, 65535, "S_JOB_ALLOC_CORES");
+    const char *cores_item = "S_STEP_ALLOC_CORES";
+    if (spank_get_item(sp, S_STEP_ALLOC_CORES, &cores_text) != ESPANK_SUCCESS || !cores_text) {
+        cores_item = "S_JOB_ALLOC_CORES";
+        if (spank_get_item(sp, S_JOB_ALLOC_CORES, &cores_text) != ESPANK_SUCCESS || !cores_text)
+            return set(sp, "OMNI_BIND", "none: Slurm did not say which cores the step holds");
+    }
+    auto cores = omni::hal::parse_cpulist(cores_text, 65535, cores_item);
     if (!cores) return set(sp, "OMNI_BIND", "none: " + cores.error());
 
     const std::string kind = st.opts.unit_domain.value_or(st.site.default_domain);
@@ -145,12 +151,21 @@ int bind_task(spank_t sp) {
     CPU_ZERO(&mask);
     for (unsigned c : b.cpus)
         if (c < CPU_SETSIZE) CPU_SET(c, &mask);
+    const std::string wanted = omni::hal::format_cpulist(b.cpus);
     if (sched_setaffinity(0, sizeof mask, &mask) != 0) {
-        slurm_error(OMNI_SPANK_PREFIX "cannot bind to CPUs %s: %s",
-                    omni::hal::format_cpulist(b.cpus).c_str(), strerror(errno));
+        // EINVAL: none of them is in the task's cpuset. Slurm's binding stays, and says so.
+        if (errno == EINVAL)
+            return set(sp, "OMNI_BIND", "none: the CPUs near its GPUs (" + wanted +
+                                            ") are outside the CPUs this task may use");
+        slurm_error(OMNI_SPANK_PREFIX "cannot bind to CPUs %s: %s", wanted.c_str(), strerror(errno));
         return -1;
     }
-    return set(sp, "OMNI_BIND", omni::hal::format_cpulist(b.cpus));
+    // The kernel keeps only the CPUs the cpuset allows: report what the task is bound to.
+    std::vector<unsigned> bound;
+    if (sched_getaffinity(0, sizeof mask, &mask) == 0)
+        for (unsigned c = 0; c < CPU_SETSIZE; ++c)
+            if (CPU_ISSET(c, &mask)) bound.push_back(c);
+    return set(sp, "OMNI_BIND", bound.empty() ? wanted : omni::hal::format_cpulist(bound));
 }
 
 }  // namespace

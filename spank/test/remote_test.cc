@@ -12,17 +12,22 @@ extern "C" {
 }
 
 #include <dlfcn.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "omni/hal.h"
+#include "omni/hal_topofile.h"
 
 namespace {
 
@@ -30,6 +35,7 @@ std::map<std::string, std::string> g_env;
 std::vector<spank_option> g_opts;
 std::string g_errors;
 std::string g_cores = "0-1";
+std::string g_step_cores;  // "": slurmstepd gives no S_STEP_ALLOC_CORES
 
 }  // namespace
 
@@ -63,10 +69,13 @@ spank_err_t spank_setenv(spank_t, const char *var, const char *val, int) {
     return err(ESPANK_SUCCESS);
 }
 spank_err_t spank_get_item(spank_t, spank_item_t item, ...) {
-    if (item != S_JOB_ALLOC_CORES) return err(ESPANK_BAD_ARG);
+    const std::string *cores = item == S_JOB_ALLOC_CORES ? &g_cores
+                               : item == S_STEP_ALLOC_CORES && !g_step_cores.empty() ? &g_step_cores
+                                                                                      : nullptr;
+    if (!cores) return err(ESPANK_BAD_ARG);
     va_list ap;
     va_start(ap, item);
-    *va_arg(ap, char **) = const_cast<char *>(g_cores.c_str());
+    *va_arg(ap, char **) = const_cast<char *>(cores->c_str());
     va_end(ap);
     return err(ESPANK_SUCCESS);
 }
@@ -94,13 +103,16 @@ using Hook = int (*)(spank_t, int, char **);
 // Runs one slurmstepd: plugstack `args`, then the option callbacks `opts` (name, value), with
 // the job environment `env`.
 Outcome run_remote(std::vector<std::string> args, std::vector<std::pair<std::string, std::string>> opts,
-                   std::map<std::string, std::string> env) {
+                   std::map<std::string, std::string> env, std::string job_cores = "0-1",
+                   std::string step_cores = "") {
     int fds[2];
     if (pipe(fds) != 0) return {};
     const pid_t pid = fork();
     if (pid == 0) {
         close(fds[0]);
         g_env = std::move(env);
+        g_cores = job_cores;
+        g_step_cores = step_cores;
         std::string report;
         void *h = dlopen(OMNI_SPANK_PLUGIN, RTLD_NOW | RTLD_LOCAL);
         int post = -2, task = -2;
@@ -194,4 +206,57 @@ TEST(Remote, HugeBatchGeometryFromTheJobEnvironmentDoesNotCrash) {
     ASSERT_TRUE(exited_cleanly(o)) << "slurmstepd's stand-in died: wait status " << o.status;
     EXPECT_EQ(o.task_init, -1);
     EXPECT_NE(o.errors.find("--omni-global-batch=1099511627776"), std::string::npos) << o.errors;
+}
+
+namespace {
+
+// A site topology file (omni-topology(5)) with the DGX-2 fixture as node n1: GPUs 0-7 next to
+// cores 0,1 (PUs 0,1), GPUs 8-15 next to cores 2,3 (PUs 24,25).
+std::string dgx2_site_file() {
+    omni::hal::LoadOptions lo;
+    lo.topology_file = std::string(OMNI_FIXTURES) + "/nvidiaDGX2.xml";
+    lo.query_devices = false;
+    auto n = omni::hal::load_node(lo);
+    EXPECT_TRUE(n.ok()) << (n.ok() ? "" : n.error());
+    if (!n.ok()) return "";
+    omni::hal::SiteTopology site;
+    site.nodes.push_back(omni::hal::site_node(n.value(), "n1"));
+    const std::string path = "/tmp/omni-spank-remote-test-" + std::to_string(getpid()) + ".json";
+    std::ofstream(path) << omni::hal::site_json(site);
+    return path;
+}
+
+std::map<std::string, std::string> task_of_gpu(const char *gpu) {
+    return {{"SLURMD_NODENAME", "n1"}, {"CUDA_VISIBLE_DEVICES", gpu}};
+}
+
+}  // namespace
+
+// The step's cores bound the binding, not the job's: the job's others may be another step's.
+TEST(Remote, TheStepsCoresBoundTheBinding) {
+    const std::string site = dgx2_site_file();
+    ASSERT_FALSE(site.empty());
+    auto o = run_remote({"topology=" + site}, {{"omni-elastic", "1:2"}}, task_of_gpu("0"), "0-3", "0");
+    auto job_only = run_remote({"topology=" + site}, {{"omni-elastic", "1:2"}}, task_of_gpu("0"), "0-3");
+    std::remove(site.c_str());
+    ASSERT_TRUE(exited_cleanly(o)) << o.status;
+    EXPECT_EQ(o.task_init, 0) << o.errors;
+    EXPECT_NE(o.env.find("OMNI_BIND=0;"), std::string::npos) << o.env;
+    // Without S_STEP_ALLOC_CORES (older slurmstepd) the job's cores are used.
+    EXPECT_NE(job_only.env.find("OMNI_BIND=0-1;"), std::string::npos) << job_only.env;
+}
+
+// CPUs the task may not use (here: CPUs this machine lacks, as the kernel treats CPUs outside
+// a step's cpuset) leave Slurm's binding in place with the reason, instead of failing the task.
+TEST(Remote, CpusTheTaskMayNotUseLeaveItUnbound) {
+    if (sysconf(_SC_NPROCESSORS_CONF) > 24)
+        GTEST_SKIP() << "this machine has a CPU 24: GPU 8's CPUs (24,25) are usable here";
+    const std::string site = dgx2_site_file();
+    ASSERT_FALSE(site.empty());
+    auto o = run_remote({"topology=" + site}, {{"omni-elastic", "1:2"}}, task_of_gpu("8"), "0-3", "0-3");
+    std::remove(site.c_str());
+    ASSERT_TRUE(exited_cleanly(o)) << o.status;
+    EXPECT_EQ(o.task_init, 0) << o.errors;
+    EXPECT_NE(o.env.find("OMNI_BIND=none: the CPUs near its GPUs (24-25) are outside the CPUs this task may use;"),
+              std::string::npos) << o.env;
 }
