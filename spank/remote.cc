@@ -51,7 +51,11 @@ std::string job_env(spank_t sp, const char *name) {
     return buf;
 }
 
-bool user_set(spank_t sp, const char *name) { return !job_env(sp, name).empty(); }
+// Whether the job's environment has `name` at all: set to "" is the user's choice too.
+bool user_set(spank_t sp, const char *name) {
+    char buf[8];
+    return spank_getenv(sp, name, buf, sizeof buf) != ESPANK_ENV_NOEXIST;
+}
 
 // The batch step of a job submitted with --export=NONE gets no option callbacks in
 // slurmstepd; its options are still in the spank job environment, which Slurm hands to the

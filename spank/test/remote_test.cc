@@ -134,7 +134,8 @@ Outcome run_remote(std::vector<std::string> args, std::vector<std::pair<std::str
         }
         report = std::to_string(post) + "\n" + std::to_string(task) + "\n";
         for (const auto &[k, v] : g_env)
-            if (k.rfind("OMNI_", 0) == 0) report += k + "=" + v + ";";
+            if (k.rfind("OMNI_", 0) == 0 || k.rfind("NCCL_", 0) == 0 || k.rfind("UCX_", 0) == 0)
+                report += k + "=" + v + ";";
         report += "\n" + g_errors;
         if (write(fds[1], report.data(), report.size()) < 0) _exit(3);
         _exit(0);
@@ -210,11 +211,10 @@ TEST(Remote, HugeBatchGeometryFromTheJobEnvironmentDoesNotCrash) {
 
 namespace {
 
-// A site topology file (omni-topology(5)) with the DGX-2 fixture as node n1: GPUs 0-7 next to
-// cores 0,1 (PUs 0,1), GPUs 8-15 next to cores 2,3 (PUs 24,25).
-std::string dgx2_site_file() {
+// A site topology file (omni-topology(5)) with fixture `xml` as node n1.
+std::string site_file(const char *xml) {
     omni::hal::LoadOptions lo;
-    lo.topology_file = std::string(OMNI_FIXTURES) + "/nvidiaDGX2.xml";
+    lo.topology_file = std::string(OMNI_FIXTURES) + "/" + xml;
     lo.query_devices = false;
     auto n = omni::hal::load_node(lo);
     EXPECT_TRUE(n.ok()) << (n.ok() ? "" : n.error());
@@ -225,6 +225,9 @@ std::string dgx2_site_file() {
     std::ofstream(path) << omni::hal::site_json(site);
     return path;
 }
+
+// The DGX-2: GPUs 0-7 next to cores 0,1 (PUs 0,1), GPUs 8-15 next to cores 2,3 (PUs 24,25).
+std::string dgx2_site_file() { return site_file("nvidiaDGX2.xml"); }
 
 std::map<std::string, std::string> task_of_gpu(const char *gpu) {
     return {{"SLURMD_NODENAME", "n1"}, {"CUDA_VISIBLE_DEVICES", gpu}};
@@ -259,4 +262,20 @@ TEST(Remote, CpusTheTaskMayNotUseLeaveItUnbound) {
     EXPECT_EQ(o.task_init, 0) << o.errors;
     EXPECT_NE(o.env.find("OMNI_BIND=none: the CPUs near its GPUs (24-25) are outside the CPUs this task may use;"),
               std::string::npos) << o.env;
+}
+
+// The Xeon with an InfiniBand HCA: GPU 1 (0000:84:00.0) shares a PCIe switch with mlx5_0, so
+// NCCL and UCX are pointed at it, unless the user named an HCA already, even as "".
+TEST(Remote, TheUsersHcaChoiceWinsEvenWhenEmpty) {
+    const std::string site = site_file("32em64t-2n8c2t-pci-normalio.xml");
+    ASSERT_FALSE(site.empty());
+    auto ours = run_remote({"topology=" + site}, {{"omni-elastic", "1:2"}}, task_of_gpu("1"), "0-15", "0-15");
+    auto env = task_of_gpu("1");
+    env["NCCL_IB_HCA"] = "";
+    auto theirs = run_remote({"topology=" + site}, {{"omni-elastic", "1:2"}}, env, "0-15", "0-15");
+    std::remove(site.c_str());
+    ASSERT_TRUE(exited_cleanly(ours) && exited_cleanly(theirs));
+    EXPECT_NE(ours.env.find("NCCL_IB_HCA==mlx5_0;"), std::string::npos) << ours.env << ours.errors;
+    EXPECT_NE(theirs.env.find("NCCL_IB_HCA=;"), std::string::npos) << theirs.env;
+    EXPECT_NE(theirs.env.find("UCX_NET_DEVICES=mlx5_0:1;"), std::string::npos) << theirs.env;
 }
