@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <set>
 
 #include "omni/ckpt_cpp.h"
 #include "cow.h"
@@ -70,6 +71,7 @@ struct AsyncShardWriter::Impl {
     std::vector<Block> blocks;
     std::size_t block = 0, used = 0;   // allocation cursor
     std::vector<Pending> pending;
+    std::set<std::string> names;   // of `pending`, for the checks add_tensor makes at the call
     std::vector<RankState> states;
     std::string root;
     std::uint64_t step = 0;
@@ -241,6 +243,7 @@ Status AsyncShardWriter::begin(const std::string &root, std::uint64_t step, std:
     // A snapshot begun and never submitted still protects the caller's memory.
     if (a.guard) a.guard->release_all();
     a.pending.clear();
+    a.names.clear();
     a.states.clear();
     a.block = a.used = 0;
     a.stats = AsyncStats();
@@ -275,6 +278,13 @@ Status AsyncShardWriter::add_tensor(const std::string &name, DType dtype, const 
     if (auto st = check_tensor_name(name); !st) return st;
     if (auto st = check_shape(shape, "tensor " + name + ": shape"); !st) return st;
     if (auto st = check_slice(shape, offset, count, "tensor " + name); !st) return st;
+    if (auto st = check_slice_bytes(dtype, shape, count, "tensor " + name); !st) return st;
+    if (a.names.count(name))
+        return make_error("tensor " + name + ": added twice to the checkpoint of rank " +
+                          std::to_string(a.rank));
+    if (const std::string other = name_path_conflict(a.names, name); !other.empty())
+        return make_error("tensor " + name + ": conflicts with tensor " + other + " in the checkpoint of rank " +
+                          std::to_string(a.rank) + " (a tensor name cannot be a '/'-prefix of another)");
     if (!data) return make_error("tensor " + name + ": data is null");
     const std::size_t bytes = element_count(count) * dtype_size(dtype);
     // A slice the base holds unchanged needs no snapshot: by the caller's word, or because
@@ -292,6 +302,7 @@ Status AsyncShardWriter::add_tensor(const std::string &name, DType dtype, const 
         a.stats.slices_referenced++;
         a.stats.bytes_referenced += bytes;
         a.pending.push_back({name, dtype, shape, offset, count, nullptr, nullptr, Change::unchanged});
+        a.names.insert(name);
         return Status::success();
     }
     const char *live = tracked.tracked ? static_cast<const char *>(data) : nullptr;
@@ -311,17 +322,24 @@ Status AsyncShardWriter::add_tensor(const std::string &name, DType dtype, const 
         a.stats.bytes_protected += region->protected_bytes();
         a.stats.bytes_copied += head + tail;
         a.pending.push_back({name, dtype, shape, offset, count, copy, region, change, live, tracked.epoch});
+        a.names.insert(name);
         return Status::success();
     }
     cow::snapshot_copy(copy, src, bytes);
     a.stats.slices_copied++;
     a.stats.bytes_copied += bytes;
     a.pending.push_back({name, dtype, shape, offset, count, copy, nullptr, change, live, tracked.epoch});
+    a.names.insert(name);
     return Status::success();
 }
 
 Status AsyncShardWriter::add_rank_state(const RankState &state) {
     if (!impl_->open) return make_error("rank state: no checkpoint begun (call begin first)");
+    if (state.rank >= kMaxWriters)
+        return make_error("rank state: rank " + std::to_string(state.rank) + " out of range");
+    for (const auto &r : impl_->states)
+        if (r.rank == state.rank)
+            return make_error("rank state of rank " + std::to_string(state.rank) + " added twice");
     impl_->states.push_back(state);
     return Status::success();
 }

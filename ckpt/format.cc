@@ -207,6 +207,31 @@ Status check_slice(const Shape &shape, const Shape &offset, const Shape &count,
     return Status::success();
 }
 
+Status check_slice_bytes(DType dtype, const Shape &shape, const Shape &count,
+                         const std::string &what) {
+    const std::size_t elem = dtype_size(dtype);
+    if (elem == 0)
+        return make_error(what + ": dtype " + std::to_string(int(dtype)) +
+                          " is not one of fp32, bf16, fp16, int64, uint8");
+    const std::uint64_t limit = kMaxTensorBytes / elem;
+    if (element_count(shape) > limit)
+        return make_error(what + ": shape " + shape_string(shape) + " of " + dtype_name(dtype) +
+                          " is more than 2^62 bytes");
+    if (element_count(count) > limit)
+        return make_error(what + ": slice count " + shape_string(count) + " of " +
+                          dtype_name(dtype) + " is more than 2^62 bytes");
+    return Status::success();
+}
+
+std::string name_path_conflict(const std::set<std::string> &names, const std::string &name) {
+    for (auto slash = name.find('/'); slash != std::string::npos; slash = name.find('/', slash + 1))
+        if (names.count(name.substr(0, slash))) return name.substr(0, slash);
+    const std::string under = name + "/";
+    const auto it = names.lower_bound(under);
+    if (it != names.end() && it->compare(0, under.size(), under) == 0) return *it;
+    return std::string();
+}
+
 Status check_tiling(const TensorInfo &t) {
     // Exact tiling = every slice inside the shape (checked by the parser / writer), no two
     // slices overlapping, and volumes adding up to the whole. A virtual dataset fills holes

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,16 @@ Status check_shape(const Shape &shape, const std::string &what);
 // offset + count inside shape, count >= 1 in every dimension.
 Status check_slice(const Shape &shape, const Shape &offset, const Shape &count,
                    const std::string &what);
+// A slice of `count` elements of `dtype` in a tensor of `shape`, as a writer is given it: the
+// dtype is one of DType's, and neither the slice nor the whole tensor holds more than
+// kMaxTensorBytes bytes (so its byte size cannot wrap around). `what`: "tensor NAME".
+constexpr std::uint64_t kMaxTensorBytes = std::uint64_t(1) << 62;
+Status check_slice_bytes(DType dtype, const Shape &shape, const Shape &count,
+                         const std::string &what);
+// A name of `names` that lies on the path of `name` in the HDF5 layout, as a group would: a
+// '/'-prefix of it ("x" for "x/y"), or one it is a '/'-prefix of ("x/y" for "x"). Such a pair
+// cannot both be stored (one name would be a dataset and a group at once). "" when none.
+std::string name_path_conflict(const std::set<std::string> &names, const std::string &name);
 // The slices tile the shape exactly: inside it, no overlaps, no holes.
 Status check_tiling(const TensorInfo &t);
 

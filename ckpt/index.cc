@@ -428,6 +428,8 @@ Result<std::string> commit_partial(const CommitRequest &req) {
     m.writers = req.writers;
     m.created_unix = static_cast<std::uint64_t>(std::time(nullptr));
     std::map<std::string, std::size_t> by_name;
+    std::set<std::string> names_seen;              // the keys of by_name
+    std::map<std::string, std::string> shard_of;   // the first shard file each tensor is in
     std::vector<RankState> states;
     std::set<std::uint32_t> state_ranks;
     std::set<std::string> sources_seen;
@@ -460,6 +462,14 @@ Result<std::string> commit_partial(const CommitRequest &req) {
             }
             auto it = by_name.find(t.name);
             if (it == by_name.end()) {
+                // HDF5 cannot hold both "p" and "p/q" (one would be a group and a dataset);
+                // refused before any file is made, so the previous checkpoints stay as they are.
+                if (const std::string other = name_path_conflict(names_seen, t.name); !other.empty())
+                    return make_error("commit: tensor " + t.name + " in " + path + " conflicts with tensor " +
+                                      other + " in " + shard_of.at(other) +
+                                      " (a tensor name cannot be a '/'-prefix of another)");
+                names_seen.insert(t.name);
+                shard_of.emplace(t.name, path);
                 by_name.emplace(t.name, m.tensors.size());
                 m.tensors.push_back(t);
                 continue;

@@ -200,9 +200,14 @@ Result<TensorInfo> admit(ShardWriter::Impl &w, const std::string &name, DType dt
     if (auto st = check_tensor_name(name); !st) return make_error(st.error());
     if (auto st = check_shape(shape, "tensor " + name + ": shape"); !st) return make_error(st.error());
     if (auto st = check_slice(shape, offset, count, "tensor " + name); !st) return make_error(st.error());
-    if (!w.names.insert(name).second)
+    if (auto st = check_slice_bytes(dtype, shape, count, "tensor " + name); !st) return make_error(st.error());
+    if (w.names.count(name))
         return make_error("tensor " + name + ": added twice to the shard of rank " +
                           std::to_string(w.manifest.rank));
+    if (const std::string other = name_path_conflict(w.names, name); !other.empty())
+        return make_error("tensor " + name + ": conflicts with tensor " + other + " in the shard of rank " +
+                          std::to_string(w.manifest.rank) + " (a tensor name cannot be a '/'-prefix of another)");
+    w.names.insert(name);
     TensorInfo t;
     t.name = name;
     t.dtype = dtype;

@@ -1709,3 +1709,155 @@ TEST(Format, Names) {
     EXPECT_FALSE(check_file_ref("../../x/shard-00001.h5").ok());
     EXPECT_FALSE(check_file_ref("../.hidden/shard-00001.h5").ok());
 }
+
+// What a writer is given is checked at the call, before the name is taken, and a refused
+// slice leaves the writer usable: a byte size that does not fit (2^62 fp32 elements would be
+// 2^64 bytes, wrapping to 0), a value that is not a DType, a tensor name on the path of
+// another ("x" and "x/y": HDF5 would need "x" as a dataset and a group). Until these were
+// checked, HDF5 refused them deep in the writer, which then failed for good; the asynchronous
+// writer reported them only at wait().
+namespace {
+void expect_refused(const omni::Status &st, const std::string &start, const std::string &has) {
+    ASSERT_FALSE(st.ok()) << "accepted; expected '" << start << "...'";
+    EXPECT_EQ(st.error().rfind(start, 0), 0u) << st.error();
+    EXPECT_NE(st.error().find(has), std::string::npos) << st.error();
+}
+}  // namespace
+
+TEST(WriterValidation, SizeOverflowAndBadDtypeRefusedByNameWriterGoesOn) {
+    TempDir d;
+    const float f[4] = {1, 2, 3, 4};
+    const std::uint64_t e62 = std::uint64_t(1) << 62, e61 = std::uint64_t(1) << 61;
+    auto sw = ShardWriter::open(d / "root", 1, 0);
+    ASSERT_TRUE(sw.ok());
+    ShardWriter &w = *sw.value();
+    expect_refused(w.add_tensor("big", DType::fp32, {e62}, {0}, {e62}, f), "tensor big: ", "2^62 bytes");
+    expect_refused(w.add_tensor("big", DType::int64, {e61}, {0}, {e61}, f), "tensor big: ", "2^62 bytes");
+    expect_refused(w.add_tensor("big", DType::fp32, {e62}, {0}, {4}, f), "tensor big: shape", "2^62 bytes");
+    expect_refused(w.add_tensor("big", DType::bf16, {2, e61}, {0, 0}, {1, e61}, f), "tensor big: ", "2^62 bytes");
+    expect_refused(w.add_tensor("bad", static_cast<DType>(9), {4}, {0}, {4}, f), "tensor bad: dtype 9", "fp32");
+    ASSERT_TRUE(w.add_tensor("big", DType::fp32, {4}, {0}, {4}, f).ok());   // names not taken,
+    auto st = w.add_tensor("bad", DType::fp32, {4}, {0}, {4}, f);            // writer not failed
+    ASSERT_TRUE(st.ok()) << st.error();
+    RankState rs;
+    rs.rank = 0;
+    ASSERT_TRUE(w.add_rank_state(rs).ok());
+    st = w.finish();
+    ASSERT_TRUE(st.ok()) << st.error();
+    auto c = commit(d / "root", 1, meta_for(1, 1));
+    ASSERT_TRUE(c.ok()) << c.error();
+    auto r = Reader::open(c.value());
+    ASSERT_TRUE(r.ok()) << r.error();
+    float out[4] = {};
+    ASSERT_TRUE(r.value()->read_all("bad", out, sizeof out).ok());
+    EXPECT_EQ(out[3], 4.0f);
+}
+
+TEST(WriterValidation, AsyncRefusesOverflowBadDtypeAndRankAtTheCall) {
+    TempDir d;
+    const float f[4] = {1, 2, 3, 4};
+    const std::uint64_t e62 = std::uint64_t(1) << 62;
+    for (Snapshot mode : {Snapshot::copy, Snapshot::copy_on_write}) {
+        const std::uint64_t step = mode == Snapshot::copy ? 1 : 2;
+        AsyncShardWriter a(mode);
+        ASSERT_TRUE(a.begin(d / "root", step, 0).ok());
+        expect_refused(a.add_tensor("big", DType::fp32, {e62}, {0}, {e62}, f), "tensor big: ", "2^62 bytes");
+        expect_refused(a.add_tensor("big", DType::fp32, {e62}, {0}, {4}, f), "tensor big: shape", "2^62 bytes");
+        expect_refused(a.add_tensor("bad", static_cast<DType>(9), {4}, {0}, {4}, f), "tensor bad: dtype 9", "fp32");
+        RankState rs;
+        rs.rank = 0xffffffffu;
+        EXPECT_EQ(a.add_rank_state(rs).error(), "rank state: rank 4294967295 out of range");
+        rs.rank = kMaxWriters;
+        EXPECT_EQ(a.add_rank_state(rs).error(), "rank state: rank 1048576 out of range");
+        rs.rank = 0;
+        ASSERT_TRUE(a.add_rank_state(rs).ok());
+        EXPECT_EQ(a.add_rank_state(rs).error(), "rank state of rank 0 added twice");
+        ASSERT_TRUE(a.add_tensor("big", DType::fp32, {4}, {0}, {4}, f).ok());
+        ASSERT_TRUE(a.add_tensor("bad", DType::fp32, {4}, {0}, {4}, f).ok());
+        ASSERT_TRUE(a.submit().ok());
+        auto st = a.wait();
+        ASSERT_TRUE(st.ok()) << st.error();
+        auto c = commit(d / "root", 1, meta_for(step, 1));
+        ASSERT_TRUE(c.ok()) << c.error();
+    }
+}
+
+TEST(WriterValidation, NameOnThePathOfAnotherRefusedBothOrdersWriterGoesOn) {
+    TempDir d;
+    const float f[4] = {1, 2, 3, 4};
+    auto sw = ShardWriter::open(d / "root", 1, 0);
+    ASSERT_TRUE(sw.ok());
+    ShardWriter &w = *sw.value();
+    ASSERT_TRUE(w.add_tensor("x", DType::fp32, {4}, {0}, {4}, f).ok());
+    expect_refused(w.add_tensor("x/y", DType::fp32, {4}, {0}, {4}, f), "tensor x/y: conflicts with tensor x ", "prefix");
+    expect_refused(w.add_tensor("x/y/z", DType::fp32, {4}, {0}, {4}, f), "tensor x/y/z: conflicts with tensor x ", "rank 0");
+    ASSERT_TRUE(w.add_tensor("a/b/c", DType::fp32, {4}, {0}, {4}, f).ok());
+    expect_refused(w.add_tensor("a/b", DType::fp32, {4}, {0}, {4}, f), "tensor a/b: conflicts with tensor a/b/c ", "prefix");
+    expect_refused(w.add_tensor("a", DType::fp32, {4}, {0}, {4}, f), "tensor a: conflicts with tensor a/b/c ", "prefix");
+    // Not on each other's path.
+    for (const char *ok : {"x.y", "xy", "x_/y", "a/bc", "a/b.c", "a/b/cd", "a/c"}) {
+        auto st = w.add_tensor(ok, DType::fp32, {4}, {0}, {4}, f);
+        EXPECT_TRUE(st.ok()) << ok << ": " << st.error();
+    }
+    ASSERT_TRUE(w.finish().ok());
+    auto c = commit(d / "root", 1, meta_for(1, 1));
+    ASSERT_TRUE(c.ok()) << c.error();
+    auto r = Reader::open(c.value());
+    ASSERT_TRUE(r.ok()) << r.error();
+    float out[4] = {};
+    for (const char *name : {"x", "a/b/c", "a/b/cd", "x_/y"}) {
+        ASSERT_TRUE(r.value()->read_all(name, out, sizeof out).ok()) << name;
+        EXPECT_EQ(out[2], 3.0f);
+    }
+}
+
+TEST(WriterValidation, AsyncRefusesDuplicateAndPathConflictAtTheCall) {
+    TempDir d;
+    const float f[4] = {1, 2, 3, 4};
+    AsyncShardWriter a;
+    for (std::uint64_t step : {1, 2}) {   // names are per checkpoint
+        ASSERT_TRUE(a.begin(d / "root", step, 0).ok());
+        ASSERT_TRUE(a.add_tensor("x", DType::fp32, {4}, {0}, {4}, f).ok());
+        expect_refused(a.add_tensor("x", DType::fp32, {4}, {0}, {4}, f), "tensor x: added twice", "rank 0");
+        expect_refused(a.add_tensor("x/y", DType::fp32, {4}, {0}, {4}, f), "tensor x/y: conflicts with tensor x ", "prefix");
+        ASSERT_TRUE(a.add_tensor("p/q", DType::fp32, {4}, {0}, {4}, f).ok());
+        expect_refused(a.add_tensor("p", DType::fp32, {4}, {0}, {4}, f), "tensor p: conflicts with tensor p/q ", "prefix");
+        expect_refused(a.add_tensor("y", DType::fp32, {4}, {0}, {4}, nullptr), "tensor y: data is null", "");
+        ASSERT_TRUE(a.add_tensor("y", DType::fp32, {4}, {0}, {4}, f).ok());   // not taken by the failure
+        ASSERT_TRUE(a.submit().ok());
+        auto st = a.wait();
+        ASSERT_TRUE(st.ok()) << st.error();
+        auto c = commit(d / "root", 1, meta_for(step, 1));
+        ASSERT_TRUE(c.ok()) << c.error();
+    }
+}
+
+// Each rank's names are fine on their own; together "p" and "p/q" cannot be in one index.
+// Commit refuses them before it makes any file, naming both tensors and their shards; the
+// committed checkpoints stay as they were.
+TEST(WriterValidation, CommitRefusesNamesOnEachOthersPathAcrossShards) {
+    TempDir d;
+    const std::string root = d / "root";
+    const std::vector<Spec> specs = {{"w", DType::fp32, {8}, 5}};
+    const std::string first = write_ckpt(root, 1, 2, specs);
+    ASSERT_FALSE(first.empty());
+    const float f[4] = {1, 2, 3, 4};
+    for (std::uint32_t rank : {0u, 1u}) {
+        auto sw = ShardWriter::open(root, 2, rank);
+        ASSERT_TRUE(sw.ok());
+        ASSERT_TRUE(sw.value()->add_tensor(rank == 0 ? "p" : "p/q", DType::fp32, {4}, {0}, {4}, f).ok());
+        ASSERT_TRUE(sw.value()->finish().ok());
+    }
+    auto c = commit(root, 2, meta_for(2, 2));
+    ASSERT_FALSE(c.ok());
+    EXPECT_EQ(c.error().rfind("commit: tensor p/q in ", 0), 0u) << c.error();
+    EXPECT_NE(c.error().find("shard-00001.h5 conflicts with tensor p in "), std::string::npos) << c.error();
+    EXPECT_NE(c.error().find("shard-00000.h5"), std::string::npos) << c.error();
+    EXPECT_FALSE(fsio::exists(root + "/step-0000000002"));
+    EXPECT_FALSE(fsio::exists(root + "/.step-0000000002.partial-0/index.h5"));
+    auto r = Reader::open_latest(root);
+    ASSERT_TRUE(r.ok()) << r.error();
+    EXPECT_EQ(r.value()->path(), first);
+    expect_logical(*r.value(), specs[0]);
+    EXPECT_TRUE(verify(first).value().ok());
+}
