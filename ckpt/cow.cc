@@ -452,20 +452,16 @@ void Guard::unregister_all() {
     }
 }
 
-// Whether [lo, hi) is all private anonymous memory. userfaultfd also registers shared memory
-// (MAP_SHARED|MAP_ANONYMOUS, memfd, /dev/shm, even privately mapped) and hugetlbfs; but
-// protecting our mapping of shared memory does not stop another mapping (another process)
-// from writing to it, so only private anonymous memory may be left in place.
-bool Guard::private_anonymous(std::uintptr_t lo, std::uintptr_t hi) {
-    if (maps_ < 0) return false;
+bool private_anonymous(int maps, bool *query, std::uintptr_t lo, std::uintptr_t hi) {
+    if (maps < 0) return false;
     std::vector<Vma> vmas;
-    for (std::uintptr_t a = lo; a < hi && query_maps_;) {
+    for (std::uintptr_t a = lo; a < hi && *query;) {
         ProcmapQuery q{};
         q.size = sizeof q;
         q.query_addr = a;
-        if (::ioctl(maps_, kProcmapQuery, &q) != 0) {
+        if (::ioctl(maps, kProcmapQuery, &q) != 0) {
             if (errno == ENOENT) return false;   // a hole: not mapped
-            query_maps_ = false;   // an older kernel: read the text below
+            *query = false;   // an older kernel: read the text below
             break;
         }
         vmas.push_back({static_cast<std::uintptr_t>(q.vma_start), static_cast<std::uintptr_t>(q.vma_end),
@@ -473,7 +469,7 @@ bool Guard::private_anonymous(std::uintptr_t lo, std::uintptr_t hi) {
                             q.dev_minor == 0});
         a = static_cast<std::uintptr_t>(q.vma_end);
     }
-    if (!query_maps_) vmas = parse_maps(maps_, lo, hi);
+    if (!*query) vmas = parse_maps(maps, lo, hi);
     // Every byte covered, by private anonymous mappings only.
     std::uintptr_t covered = lo;
     for (const auto &v : vmas) {
@@ -481,6 +477,14 @@ bool Guard::private_anonymous(std::uintptr_t lo, std::uintptr_t hi) {
         covered = std::max(covered, v.end);
     }
     return covered >= hi;
+}
+
+// userfaultfd also registers shared memory (MAP_SHARED|MAP_ANONYMOUS, memfd, /dev/shm, even
+// privately mapped) and hugetlbfs; but protecting our mapping of shared memory does not stop
+// another mapping (another process) from writing to it, so only private anonymous memory may
+// be left in place.
+bool Guard::private_anonymous(std::uintptr_t lo, std::uintptr_t hi) {
+    return cow::private_anonymous(maps_, &query_maps_, lo, hi);
 }
 
 bool Guard::write_protect(std::uintptr_t lo, std::uint64_t n, bool on) {
@@ -573,6 +577,7 @@ void Guard::serve() {}
 void Guard::on_fault(std::uintptr_t) {}
 bool Guard::write_protect(std::uintptr_t, std::uint64_t, bool) { return false; }
 void Guard::wake(std::uintptr_t) {}
+bool private_anonymous(int, bool *, std::uintptr_t, std::uintptr_t) { return false; }
 bool Guard::private_anonymous(std::uintptr_t, std::uintptr_t) { return false; }
 bool Guard::registered(std::uintptr_t, std::uintptr_t) { return false; }
 bool Guard::register_range(std::uintptr_t, std::uintptr_t, std::string *) { return false; }

@@ -166,6 +166,14 @@ private:
 // for its own destination may touch it (from user mode) and try again.
 bool user_mode_guards_exist();
 
+// Whether [lo, hi) of this process is all private anonymous memory (MAP_PRIVATE, not
+// file-backed, not shared memory: nothing but this process's own page tables can write it).
+// `maps` is an open /proc/self/maps; *query says PROCMAP_QUERY may be used (Linux >= 6.11)
+// and is cleared, for the next calls, when the kernel lacks it (the text is read instead).
+// False for a hole, or where this build has no userfaultfd. Used by Guard::protect and by
+// write tracking (write_track.cc); not thread-safe for one *query.
+bool private_anonymous(int maps, bool *query, std::uintptr_t lo, std::uintptr_t hi);
+
 // The copy of both snapshot modes (add_tensor's in copy mode, the fault handler's): with
 // streaming stores for large sizes where the CPU has AVX2, memcpy otherwise.
 void snapshot_copy(char *dst, const char *src, std::size_t n);

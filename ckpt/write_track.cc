@@ -2,6 +2,8 @@
 // write_track.h.
 #include "write_track.h"
 
+#include "cow.h"
+
 #include <fcntl.h>
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
@@ -62,10 +64,19 @@ std::uintptr_t page_size() {
 
 std::string errno_text(const char *what, int err) { return std::string(what) + ": " + std::strerror(err); }
 
+const char *const kNotPrivate =
+    "write tracking: only private anonymous memory is tracked; this slice is (in part) a file "
+    "or shared mapping, shared memory or hugetlbfs pages, which can be written without this "
+    "mapping's page tables seeing it, so it is hashed";
+const char *const kNotRegistered =
+    "write tracking: the kernel would not register or scan this memory (another userfaultfd, "
+    "e.g. a copy-on-write snapshot's, guards it, or the mapping changed), so it is hashed";
+
 #ifdef OMNI_CKPT_HAVE_WP_ASYNC
 // Asynchronous write protection resolves every fault in the kernel, so a descriptor that
 // handles user-mode faults only (which any process may open) tracks writes made by system
-// calls as well; the unrestricted kind is the fallback for kernels before 5.11.
+// calls as well (those that fault on the page tables: not writes into long-term pinned
+// memory, see write_track.h); the unrestricted kind is the fallback for kernels before 5.11.
 int open_uffd(std::string *why) {
     int fd = static_cast<int>(::syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY));
     if (fd < 0 && errno == EINVAL)
@@ -91,11 +102,13 @@ int open_uffd(std::string *why) {
 
 }  // namespace
 
-Tracker::Tracker(int uffd, int pagemap) : uffd_(uffd), pagemap_(pagemap), pid_(::getpid()) {}
+Tracker::Tracker(int uffd, int pagemap, int maps)
+    : uffd_(uffd), pagemap_(pagemap), maps_(maps), pid_(::getpid()) {}
 
 Tracker::~Tracker() {
     ::close(uffd_);
     ::close(pagemap_);
+    ::close(maps_);
 }
 
 Tracker *Tracker::get(std::string *why) {
@@ -124,11 +137,13 @@ Tracker *Tracker::get(std::string *why) {
     const int uffd = open_uffd(&failure);
     if (uffd >= 0) {
         const int pagemap = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-        if (pagemap >= 0) {
-            current = new Tracker(uffd, pagemap);   // lives as long as the process
+        const int maps = pagemap >= 0 ? ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC) : -1;
+        if (maps >= 0) {
+            current = new Tracker(uffd, pagemap, maps);   // lives as long as the process
             return current;
         }
-        failure = errno_text("/proc/self/pagemap", errno);
+        failure = errno_text(pagemap < 0 ? "/proc/self/pagemap" : "/proc/self/maps", errno);
+        if (pagemap >= 0) ::close(pagemap);
         ::close(uffd);
     }
 #else
@@ -223,9 +238,21 @@ Lookup Tracker::arm(const void *p, std::uint64_t n) {
     Scan s = scan_and_rearm(lo, hi);
     if (s == Scan::unregistered) {
         // New memory, or memory that was unmapped and mapped again since: register the pages
-        // and protect them; until then every page counts as written.
-        if (register_pages(lo, hi)) s = scan_and_rearm(lo, hi);
+        // and protect them; until then every page counts as written. Only private anonymous
+        // memory: the kernel registers shared and file-backed mappings as well, but a write
+        // through another mapping of the same pages (another process, another mmap of a
+        // memfd), pwrite() to the file or a punched hole never shows in our page tables,
+        // and the slice would be reported clean with stale bytes.
+        const char *reason = nullptr;
+        if (!cow::private_anonymous(maps_, &query_maps_, lo, hi)) {
+            reason = kNotPrivate;
+            ++counters_.not_private;
+        } else if (register_pages(lo, hi)) {
+            s = scan_and_rearm(lo, hi);
+        }
         if (s == Scan::unregistered) {
+            if (!reason) reason = kNotRegistered;
+            untracked_reason_ = reason;
             ++counters_.untracked;
             forget_overlapping(lo, hi);
             slices_.erase(Key(addr, n));
@@ -269,6 +296,11 @@ void Tracker::remember(const void *p, std::uint64_t n, std::uint64_t hash, std::
 Counters Tracker::counters() const {
     std::lock_guard<std::mutex> lock(mu_);
     return counters_;
+}
+
+std::string Tracker::untracked_reason() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return untracked_reason_;
 }
 
 }  // namespace track

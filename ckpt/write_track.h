@@ -22,11 +22,20 @@
 // remember() (another thread's scan) stays forgotten: arm() hands out an epoch and
 // remember() only stores with the epoch still current.
 //
-// What the kernel does not see, the tracker cannot: stores by a device through memory it
-// has pinned (cudaHostRegister'ed, RDMA-registered) bypass the page tables. Such buffers
-// must not be tracked. Memory that cannot be registered (another userfaultfd guards it, as
-// copy-on-write snapshots do; a mapping type the kernel does not support) is simply not
-// tracked: the caller hashes it.
+// Only private anonymous memory is tracked (checked with cow::private_anonymous before the
+// pages are registered). The kernel registers shared and file-backed mappings too, but a
+// write that does not go through this mapping's page tables is never reported: through
+// another mapping of the same memfd or shared memory, by a forked child into
+// MAP_SHARED|MAP_ANONYMOUS memory, pwrite() or a hole punched into the file behind a
+// mapping. Such memory is not tracked: the caller hashes it (Counters::not_private, and
+// untracked_reason() says why).
+//
+// What the kernel does not see, the tracker cannot: stores by a device or by the kernel
+// through memory pinned long-term (cudaHostRegister'ed, RDMA-registered, vfio, AF_XDP umem,
+// io_uring registered buffers written by IORING_OP_READ_FIXED) bypass the page tables and
+// cannot be detected here. Such buffers must not be tracked. Memory that cannot be
+// registered (another userfaultfd guards it, as copy-on-write snapshots do; a mapping type
+// the kernel does not support) is simply not tracked: the caller hashes it.
 #ifndef OMNI_CKPT_WRITE_TRACK_H
 #define OMNI_CKPT_WRITE_TRACK_H
 
@@ -57,6 +66,7 @@ struct Lookup {
 
 struct Counters {
     std::uint64_t arms = 0, clean = 0, dirty = 0, untracked = 0;
+    std::uint64_t not_private = 0;   // of untracked: not private anonymous memory
 };
 
 class Tracker {
@@ -72,9 +82,11 @@ public:
     // Stores the hash of [p, p + n) as read after arm() returned `epoch`.
     void remember(const void *p, std::uint64_t n, std::uint64_t hash, std::uint64_t epoch);
     Counters counters() const;
+    // Why the last slice that came back untracked was not tracked ("" if none has).
+    std::string untracked_reason() const;
     pid_t pid() const { return pid_; }
 
-    Tracker(int uffd, int pagemap);
+    Tracker(int uffd, int pagemap, int maps);
     ~Tracker();
     Tracker(const Tracker &) = delete;
     Tracker &operator=(const Tracker &) = delete;
@@ -92,8 +104,11 @@ private:
     void forget_overlapping(std::uintptr_t lo, std::uintptr_t hi);
 
     int uffd_, pagemap_;
+    int maps_;                 // /proc/self/maps, for cow::private_anonymous
     pid_t pid_;
     mutable std::mutex mu_;
+    bool query_maps_ = true;   // PROCMAP_QUERY works (Linux >= 6.11), else parse the text
+    std::string untracked_reason_;
     std::map<Key, Slice> slices_;
     std::uint64_t longest_ = 0;    // bytes of the longest slice remembered (overlap search)
     std::uint64_t next_epoch_ = 1;

@@ -550,3 +550,97 @@ TEST(WriteTrack, TheCApiSwitch) {
     omni_ckpt_async_free(a);
     EXPECT_EQ(omni_ckpt_async_track_writes(nullptr, 1), -1);
 }
+
+namespace {
+
+// One checkpoint of the uint8 tensor "b" = p[0, kSlice), tracked, against `base`; the path.
+std::string save_one(const TempDir &dir, std::uint64_t step, const std::string &base, const char *p) {
+    WriterOptions o;
+    o.base = base;
+    o.track_writes = true;
+    auto w = ShardWriter::open(dir.path(), step, 0, o);
+    EXPECT_TRUE(w) << w.error();
+    if (!w) return "";
+    auto st = w.value()->add_tensor("b", DType::uint8, {kSlice}, {0}, {kSlice}, p, Change::detect);
+    EXPECT_TRUE(st) << st.error();
+    EXPECT_TRUE(w.value()->finish());
+    Meta meta;
+    meta.step = step;
+    meta.world_size = 1;
+    auto c = commit(dir.path(), 1, meta);
+    EXPECT_TRUE(c) << c.error();
+    return c ? c.value() : "";
+}
+
+std::vector<char> read_b(const std::string &ckpt) {
+    std::vector<char> got(kSlice);
+    auto r = Reader::open(ckpt);
+    EXPECT_TRUE(r) << r.error();
+    if (r) {
+        auto st = r.value()->read_all("b", got.data(), got.size());
+        EXPECT_TRUE(st) << st.error();
+    }
+    return got;
+}
+
+}  // namespace
+
+// Shared memory is written without this mapping's page tables seeing it: here through a
+// second mapping of the same memfd. The kernel lets such memory be registered with
+// asynchronous write protection, and a tracker that did so reported the slice clean and the
+// incremental referenced the stale base. Only private anonymous memory is tracked now; this
+// slice is hashed, and the checkpoint holds the new bytes.
+TEST(WriteTrack, SharedMemoryWrittenThroughAnotherMappingIsNotTrackedButHashed) {
+    REQUIRE_TRACKING();
+    track::Tracker &tr = *tracker_or_skip();
+    const int fd = ::memfd_create("omni-track-test", MFD_CLOEXEC);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    ASSERT_EQ(::ftruncate(fd, kSlice), 0);
+    char *a = static_cast<char *>(::mmap(nullptr, kSlice, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    char *b = static_cast<char *>(::mmap(nullptr, kSlice, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    ::close(fd);
+    ASSERT_NE(a, MAP_FAILED);
+    ASSERT_NE(b, MAP_FAILED);
+    std::memset(a, 1, kSlice);
+
+    const std::uint64_t not_private = tr.counters().not_private;
+    TempDir dir;
+    const std::string first = save_one(dir, 1, "", a);
+    EXPECT_FALSE(tr.arm(a, kSlice).tracked);
+    EXPECT_GT(tr.counters().not_private, not_private);
+    EXPECT_NE(tr.untracked_reason().find("private anonymous"), std::string::npos) << tr.untracked_reason();
+
+    std::memset(b, 2, kSlice);   // not through `a`
+    const std::string second = save_one(dir, 2, first, a);
+    EXPECT_EQ(read_b(second), std::vector<char>(kSlice, 2));
+    EXPECT_EQ(read_b(first), std::vector<char>(kSlice, 1));
+
+    // MAP_SHARED|MAP_ANONYMOUS written by a forked child: not tracked either.
+    char *s = static_cast<char *>(
+        ::mmap(nullptr, kSlice, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+    ASSERT_NE(s, MAP_FAILED);
+    std::memset(s, 3, kSlice);
+    EXPECT_FALSE(arm_and_remember(tr, s, kSlice).tracked);
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        std::memset(s, 4, kSlice);
+        ::_exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    const track::Lookup l = tr.arm(s, kSlice);
+    EXPECT_FALSE(l.tracked);
+    EXPECT_FALSE(l.known);
+
+    // Private anonymous memory next to it is still tracked.
+    Mapping m(kSlice);
+    ASSERT_NE(m.data(), nullptr);
+    std::memset(m.data(), 5, kSlice);
+    EXPECT_TRUE(arm_and_remember(tr, m.data(), kSlice).tracked);
+    EXPECT_TRUE(tr.arm(m.data(), kSlice).known);
+
+    ::munmap(a, kSlice);
+    ::munmap(b, kSlice);
+    ::munmap(s, kSlice);
+}

@@ -149,13 +149,19 @@ struct WriterOptions {
      * buffer (userfaultfd asynchronous write protection, Linux >= 6.7) and remembers the
      * slice's hash; at the next checkpoint of this process a slice whose pages nobody wrote
      * in between, at the same address and length, is compared with the base by that hash.
-     * Exact like hashing, for stores by the CPU and by system calls. Costs: the first store
-     * to each 4 KiB page after a checkpoint takes a minor fault (about a microsecond), and a
-     * scan of the slice's page tables per checkpoint. Contract: memory that a device writes
-     * by DMA (cudaHostRegister'ed, RDMA-registered) must not be given to a tracking writer.
-     * Memory the kernel cannot track (another userfaultfd guards it, e.g. a copy-on-write
-     * snapshot's; file or shared mappings where the kernel refuses) is hashed. Without
-     * kernel support (write_tracking_status() says why) the writer hashes as usual.
+     * Only private anonymous memory is tracked: a file or shared mapping (memfd, /dev/shm,
+     * MAP_SHARED|MAP_ANONYMOUS, even privately mapped files) can change without a store
+     * through this mapping (another mapping or process, pwrite, a punched hole), so such a
+     * slice is hashed, as is memory another userfaultfd guards (e.g. a copy-on-write
+     * snapshot's). Exact like hashing for stores by the CPU through this process's page
+     * tables and for ordinary system calls (read(2), recv(2)). Costs: the first store to
+     * each 4 KiB page after a checkpoint takes a minor fault (about a microsecond), and a
+     * scan of the slice's page tables per checkpoint. Contract: memory pinned long-term and
+     * written without page-table faults, by a device's DMA or by the kernel
+     * (cudaHostRegister'ed, RDMA-registered, vfio, AF_XDP umem, io_uring registered/fixed
+     * buffers, e.g. IORING_OP_READ_FIXED), is not seen and cannot be detected: it must not
+     * be given to a tracking writer. Without kernel support (write_tracking_status() says
+     * why) the writer hashes as usual.
      * AsyncShardWriter: a tracked slice that nobody wrote and whose checksum equals the
      * base's is not snapshotted at all (nor is one the caller calls Change::unchanged); the
      * others are snapshotted, and their checksums, taken by the persist, are remembered. */
@@ -235,8 +241,11 @@ enum class Snapshot {
      * buffer is protected for about the time of that copy. The checkpoint holds the values
      * as of add_tensor, as with copy. Contract: the buffer stays allocated and mapped, and is not freed,
      * munmap'ed, mremap'ed or madvise(MADV_DONTNEED)'ed, until wait() returns or the next
-     * begin(); only stores by the CPU are seen, so memory that a device writes by DMA
-     * (cudaHostRegister'ed, RDMA-registered) belongs in copy mode; and a system call that
+     * begin(); only writes through the page tables are stopped, so memory pinned long-term
+     * and written without page-table faults, by a device's DMA or by the kernel
+     * (cudaHostRegister'ed, RDMA-registered, vfio, AF_XDP umem, io_uring registered/fixed
+     * buffers, e.g. IORING_OP_READ_FIXED), is not protected (this cannot be detected) and
+     * belongs in copy mode; and a system call that
      * writes into a protected buffer (read(2), recv(2)) waits like a store only where the
      * process may handle kernel faults (CAP_SYS_PTRACE or vm.unprivileged_userfaultfd = 1),
      * else it fails with EFAULT (Reader::read retries by touching its destination first).
