@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
+#include <cstdlib>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -32,6 +34,11 @@ std::string basename(const std::string &path) {
     while (p.size() > 1 && p.back() == '/') p.pop_back();
     const auto slash = p.rfind('/');
     return slash == std::string::npos ? p : p.substr(slash + 1);
+}
+
+std::string real_path(const std::string &path) {
+    char buf[PATH_MAX];
+    return ::realpath(path.c_str(), buf) ? std::string(buf) : std::string();
 }
 
 std::string dirname(const std::string &path) {

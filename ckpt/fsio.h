@@ -50,6 +50,9 @@ private:
 std::string join(const std::string &dir, const std::string &name);
 std::string basename(const std::string &path);
 std::string dirname(const std::string &path);
+// The absolute path with symlinks, "." and ".." resolved (realpath(3)); "" if it does not
+// resolve (missing, no permission).
+std::string real_path(const std::string &path);
 
 Status fsync_path(const std::string &path);   // a file or a directory
 Status make_dir(const std::string &path);     // one level; fine if it exists already

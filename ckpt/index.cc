@@ -179,9 +179,8 @@ std::shared_ptr<const ShardManifest> written_shard(const std::string &ckpt_dir, 
 }
 
 Status check_index_step(const std::string &ckpt_dir, const Manifest &m) {
-    std::string name = fsio::basename(ckpt_dir);
-    char real[PATH_MAX];
-    if (::realpath(ckpt_dir.c_str(), real)) name = fsio::basename(real);   // ROOT/latest
+    const std::string real = fsio::real_path(ckpt_dir);   // ROOT/latest names its target
+    const std::string name = fsio::basename(real.empty() ? ckpt_dir : real);
     const auto step = parse_step_dir_name(name);
     if (!step || *step == m.meta.step) return Status::success();
     return make_error(fsio::join(ckpt_dir, kIndexFile) + " records step " + std::to_string(m.meta.step) +

@@ -3,8 +3,6 @@
 // Both read every logical tensor through a verifying Reader (so a corrupt or missing source
 // fails the rewrite instead of being copied) and write through ShardWriter + commit, so the
 // output goes through the same atomic commit as a training checkpoint.
-#include <limits.h>
-#include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -29,11 +27,6 @@ struct Assignment {
 
 using Layout = std::vector<std::vector<Assignment>>;   // per writer
 
-std::string real_path(const std::string &path) {
-    char buf[PATH_MAX];
-    return ::realpath(path.c_str(), buf) ? std::string(buf) : std::string();
-}
-
 // The absolute path `out` will have once created: the real path of its nearest existing
 // ancestor with the rest appended ("x/.." of a directory still to be made is its parent).
 // "" if no ancestor resolves.
@@ -47,7 +40,7 @@ std::string resolved_output(const std::string &out) {
         if (parent == p) return std::string();
         p = parent;
     }
-    std::string r = real_path(p);
+    std::string r = fsio::real_path(p);
     if (r.empty()) return r;
     for (auto it = rest.rbegin(); it != rest.rend(); ++it) {
         if (*it == "." || it->empty()) continue;
@@ -64,7 +57,7 @@ std::string resolved_output(const std::string &out) {
 Status check_output(const std::string &ckpt_dir, const std::string &out, std::uint64_t step) {
     const std::string real = resolved_output(out);
     if (real.empty()) return make_error("output " + out + ": cannot resolve its parent directory");
-    const std::string src = real_path(ckpt_dir);
+    const std::string src = fsio::real_path(ckpt_dir);
     const std::string why = ": gc removes a checkpoint directory with everything in it; expected a "
                             "path outside every checkpoint directory";
     if (!src.empty() && (real == src || real.compare(0, src.size() + 1, src + "/") == 0))

@@ -8,7 +8,6 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <climits>
 #include <cstdlib>
 #include <memory>
 #include <optional>
@@ -32,9 +31,8 @@ namespace ckpt {
 namespace {
 
 std::string real_path(const std::string &p) {
-    char buf[PATH_MAX];
-    if (!::realpath(p.c_str(), buf)) return p;
-    return buf;
+    const std::string r = fsio::real_path(p);
+    return r.empty() ? p : r;
 }
 
 }  // namespace
