@@ -95,14 +95,8 @@ Result<Reply> CoordinatorClient::call(Request req, std::int64_t timeout_ms) {
             if (impl_->note_failed_handshake()) return make_error(impl_->refused);
             if (!(items[0].revents & ZMQ_POLLIN)) continue;
             // Read the whole message; keep the header and the first value frame.
-            std::vector<zmq::message_t> parts;
-            while (true) {
-                zmq::message_t m;
-                (void)s.recv(m);
-                bool more = m.more();
-                if (parts.size() < 2) parts.push_back(std::move(m));
-                if (!more) break;
-            }
+            auto parts = recv_message(s, 2);
+            if (parts.empty()) continue;
             const zmq::message_t &head = parts[0];
             const bool has_value = parts.size() > 1;
             auto body = nlohmann::json::parse(head.data<char>(), head.data<char>() + head.size(),

@@ -13,22 +13,25 @@ constexpr std::size_t kMaxZapFrames = 16;
 
 std::string text(const zmq::message_t &m) { return std::string(m.data<char>(), m.size()); }
 
-// Receives every frame of one queued message, keeping at most `keep`; empty if none queued.
-std::vector<zmq::message_t> recv_all(zmq::socket_t &s, std::size_t keep) {
+}  // namespace
+
+std::vector<zmq::message_t> recv_message(zmq::socket_t &s, std::size_t keep, std::size_t *count) {
     std::vector<zmq::message_t> parts;
+    std::size_t n = 0;
     zmq::message_t m;
-    if (!s.recv(m, zmq::recv_flags::dontwait)) return parts;
-    while (true) {
-        const bool more = m.more();
-        if (parts.size() < keep) parts.push_back(std::move(m));
-        if (!more) break;
-        m = zmq::message_t();
-        (void)s.recv(m);  // the rest of a message is queued with its first frame
+    if (s.recv(m, zmq::recv_flags::dontwait)) {
+        while (true) {
+            const bool more = m.more();
+            ++n;
+            if (parts.size() < keep) parts.push_back(std::move(m));
+            if (!more) break;
+            m = zmq::message_t();
+            (void)s.recv(m);  // the rest of a message is queued with its first frame
+        }
     }
+    if (count) *count = n;
     return parts;
 }
-
-}  // namespace
 
 void set_client_credentials(zmq::socket_t &sock, const std::string &secret) {
     sock.set(zmq::sockopt::plain_username, kPlainUser);
@@ -42,7 +45,7 @@ void require_credentials(zmq::socket_t &sock, zmq::socket_t &zap) {
 }
 
 std::optional<ZapRequest> read_zap_request(zmq::socket_t &zap) {
-    auto f = recv_all(zap, kMaxZapFrames);
+    auto f = recv_message(zap, kMaxZapFrames);
     if (f.empty()) return std::nullopt;
     ZapRequest r;
     if (f.size() > 1) r.request_id = text(f[1]);
@@ -73,7 +76,7 @@ zmq::socket_t monitor_handshakes(zmq::context_t &ctx, zmq::socket_t &sock, const
 }
 
 std::optional<HandshakeFailure> read_handshake_failure(zmq::socket_t &monitor) {
-    auto f = recv_all(monitor, 2);
+    auto f = recv_message(monitor, 2);
     if (f.empty()) return std::nullopt;
     HandshakeFailure h;
     if (f[0].size() >= 6) {  // uint16 event, uint32 value, in host order

@@ -18,10 +18,16 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <zmq.hpp>
 
 namespace omni::launcher {
+
+// Reads one whole queued message without blocking: every frame is received (libzmq queues a
+// message whole), the first `keep` are returned, `count` gets how many there were. Empty
+// (count 0) when none is queued.
+std::vector<zmq::message_t> recv_message(zmq::socket_t &s, std::size_t keep, std::size_t *count = nullptr);
 
 // The PLAIN user name clients present; the password is the job secret.
 inline constexpr const char *kPlainUser = "omni";

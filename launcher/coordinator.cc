@@ -355,19 +355,9 @@ struct Coordinator::Impl {
 
     // Reads one whole multipart message; returns false when none is waiting.
     bool receive_one() {
-        zmq::message_t part;
-        if (!sock.recv(part, zmq::recv_flags::dontwait)) return false;
-        std::vector<zmq::message_t> parts;
         std::size_t count = 0;
-        bool more = true;
-        while (true) {
-            more = part.more();
-            ++count;
-            if (parts.size() < 3) parts.push_back(std::move(part));  // extra parts are dropped
-            if (!more) break;
-            part = zmq::message_t();
-            (void)sock.recv(part);  // the rest of a message is already queued
-        }
+        auto parts = recv_message(sock, 3, &count);  // extra parts are dropped
+        if (count == 0) return false;
         counters->requests++;
         std::string peer = "unknown peer";
         if (parts.size() >= 2) {
