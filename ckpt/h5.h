@@ -86,7 +86,8 @@ Handle dtype_type(DType t);
 
 // File access property list with the 1.10 format (needed for virtual datasets).
 Handle fapl();
-// Create a file, truncating.
+// Create a file, truncating, with its metadata allocated in blocks of kMetaBlockBytes.
+constexpr hsize_t kMetaBlockBytes = 64 * 1024;
 Result<Handle> create_file(const std::string &path);
 Result<Handle> open_file(const std::string &path);
 // Opens a file's bytes already in memory, read-only (HDF5's core driver works on its own copy

@@ -252,6 +252,48 @@ TEST(RoundTrip, SlicesLargerThanAStreamBlock) {
     for (const auto &s : specs) expect_logical(*r3.value(), s);
 }
 
+// A loader opening a shard's datasets reads their object headers; on a cold cache each
+// separate place costs a device round trip (an RPC on a parallel file system). Every object
+// header of a shard of 60 tensors, the rank state's and the manifest's included, must lie
+// in one run before the first slice's data, not between the slices (HDF5's default puts
+// them there every few slices).
+TEST(Layout, ShardMetadataIsOneRunBeforeTheData) {
+    TempDir d;
+    std::vector<Spec> specs;
+    for (std::uint64_t i = 0; i < 60; ++i)   // 32 KiB slices: above HDF5's small-data blocks
+        specs.push_back({"model/layer" + std::to_string(i) + "/w", DType::fp32, {64, 128}, i});
+    const std::string ck = write_ckpt(d / "root", 1, 1, specs);
+    ASSERT_FALSE(ck.empty());
+    hid_t f = H5Fopen((ck + "/shard-00000.h5").c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    struct Seen {
+        std::vector<haddr_t> headers, data;
+    } seen;
+    ASSERT_GE(H5Ovisit2(
+                  f, H5_INDEX_NAME, H5_ITER_NATIVE,
+                  [](hid_t loc, const char *name, const H5O_info_t *info, void *op) -> herr_t {
+                      auto &sn = *static_cast<Seen *>(op);
+                      sn.headers.push_back(info->addr);
+                      if (info->type == H5O_TYPE_DATASET) {
+                          hid_t ds = H5Dopen2(loc, name, H5P_DEFAULT);
+                          if (ds < 0) return -1;
+                          const haddr_t off = H5Dget_offset(ds);
+                          H5Dclose(ds);
+                          if (off != HADDR_UNDEF) sn.data.push_back(off);
+                      }
+                      return 0;
+                  },
+                  &seen, H5O_INFO_BASIC),
+              0);
+    H5Fclose(f);
+    ASSERT_GE(seen.data.size(), specs.size());
+    const haddr_t last_header = *std::max_element(seen.headers.begin(), seen.headers.end());
+    const haddr_t first_data = *std::min_element(seen.data.begin(), seen.data.end());
+    EXPECT_LT(last_header, first_data) << seen.headers.size() << " object headers, " << seen.data.size()
+                                       << " datasets with data";
+    EXPECT_LT(last_header, h5::kMetaBlockBytes);
+}
+
 TEST(Reshard, AnyNToAnyMIsBitwiseEqual) {
     const std::vector<std::uint32_t> sizes = {1, 2, 3, 4, 8};
     const std::vector<Spec> specs = {{"w", DType::fp32, {29, 3}, 11}, {"v", DType::bf16, {9, 2, 2}, 12},
