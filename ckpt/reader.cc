@@ -138,9 +138,10 @@ Status pread_full(int fd, char *dst, std::uint64_t n, std::uint64_t off, const s
     return Status::success();
 }
 
-// pread in cache-sized blocks, each hashed right after it lands (stream.h).
-Status pread_hashed(int fd, char *dst, std::uint64_t n, std::uint64_t off, Hasher &h,
-                    const std::string &path) {
+// pread in cache-sized blocks, each hashed right after it lands (stream.h), by a Hasher or
+// a BlockHasher.
+template <typename H>
+Status pread_hashed(int fd, char *dst, std::uint64_t n, std::uint64_t off, H &h, const std::string &path) {
     for (std::uint64_t done = 0; done < n;) {
         const std::uint64_t b = std::min<std::uint64_t>(kStreamBlockBytes, n - done);
         if (auto st = pread_full(fd, dst + done, b, off + done, path); !st) return st;
@@ -152,13 +153,78 @@ Status pread_hashed(int fd, char *dst, std::uint64_t n, std::uint64_t off, Hashe
 
 // pread_hashed of `n` bytes nobody needs, each block into the same `block` (at most
 // kStreamBlockBytes of it), so memory does not grow with the slice.
-Status pread_hashed_discard(int fd, std::vector<char> &block, std::uint64_t n, std::uint64_t off, Hasher &h,
+template <typename H>
+Status pread_hashed_discard(int fd, std::vector<char> &block, std::uint64_t n, std::uint64_t off, H &h,
                             const std::string &path) {
     block.resize(std::min<std::uint64_t>(n, kStreamBlockBytes));
     for (std::uint64_t done = 0; done < n; done += block.size())
         if (auto st = pread_hashed(fd, block.data(), std::min<std::uint64_t>(block.size(), n - done), off + done, h, path); !st)
             return st;
     return Status::success();
+}
+
+// A slice's block checksums as a Reader uses them (blocks.h).
+struct BlockState {
+    BlockHashes hashes;      // empty: none, or not usable; the whole slice is hashed instead
+    std::vector<bool> ok;    // blocks already read and found matching
+};
+
+// What a Reader's scratch block holds after a block-checked read: the checked bytes
+// [lo, hi) of slice `key` after the part that read wanted, which the next read of that slice
+// (the next block of rows of a merge) starts with. Empty key: nothing.
+struct ScratchTail {
+    std::string key;
+    std::uint64_t lo = 0, hi = 0;
+};
+
+// Reads the bytes [pre, pre + n) of a slice stored contiguously at file offset `raw` into
+// `dst`, checking the blocks they touch against their block checksums: all of each block
+// touched is read, the part outside the range through `scratch`, except for blocks at
+// either end checked by an earlier read (a merge reads a slice a block of rows at a time),
+// of which only the part wanted is read. Reads are of at most kStreamBlockBytes, each
+// hashed while in the cache. True when every block matched; false when one did not (the
+// caller then hashes the whole slice against the manifest, which tells a damaged block
+// from a damaged attribute). An I/O error is an error.
+Result<bool> pread_block_checked(int fd, std::uint64_t raw, std::uint64_t src_bytes, std::uint64_t pre,
+                                 std::uint64_t n, char *dst, BlockState &b, std::vector<char> &scratch,
+                                 ScratchTail &tail, const std::string &key, const std::string &path,
+                                 std::uint64_t &bytes_read) {
+    const std::uint64_t bb = b.hashes.block_bytes, end = pre + n;
+    if (tail.key == key && tail.lo <= pre && pre < tail.hi) {   // checked, and still in scratch
+        const std::uint64_t take = std::min(end, tail.hi) - pre;
+        std::memcpy(dst, scratch.data() + (pre - tail.lo), static_cast<std::size_t>(take));
+        dst += take;
+        pre += take;
+        if (pre == end) return true;
+    }
+    tail.key.clear();
+    std::uint64_t j0 = pre / bb, j1 = (end - 1) / bb;   // the blocks touched, to check
+    while (j0 <= j1 && b.ok[j0]) ++j0;
+    while (j1 >= j0 && b.ok[j1]) --j1;   // stops at j0 at the latest: b.ok[j0] is false
+    auto plain = [&](std::uint64_t a, std::uint64_t z) -> Status {   // wanted, not to check
+        if (a >= z) return Status::success();
+        bytes_read += z - a;
+        return pread_full(fd, dst + (a - pre), z - a, raw + a, path);
+    };
+    if (j0 > j1) {
+        if (auto st = plain(pre, end); !st) return make_error(st.error());
+        return true;
+    }
+    const std::uint64_t lo = j0 * bb, hi = std::min((j1 + 1) * bb, src_bytes);   // to check
+    const std::uint64_t a = std::max(lo, pre), z = std::min(hi, end);            // both
+    BlockHasher h(bb);   // from lo, a block boundary
+    Status st = plain(pre, lo);
+    if (st) st = pread_hashed_discard(fd, scratch, a - lo, raw + lo, h, path);
+    if (st) st = pread_hashed(fd, dst + (a - pre), z - a, raw + a, h, path);
+    if (st) st = pread_hashed_discard(fd, scratch, hi - z, raw + z, h, path);
+    if (st) st = plain(hi, end);
+    if (!st) return make_error(st.error());
+    bytes_read += hi - lo;
+    const std::vector<std::uint64_t> got = h.blocks();
+    if (!std::equal(got.begin(), got.end(), b.hashes.xxh3.begin() + static_cast<std::ptrdiff_t>(j0))) return false;
+    std::fill(b.ok.begin() + static_cast<std::ptrdiff_t>(j0), b.ok.begin() + static_cast<std::ptrdiff_t>(j1 + 1), true);
+    if (hi > z && hi - z <= scratch.size()) tail = {key, z, hi};   // read in one piece: all there
+    return true;
 }
 
 // Opens a source slice's dataset and checks it matches what the manifest says. `first`: the
@@ -193,11 +259,12 @@ Result<h5::Handle> open_source(hid_t file, const TensorInfo &t, const SourceRef 
     return d;
 }
 
-// Hashes a whole source dataset through one block of `buf`. Errors as open_source's.
-Result<std::uint64_t> hash_source(hid_t d, const TensorInfo &t, const SourceRef &s, std::vector<char> &buf,
-                                  const std::function<void(std::uint64_t)> &on_bytes) {
+// Hashes a whole source dataset through one block of `buf`, in blocks of block_bytes (0:
+// the whole only). Errors as open_source's.
+Result<SliceDigest> hash_source(hid_t d, const TensorInfo &t, const SourceRef &s, std::uint64_t block_bytes,
+                                std::vector<char> &buf, const std::function<void(std::uint64_t)> &on_bytes) {
     h5::Handle type = h5::dtype_type(t.dtype);
-    auto h = read_hashed_blocks(d, type.get(), s.count, dtype_size(t.dtype), buf,
+    auto h = read_hashed_blocks(d, type.get(), s.count, dtype_size(t.dtype), block_bytes, buf,
                                 [&](const Box &b, const char *) {
                                     if (on_bytes) on_bytes(element_count(b.count) * dtype_size(t.dtype));
                                 });
@@ -207,6 +274,20 @@ Result<std::uint64_t> hash_source(hid_t d, const TensorInfo &t, const SourceRef 
 
 std::string checksum_problem(std::uint64_t want, std::uint64_t got) {
     return "checksum mismatch (manifest " + hex64(want) + ", data " + hex64(got) + ")";
+}
+
+// The blocks of `want` (a slice's attributes) whose checksum `got` (of its data, in the same
+// blocks) contradicts: "" when none or when it has none.
+std::string block_problem(const BlockHashes &want, const BlockHashes &got, std::uint64_t slice_bytes) {
+    std::vector<std::size_t> bad;
+    for (std::size_t j = 0; j < want.xxh3.size() && j < got.xxh3.size(); ++j)
+        if (want.xxh3[j] != got.xxh3[j]) bad.push_back(j);
+    if (bad.empty()) return "";
+    const std::uint64_t lo = bad[0] * want.block_bytes, hi = std::min(lo + want.block_bytes, slice_bytes);
+    return "block checksum mismatch in " + std::to_string(bad.size()) + " of its " + std::to_string(want.xxh3.size()) +
+           " blocks (attribute " + kBlockHashesAttr + "), the first block " + std::to_string(bad[0]) + ", bytes " +
+           std::to_string(lo) + ".." + std::to_string(hi - 1) + " (attribute " + hex64(want.xxh3[bad[0]]) + ", data " +
+           hex64(got.xxh3[bad[0]]) + ")";
 }
 
 // ---- verify: the index's own datasets --------------------------------------------------
@@ -442,7 +523,11 @@ struct Reader::Impl {
     FileCache files{64};
     std::unordered_set<std::string> opened;     // file + dataset of slices opened before
     std::unordered_set<std::string> verified;   // file + dataset of slices already checked
+    // file + dataset of slices read in part: their block checksums (empty: none usable) and
+    // which blocks were already checked against them.
+    std::unordered_map<std::string, BlockState> blocks;
     std::vector<char> scratch;
+    ScratchTail tail;
     std::uint64_t bytes_read = 0;
 };
 
@@ -545,7 +630,29 @@ Status Reader::read_into(const std::string &name, const Shape &offset, const Sha
         char *inter_dst = runs ? static_cast<char *>(dst) + byte_offset_in(*inter, req, elem) : nullptr;
         const auto raw = raw_offset(d.value().get(), file, src_bytes);
 
+        if (r.options.verify_checksums && !r.verified.count(key) && raw && runs && !whole) {
+            // Part of a slice: where it has block checksums, only the blocks that part
+            // touches are read and checked.
+            auto it = r.blocks.find(key);
+            if (it == r.blocks.end()) {
+                BlockState b;
+                // Malformed ones are verify's to report; the whole slice is hashed instead.
+                if (auto bh = read_block_hashes(d.value().get(), src_bytes); bh) b.hashes = std::move(bh.value());
+                H5Eclear2(H5E_DEFAULT);
+                b.ok.assign(b.hashes.xxh3.size(), false);
+                it = r.blocks.emplace(key, std::move(b)).first;
+            }
+            if (!it->second.hashes.empty()) {
+                auto matched = pread_block_checked(file.fd.get(), *raw, src_bytes, byte_offset_in(*inter, src, elem),
+                                                   inter_bytes, inter_dst, it->second, r.scratch, r.tail, key, path,
+                                                   r.bytes_read);
+                if (!matched) return make_error("tensor " + name + ": " + matched.error());
+                if (matched.value()) continue;
+                it->second.hashes = BlockHashes{};   // a block did not match: the whole slice decides
+            }
+        }
         if (r.options.verify_checksums && !r.verified.count(key)) {
+            r.tail.key.clear();   // the scratch block is used below
             // First touch of this slice: all of it is read so it can be hashed.
             std::uint64_t h;
             if (raw && runs) {
@@ -565,16 +672,19 @@ Status Reader::read_into(const std::string &name, const Shape &offset, const Sha
                 // Straight into the destination when the whole slice lands there
                 // contiguously; else block by block through one block of scratch, each
                 // block's part of the request copied out of it.
-                auto hashed = whole && runs
-                                  ? read_hashed(d.value().get(), type.get(), s.count, elem, inter_dst)
-                                  : read_hashed_blocks(d.value().get(), type.get(), s.count, elem, r.scratch,
-                                                       [&](const Box &b, const char *data) {
-                                                           Box g = b;   // in the tensor's coordinates
-                                                           for (std::size_t i = 0; i < g.offset.size(); ++i)
-                                                               g.offset[i] += s.offset[i];
-                                                           if (auto part = intersect(g, *inter))
-                                                               copy_region(*part, data, g, dst, req, elem);
-                                                       });
+                auto hashed = [&]() -> Result<std::uint64_t> {
+                    if (whole && runs) return read_hashed(d.value().get(), type.get(), s.count, elem, inter_dst);
+                    auto dg = read_hashed_blocks(d.value().get(), type.get(), s.count, elem, 0, r.scratch,
+                                                 [&](const Box &b, const char *data) {
+                                                     Box g = b;   // in the tensor's coordinates
+                                                     for (std::size_t i = 0; i < g.offset.size(); ++i)
+                                                         g.offset[i] += s.offset[i];
+                                                     if (auto part = intersect(g, *inter))
+                                                         copy_region(*part, data, g, dst, req, elem);
+                                                 });
+                    if (!dg) return make_error(dg.error());
+                    return dg.value().xxh3;
+                }();
                 if (!hashed) return make_error("tensor " + name + ": reading " + path + ": " + hashed.error());
                 h = hashed.value();
             }
@@ -667,13 +777,23 @@ Result<VerifyReport> verify(const std::string &ckpt_dir, const Progress &progres
                 done += bytes;
                 continue;
             }
-            auto h = hash_source(d.value().get(), t, s, buf, [&](std::uint64_t b) {
+            // The block checksums too: a load of part of the slice trusts them.
+            auto blocks = read_block_hashes(d.value().get(), bytes);
+            if (!blocks) rep.issues.push_back({t.name, path, "dataset " + s.dataset + ": " + blocks.error()});
+            const BlockHashes none;
+            const BlockHashes &want = blocks ? blocks.value() : none;
+            auto h = hash_source(d.value().get(), t, s, want.block_bytes, buf, [&](std::uint64_t b) {
                 done += b;
                 rep.bytes_checked += b;
                 if (progress) progress(done, total);
             });
-            if (!h) rep.issues.push_back({t.name, path, h.error()});
-            else if (h.value() != s.xxh3) rep.issues.push_back({t.name, path, checksum_problem(s.xxh3, h.value())});
+            if (!h) {
+                rep.issues.push_back({t.name, path, h.error()});
+                continue;
+            }
+            if (h.value().xxh3 != s.xxh3) rep.issues.push_back({t.name, path, checksum_problem(s.xxh3, h.value().xxh3)});
+            if (auto p = block_problem(want, h.value().blocks, bytes); !p.empty())
+                rep.issues.push_back({t.name, path, "dataset " + s.dataset + ": " + p});
         }
     }
     // The virtual datasets must map exactly the manifest's sources, or h5py users read

@@ -243,9 +243,12 @@ Result<h5::Handle> create_slice(ShardWriter::Impl &w, const std::string &name, D
     return ds;
 }
 
-// Closes a slice's dataset once its bytes are written and records the slice.
+// Gives a slice's dataset its block checksums and closes it once its bytes are written, and
+// records the slice.
 Status record_slice(ShardWriter::Impl &w, TensorInfo t, h5::Handle ds, const Shape &offset,
-                    const Shape &count, std::uint64_t xxh3, std::uint64_t bytes) {
+                    const Shape &count, const SliceDigest &digest, std::uint64_t bytes) {
+    if (auto st = write_block_hashes(ds.get(), digest.blocks); !st)
+        return w.fail(make_error("tensor " + t.name + ": " + w.tmp_path + ": " + st.error()));
     if (auto st = ds.close("tensor " + t.name + ": " + w.tmp_path); !st) return w.fail(make_error(st.error()));
     SourceRef s;
     s.writer = w.manifest.rank;
@@ -253,7 +256,7 @@ Status record_slice(ShardWriter::Impl &w, TensorInfo t, h5::Handle ds, const Sha
     s.dataset = slice_dataset_name(t.name);
     s.offset = offset;
     s.count = count;
-    s.xxh3 = xxh3;
+    s.xxh3 = digest.xxh3;
     t.sources.push_back(std::move(s));
     w.written += bytes;
     w.manifest.tensors.push_back(std::move(t));
@@ -319,7 +322,7 @@ Status ShardWriter::add_tensor(const std::string &name, DType dtype, const Shape
     auto written = at != HADDR_UNDEF ? pwrite_hashed(w.fd.get(), at, bytes, data)
                                      : write_hashed(ds.value().get(), type.get(), count, elem, data);
     if (!written) return w.fail(make_error("tensor " + name + ": writing " + w.tmp_path + ": " + written.error()));
-    if (tracked.tracked) w.tracker->remember(data, bytes, written.value(), tracked.epoch);
+    if (tracked.tracked) w.tracker->remember(data, bytes, written.value().xxh3, tracked.epoch);
     return record_slice(w, std::move(t), std::move(ds.value()), offset, count, written.value(), bytes);
 }
 

@@ -107,22 +107,32 @@ std::uint64_t next_prime(std::uint64_t n) {
     }
 }
 
+// The checksums a BlockHasher `h` made of a whole slice, in blocks of block_bytes (0: none).
+SliceDigest digest_of(BlockHasher &h, std::uint64_t block_bytes) {
+    SliceDigest d;
+    d.xxh3 = h.digest();
+    d.blocks.block_bytes = block_bytes;
+    if (block_bytes) d.blocks.xxh3 = h.blocks();
+    return d;
+}
+
 }  // namespace
 
-Result<std::uint64_t> write_hashed(hid_t ds, hid_t type, const Shape &count, std::size_t elem,
-                                   const void *data) {
-    Hasher h;
+Result<SliceDigest> write_hashed(hid_t ds, hid_t type, const Shape &count, std::size_t elem, const void *data) {
+    const std::uint64_t bb = block_bytes_for(element_count(count) * elem);
+    BlockHasher h(bb);
     const char *base = static_cast<const char *>(data);
     auto st = for_blocks(ds, count, elem, [&](hid_t ms, hid_t fs, const Box &, std::uint64_t off, std::uint64_t n) {
         h.update(base + off, n);   // brings the block into cache for the write
         return H5Dwrite(ds, type, ms, fs, H5P_DEFAULT, base + off);
     });
     if (!st) return make_error(st.error());
-    return h.digest();
+    return digest_of(h, bb);
 }
 
-Result<std::uint64_t> pwrite_hashed(int fd, std::uint64_t off, std::uint64_t n, const void *data) {
-    Hasher h;
+Result<SliceDigest> pwrite_hashed(int fd, std::uint64_t off, std::uint64_t n, const void *data) {
+    const std::uint64_t bb = block_bytes_for(n);
+    BlockHasher h(bb);
     for (std::uint64_t done = 0; done < n;) {
         const std::uint64_t b = std::min<std::uint64_t>(kStreamBlockBytes, n - done);
         const char *p = static_cast<const char *>(data) + done;
@@ -131,13 +141,14 @@ Result<std::uint64_t> pwrite_hashed(int fd, std::uint64_t off, std::uint64_t n, 
             return make_error(std::strerror(err));
         done += b;
     }
-    return h.digest();
+    return digest_of(h, bb);
 }
 
-Result<std::uint64_t> write_hashed_from(hid_t ds, hid_t type, int fd, std::uint64_t off, const Shape &count,
-                                        std::size_t elem, std::vector<char> &block,
-                                        const std::function<Status(const Box &, char *)> &fill) {
-    Hasher h;
+Result<SliceDigest> write_hashed_from(hid_t ds, hid_t type, int fd, std::uint64_t off, const Shape &count,
+                                      std::size_t elem, std::vector<char> &block,
+                                      const std::function<Status(const Box &, char *)> &fill) {
+    const std::uint64_t bb = block_bytes_for(element_count(count) * elem);
+    BlockHasher h(bb);
     Status made;   // the first error of `fill`, reported as it is
     auto make = [&](const Box &b, std::uint64_t n) {
         if (block.size() < n) block.resize(n);
@@ -160,7 +171,7 @@ Result<std::uint64_t> write_hashed_from(hid_t ds, hid_t type, int fd, std::uint6
         if (!made) return make_error(made.error());
     }
     if (!st) return make_error(st.error());
-    return h.digest();
+    return digest_of(h, bb);
 }
 
 Result<std::uint64_t> read_hashed(hid_t ds, hid_t type, const Shape &count, std::size_t elem, void *dst) {
@@ -175,10 +186,10 @@ Result<std::uint64_t> read_hashed(hid_t ds, hid_t type, const Shape &count, std:
     return h.digest();
 }
 
-Result<std::uint64_t> read_hashed_blocks(hid_t ds, hid_t type, const Shape &count, std::size_t elem,
-                                         std::vector<char> &block,
-                                         const std::function<void(const Box &, const char *)> &each) {
-    Hasher h;
+Result<SliceDigest> read_hashed_blocks(hid_t ds, hid_t type, const Shape &count, std::size_t elem,
+                                       std::uint64_t block_bytes, std::vector<char> &block,
+                                       const std::function<void(const Box &, const char *)> &each) {
+    BlockHasher h(block_bytes);
     auto st = for_blocks(ds, count, elem, [&](hid_t ms, hid_t fs, const Box &b, std::uint64_t, std::uint64_t n) {
         if (block.size() < n) block.resize(n);
         const herr_t rc = H5Dread(ds, type, ms, fs, H5P_DEFAULT, block.data());
@@ -189,7 +200,7 @@ Result<std::uint64_t> read_hashed_blocks(hid_t ds, hid_t type, const Shape &coun
         return rc;
     });
     if (!st) return make_error(st.error());
-    return h.digest();
+    return digest_of(h, block_bytes);
 }
 
 Result<h5::Handle> streaming_access(hid_t ds, const Shape &count, std::size_t elem) {

@@ -13,6 +13,7 @@
 #include <functional>
 #include <vector>
 
+#include "blocks.h"
 #include "box.h"
 #include "h5.h"
 #include "omni/ckpt_cpp.h"
@@ -29,31 +30,38 @@ constexpr std::uint64_t kStreamBlockBytes = std::uint64_t(1) << 20;
 constexpr std::uint64_t kDefaultChunkCacheBytes = std::uint64_t(1) << 20;
 constexpr std::uint64_t kMaxChunkCacheBytes = std::uint64_t(256) << 20;
 
+// A slice's checksums: the XXH3-64 of all its bytes (the manifest's) and its block checksums
+// (blocks.h; empty for a slice of kMinBlockBytes or less).
+struct SliceDigest {
+    std::uint64_t xxh3 = 0;
+    BlockHashes blocks;
+};
+
 // Writes `data` (a dense slice of shape `count`) to dataset `ds` of the same shape and
-// returns the XXH3-64 of its bytes.
-Result<std::uint64_t> write_hashed(hid_t ds, hid_t type, const Shape &count, std::size_t elem,
-                                   const void *data);
+// returns the checksums of its bytes, with blocks of block_bytes_for its size.
+Result<SliceDigest> write_hashed(hid_t ds, hid_t type, const Shape &count, std::size_t elem, const void *data);
 
 // Writes the n bytes of a slice at `data` with plain pwrite(2) to `fd` at file offset `off`
 // (the storage HDF5 allocated for a contiguous dataset, which HDF5 then never touches) and
-// returns their XXH3-64. Outside HDF5, so the writers of a process do not queue on HDF5's
+// returns their checksums. Outside HDF5, so the writers of a process do not queue on HDF5's
 // global lock while the kernel copies their bytes.
-Result<std::uint64_t> pwrite_hashed(int fd, std::uint64_t off, std::uint64_t n, const void *data);
+Result<SliceDigest> pwrite_hashed(int fd, std::uint64_t off, std::uint64_t n, const void *data);
 // Writes a slice of shape `count` whose bytes `fill` makes a block at a time into `block`
 // (at most kStreamBlockBytes; `fill` is given each block's box in the slice's coordinates, in
-// row-major order) and returns the XXH3-64 of all of them: with pwrite(2) to `fd` at `off`
+// row-major order) and returns the checksums of all of them: with pwrite(2) to `fd` at `off`
 // when fd >= 0, else through dataset `ds`. An error of `fill` is returned as it is.
-Result<std::uint64_t> write_hashed_from(hid_t ds, hid_t type, int fd, std::uint64_t off, const Shape &count,
-                                        std::size_t elem, std::vector<char> &block,
-                                        const std::function<Status(const Box &, char *)> &fill);
+Result<SliceDigest> write_hashed_from(hid_t ds, hid_t type, int fd, std::uint64_t off, const Shape &count,
+                                      std::size_t elem, std::vector<char> &block,
+                                      const std::function<Status(const Box &, char *)> &fill);
 // Reads dataset `ds` (shape `count`) into `dst` and returns the XXH3-64 of its bytes.
 Result<std::uint64_t> read_hashed(hid_t ds, hid_t type, const Shape &count, std::size_t elem, void *dst);
 // Reads dataset `ds` (shape `count`) block by block into `block` (grown to one block,
-// kStreamBlockBytes at most, however large the slice) and returns the XXH3-64 of all its
-// bytes; `each` is given every block as it lands, with its box in the dataset's coordinates.
-Result<std::uint64_t> read_hashed_blocks(hid_t ds, hid_t type, const Shape &count, std::size_t elem,
-                                         std::vector<char> &block,
-                                         const std::function<void(const Box &, const char *)> &each);
+// kStreamBlockBytes at most, however large the slice) and returns the checksums of its bytes,
+// with blocks of `block_bytes` (0: none); `each` is given every block as it lands, with its
+// box in the dataset's coordinates.
+Result<SliceDigest> read_hashed_blocks(hid_t ds, hid_t type, const Shape &count, std::size_t elem,
+                                       std::uint64_t block_bytes, std::vector<char> &block,
+                                       const std::function<void(const Box &, const char *)> &each);
 
 // For reading dataset `ds` (shape `count`) with the functions above. A chunked dataset (one
 // rewritten by h5repack, say) must have every chunk stored, else an error. Where its chunks

@@ -13,6 +13,7 @@
 #include <set>
 #include <string>
 
+#include "../blocks.h"
 #include "../bounded_map.h"
 #include "../box.h"
 #include "../format.h"
@@ -879,35 +880,283 @@ TEST(Load, ChunkedSourceWithUnstoredChunksIsRefused) {
 // A read of the middle of a slice many blocks long hashes the rows before and after it too
 // (first touch, checksums on): the values are right, and a byte flipped in either of those
 // parts, which the read does not return, is still caught.
-TEST(Load, PartOfALargeSliceIsCheckedWhole) {
+// Every block checksum of every slice of the shard files in `ck` (blocks.h), recomputed here
+// from the dataset's bytes with one-shot XXH3 per block, against its attributes: the writers
+// must have put exactly these there. Returns how many slices had them.
+std::size_t expect_block_hashes(const std::string &ck) {
+    std::size_t with = 0;
+    auto names = fsio::list_dir(ck);
+    EXPECT_TRUE(names.ok()) << ck;
+    if (!names.ok()) return 0;
+    for (const auto &name : names.value()) {
+        if (name.compare(0, 6, "shard-") != 0 || name.size() < 3 || name.compare(name.size() - 3, 3, ".h5") != 0) continue;
+        hid_t f = H5Fopen((ck + "/" + name).c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+        EXPECT_GE(f, 0) << name;
+        struct Ctx {
+            std::string file;
+            std::size_t with = 0;
+        } ctx{name};
+        H5Ovisit2(
+            f, H5_INDEX_NAME, H5_ITER_NATIVE,
+            [](hid_t loc, const char *obj, const H5O_info_t *info, void *op) -> herr_t {
+                auto &c = *static_cast<Ctx *>(op);
+                if (info->type != H5O_TYPE_DATASET || std::string(obj).compare(0, 2, "t/") != 0) return 0;
+                hid_t ds = H5Dopen2(loc, obj, H5P_DEFAULT);
+                hid_t type = H5Dget_type(ds);
+                const std::size_t bytes = H5Dget_storage_size(ds);
+                std::vector<char> data(bytes);
+                EXPECT_GE(H5Dread(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()), 0);
+                H5Tclose(type);
+                auto b = read_block_hashes(ds, bytes);
+                EXPECT_TRUE(b.ok()) << c.file << " " << obj << ": " << b.error();
+                const std::uint64_t bb = block_bytes_for(bytes);
+                if (b.ok() && bb) {
+                    ++c.with;
+                    EXPECT_EQ(b.value().block_bytes, bb) << c.file << " " << obj;
+                    std::vector<std::uint64_t> want;
+                    for (std::uint64_t at = 0; at < bytes; at += bb)
+                        want.push_back(XXH3_64bits(data.data() + at, std::min<std::uint64_t>(bb, bytes - at)));
+                    EXPECT_EQ(b.value().xxh3, want) << c.file << " " << obj;
+                } else if (b.ok()) {
+                    EXPECT_TRUE(b.value().empty()) << c.file << " " << obj << ": a slice of " << bytes << " bytes";
+                }
+                H5Dclose(ds);
+                return 0;
+            },
+            &ctx, H5O_INFO_BASIC);
+        H5Fclose(f);
+        with += ctx.with;
+    }
+    return with;
+}
+
+TEST(Blocks, SizeRule) {
+    // omni-ckpt(5), BLOCK CHECKSUMS: none up to 64 KiB, then the smallest power of two from
+    // 64 KiB giving at most 64 blocks, up to 64 MiB blocks, then at most 4096 blocks.
+    const std::uint64_t K = 1024, M = K * K, G = M * K;
+    const std::vector<std::pair<std::uint64_t, std::uint64_t>> cases = {
+        {1, 0},           {64 * K, 0},        {64 * K + 1, 64 * K},  {4 * M, 64 * K},
+        {4 * M + 1, 128 * K}, {6 * M, 128 * K}, {4 * G, 64 * M},     {4 * G + 1, 64 * M},
+        {256 * G, 64 * M}, {256 * G + 1, 128 * M}, {std::uint64_t(1) << 62, std::uint64_t(1) << 50}};
+    for (const auto &[bytes, want] : cases) {
+        EXPECT_EQ(block_bytes_for(bytes), want) << bytes;
+        if (want) {
+            EXPECT_LE(block_count(bytes, want), bytes <= 4 * G ? 64u : 4096u) << bytes;
+        }
+    }
+}
+
+TEST(Blocks, HasherCutsBlocksWhateverThePieces) {
+    std::vector<char> buf(3 * 65536 + 1234);
+    for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<char>(i * 7 + (i >> 11));
+    const std::uint64_t bb = 65536;
+    std::vector<std::uint64_t> want;
+    for (std::size_t at = 0; at < buf.size(); at += bb)
+        want.push_back(XXH3_64bits(buf.data() + at, std::min<std::size_t>(bb, buf.size() - at)));
+    for (std::size_t piece : {std::size_t(1000), std::size_t(65536), std::size_t(65537), std::size_t(200000), buf.size()}) {
+        BlockHasher h(bb);
+        for (std::size_t at = 0; at < buf.size(); at += piece) h.update(buf.data() + at, std::min(piece, buf.size() - at));
+        EXPECT_EQ(h.digest(), XXH3_64bits(buf.data(), buf.size())) << piece;
+        EXPECT_EQ(h.blocks(), want) << piece;
+    }
+    BlockHasher none(0);
+    none.update(buf.data(), buf.size());
+    EXPECT_TRUE(none.blocks().empty());
+}
+
+TEST(Blocks, EveryWriterPutsThem) {
+    // Sync, async, the C++ writer's streaming path (merge/reshard) and a base slice reused by
+    // an incremental checkpoint; 2 MiB slices (32 blocks of 64 KiB) and small ones (none).
     TempDir d;
-    const Shape shape{3u << 19};   // 6 MiB of fp32 in one slice
+    const std::vector<Spec> specs = {{"big", DType::fp32, {2048, 512}, 4}, {"small", DType::bf16, {64, 8}, 5}};
+    const std::string ck = write_ckpt(d / "root", 1, 2, specs);
+    EXPECT_EQ(expect_block_hashes(ck), 2u);
+    auto rs = reshard(ck, 3, d / "r3");
+    ASSERT_TRUE(rs.ok()) << rs.error();
+    EXPECT_EQ(expect_block_hashes(rs.value()), 3u);
+    AsyncShardWriter a;
+    ASSERT_TRUE(a.begin(d / "async", 1, 0).ok());
+    const auto data = t::logical(DType::fp32, {2048, 512}, 4);
+    ASSERT_TRUE(a.add_tensor("big", DType::fp32, {2048, 512}, {0, 0}, {2048, 512}, data.data()).ok());
+    ASSERT_TRUE(a.submit().ok());
+    ASSERT_TRUE(a.wait().ok());
+    auto c = commit(d / "async", 1, meta_for(1, 1));
+    ASSERT_TRUE(c.ok()) << c.error();
+    EXPECT_EQ(expect_block_hashes(c.value()), 1u);
+    auto v = verify(c.value());
+    ASSERT_TRUE(v.ok());
+    EXPECT_TRUE(v.value().ok());
+}
+
+// A Reader taking part of a slice reads and checks only the blocks that part touches; a
+// byte flipped in one of them fails the read (the whole slice then decides, against the
+// manifest), one elsewhere does not (the bytes read are right), and verify finds both.
+TEST(Load, PartOfASliceIsCheckedByTheBlocksItTouches) {
+    TempDir d;
+    const Shape shape{3u << 19};   // 6 MiB of fp32 in one slice: 48 blocks of 128 KiB
     const std::string ck = write_ckpt(d / "root", 1, 1, {{"big", DType::fp32, shape, 5}});
     const auto all = t::logical(DType::fp32, shape, 5);
-    const std::uint64_t first = (1u << 20) + 5, n = 1000;   // pre 4 MiB + 20 B, post ~2 MiB
+    const std::uint64_t first = (1u << 20) + 5, n = 1000;   // bytes 4 MiB + 20 .. + 4020: block 32
+    std::uint64_t read_bytes = 0;
     auto read_middle = [&](std::vector<char> &out) {
         auto r = Reader::open(ck);
         if (!r) return r.error();
         out.assign(n * 4, 0);
         auto st = r.value()->read("big", {first}, {n}, out.data(), out.size());
+        read_bytes = r.value()->bytes_read();
         return st ? std::string() : st.error();
     };
     std::vector<char> got;
     ASSERT_EQ(read_middle(got), "");
     EXPECT_TRUE(std::equal(got.begin(), got.end(), all.begin() + first * 4));
+    EXPECT_EQ(read_bytes, 128u << 10);   // block 32 alone, not 6 MiB
 
     const std::string shard = ck + "/shard-00000.h5";
     const haddr_t raw = dataset_offset(shard, "/t/big");
     ASSERT_NE(raw, HADDR_UNDEF);
     const std::string good = read_all_bytes(shard);
-    for (std::uint64_t at : {raw + 3 * 1048576 + 7, raw + (first + n) * 4 + 1048576 + 3}) {
+    auto rewrite_with = [&](const std::string &bytes) {
+        ASSERT_TRUE(fsio::remove_file(shard).ok());
+        ASSERT_TRUE(fsio::write_file(shard, bytes).ok());
+    };
+    // In block 32, outside the part asked for; inside the part.
+    for (std::uint64_t at : {raw + (4u << 20) + (100u << 10), raw + first * 4 + 17}) {
         std::string bad = good;
         bad[at] ^= 0x10;
-        ASSERT_TRUE(fsio::remove_file(shard).ok());
-        ASSERT_TRUE(fsio::write_file(shard, bad).ok());
+        rewrite_with(bad);
         const std::string e = read_middle(got);
-        EXPECT_NE(e.find("checksum"), std::string::npos) << "byte " << at << ": " << e;
+        EXPECT_NE(e.find("checksum mismatch"), std::string::npos) << "byte " << at << ": " << e;
     }
+    // In block 24: the read is right; verify names the slice and the block.
+    std::string bad = good;
+    bad[raw + (3u << 20) + 7] ^= 0x10;
+    rewrite_with(bad);
+    ASSERT_EQ(read_middle(got), "");
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), all.begin() + first * 4));
+    auto v = verify(ck);
+    ASSERT_TRUE(v.ok());
+    ASSERT_EQ(v.value().issues.size(), 2u);
+    EXPECT_NE(v.value().issues[0].problem.find("checksum mismatch (manifest"), std::string::npos);
+    EXPECT_NE(v.value().issues[1].problem.find("block checksum mismatch in 1 of its 48 blocks"), std::string::npos)
+        << v.value().issues[1].problem;
+    EXPECT_NE(v.value().issues[1].problem.find("block 24, bytes 3145728..3276799"), std::string::npos)
+        << v.value().issues[1].problem;
+    rewrite_with(good);
+}
+
+// Consecutive parts of a slice, cut across its blocks (as merge and reshard read a slice, a
+// block of rows at a time): each block is read and checked once, so the slice's bytes are
+// read once in all.
+TEST(Load, ConsecutivePartsReadEachBlockOnce) {
+    TempDir d;
+    const Shape shape{3u << 19};   // 6 MiB, 48 blocks of 128 KiB
+    const std::string ck = write_ckpt(d / "root", 1, 1, {{"big", DType::fp32, shape, 5}});
+    const auto all = t::logical(DType::fp32, shape, 5);
+    auto r = Reader::open(ck);
+    ASSERT_TRUE(r.ok()) << r.error();
+    const std::uint64_t part = 100003;   // elements: parts start and end inside blocks
+    for (std::uint64_t at = 0; at < shape[0]; at += part) {
+        const std::uint64_t n = std::min(part, shape[0] - at);
+        std::vector<char> got(n * 4);
+        auto st = r.value()->read("big", {at}, {n}, got.data(), got.size());
+        ASSERT_TRUE(st.ok()) << st.error();
+        ASSERT_TRUE(std::equal(got.begin(), got.end(), all.begin() + at * 4)) << "at " << at;
+    }
+    EXPECT_EQ(r.value()->bytes_read(), 6u << 20);
+}
+
+// The block checksums are an attribute outside the manifest's checksum: a damaged,
+// malformed or missing one never fails a read of good data (the whole slice is hashed
+// instead), and verify reports the damaged and malformed ones.
+TEST(Load, BadOrMissingBlockChecksumsFallBackToTheWholeSlice) {
+    TempDir d;
+    const Shape shape{3u << 19};
+    const std::string ck = write_ckpt(d / "root", 1, 1, {{"big", DType::fp32, shape, 5}});
+    const auto all = t::logical(DType::fp32, shape, 5);
+    const std::string shard = ck + "/shard-00000.h5";
+    auto edit = [&](const std::function<void(hid_t)> &fn) {
+        hid_t f = H5Fopen(shard.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+        ASSERT_GE(f, 0);
+        hid_t ds = H5Dopen2(f, "/t/big", H5P_DEFAULT);
+        fn(ds);
+        H5Dclose(ds);
+        H5Fclose(f);
+    };
+    auto write_hashes = [](hid_t ds, std::vector<std::uint64_t> v) {
+        H5Adelete(ds, kBlockHashesAttr);
+        const hsize_t n = v.size();
+        hid_t sp = H5Screate_simple(1, &n, nullptr);
+        hid_t a = H5Acreate2(ds, kBlockHashesAttr, H5T_STD_U64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
+        H5Awrite(a, H5T_NATIVE_UINT64, v.data());
+        H5Aclose(a);
+        H5Sclose(sp);
+    };
+    auto read_part = [&](std::uint64_t *bytes) {
+        auto r = Reader::open(ck);
+        if (!r) return r.error();
+        std::vector<char> out(4000);
+        auto st = r.value()->read("big", {1u << 20}, {1000}, out.data(), out.size());
+        *bytes = r.value()->bytes_read();
+        if (!st) return st.error();
+        return std::equal(out.begin(), out.end(), all.begin() + (4u << 20)) ? std::string() : std::string("wrong bytes");
+    };
+    // verify finds exactly one problem, which says `what`.
+    auto expect_one_problem = [&](const std::string &what) {
+        auto v = verify(ck);
+        ASSERT_TRUE(v.ok()) << v.error();
+        ASSERT_EQ(v.value().issues.size(), 1u);
+        EXPECT_NE(v.value().issues[0].problem.find(what), std::string::npos) << v.value().issues[0].problem;
+    };
+    std::uint64_t bytes = 0;
+    // Zeros instead of the checksums: the block does not match, the whole slice does.
+    edit([&](hid_t ds) { write_hashes(ds, std::vector<std::uint64_t>(48, 0)); });
+    EXPECT_EQ(read_part(&bytes), "");
+    EXPECT_EQ(bytes, (128u << 10) + (6u << 20));
+    expect_one_problem("block checksum mismatch in 48 of its 48 blocks");
+    // One value too few.
+    edit([&](hid_t ds) { write_hashes(ds, std::vector<std::uint64_t>(47, 0)); });
+    EXPECT_EQ(read_part(&bytes), "");
+    EXPECT_EQ(bytes, 6u << 20);
+    expect_one_problem("omni_block_xxh3 holds 47 values; expected 48");
+    // A block size that is not a power of two.
+    edit([&](hid_t ds) {
+        H5Adelete(ds, kBlockBytesAttr);
+        ASSERT_TRUE(h5::write_attr_u64(ds, kBlockBytesAttr, 100000).ok());
+    });
+    expect_one_problem("omni_block_bytes is 100000; expected a power of two");
+    // None at all (another tool's writer): the whole slice, and nothing for verify to say.
+    edit([&](hid_t ds) {
+        H5Adelete(ds, kBlockBytesAttr);
+        H5Adelete(ds, kBlockHashesAttr);
+    });
+    EXPECT_EQ(read_part(&bytes), "");
+    EXPECT_EQ(bytes, 6u << 20);
+    auto v = verify(ck);
+    ASSERT_TRUE(v.ok());
+    EXPECT_TRUE(v.value().ok());
+}
+
+// Loading at another data-parallel size reads about the checkpoint's bytes once, not every
+// slice a rank touches whole: 4 slices of 2 MiB read by 3 ranks.
+TEST(Reshard, LoadAtAnotherSizeReadsTheBytesOnce) {
+    TempDir d;
+    const Spec s{"w", DType::fp32, {4096, 512}, 8};   // 8 MiB, 2 MiB slices of 64 KiB blocks
+    const std::string ck = write_ckpt(d / "root", 1, 4, {s});
+    const auto all = t::logical(s.dtype, s.shape, s.seed);
+    std::uint64_t total = 0;
+    for (std::uint64_t k = 0; k < 3; ++k) {
+        const std::uint64_t r0 = 4096 * k / 3, r1 = 4096 * (k + 1) / 3;
+        auto r = Reader::open(ck);
+        ASSERT_TRUE(r.ok()) << r.error();
+        std::vector<char> got((r1 - r0) * 512 * 4);
+        auto st = r.value()->read("w", {r0, 0}, {r1 - r0, 512}, got.data(), got.size());
+        ASSERT_TRUE(st.ok()) << st.error();
+        EXPECT_TRUE(std::equal(got.begin(), got.end(), all.begin() + r0 * 512 * 4)) << "rank " << k;
+        total += r.value()->bytes_read();
+    }
+    // At most one block besides the bytes on each side of the two cuts inside a slice.
+    EXPECT_GE(total, 8u << 20);
+    EXPECT_LE(total, (8u << 20) + 4 * (64u << 10));
 }
 
 TEST(Load, CheckpointWrittenAgainUnderTheSameNameIsNotServedFromTheIndexCache) {

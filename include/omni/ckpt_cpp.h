@@ -317,8 +317,10 @@ private:
 /* ---- reading ------------------------------------------------------------------------- */
 
 struct ReadOptions {
-    /* Hash every source slice the first time it is read and compare with the manifest.
-     * Turning it off trades safety for bytes read when resharding. */
+    /* Check the bytes read: a slice read whole against the manifest's checksum the first
+     * time, part of a slice against the block checksums of the blocks that part touches
+     * (omni-ckpt(5), BLOCK CHECKSUMS; a slice without them is read whole once, to check it).
+     * Turning it off reads only the bytes asked for, unchecked. */
     bool verify_checksums = true;
 };
 
