@@ -3,6 +3,7 @@
 //
 //   raw write (write + fsync of K files)   vs  our save as K shards (HDF5, checksums, commit)
 //   raw read of those files                vs  our load at the saved layout, and resharded
+//                                              (with the bytes the resharding ranks read)
 //
 // Raw I/O is one sequential stream; our side runs the K writing (or M loading) ranks
 // concurrently on --threads threads (default: the number of cores), each rank with its own
@@ -20,7 +21,9 @@
 //                                              the simplest copy snapshot costs on this
 //                                              machine, its memory bandwidth
 //   copy-on-write stall, 4 KiB pages       vs  the same bytes in transparent huge pages (one
-//                                              rank, tensors of 8 MiB on 2 MiB boundaries)
+//                                              rank, tensors of 8 MiB on 2 MiB boundaries),
+//                                              last and apart from the rest: khugepaged works
+//                                              on a huge-page model while it is mapped
 //   trainer rewriting all its buffers      idle, while a copy persist runs, and while a
 //                                              copy-on-write persist runs: the copy COW
 //                                              moves out of the stall runs beside it (and a

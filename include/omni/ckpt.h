@@ -198,7 +198,9 @@ void omni_ckpt_async_free(omni_ckpt_async *a);
 /* Opens a committed checkpoint directory; with `root_latest` non-zero, `path` is a root and
  * the complete checkpoint with the highest step is opened. Fails if the checkpoint is
  * incomplete, of an unknown format version, or references a missing file. `verify` non-zero
- * checks each slice's checksum on first read (recommended). */
+ * checks the bytes read against their checksums (recommended): a slice read whole against
+ * the manifest's, part of a slice against the block checksums of the blocks it touches
+ * (omni-ckpt(5), BLOCK CHECKSUMS). */
 int omni_ckpt_reader_open(const char *path, int root_latest, int verify,
                           omni_ckpt_reader **out);
 
