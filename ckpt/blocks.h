@@ -10,8 +10,12 @@
 //
 // Why 64 blocks: a part of a slice is then read with at most 2/64 of the slice besides it,
 // while the attribute stays at 512 bytes in the dataset's object header (a reader opening the
-// dataset reads it anyway). Small slices have none: reading all of one costs no more than
-// the block it would be.
+// dataset reads it anyway; slices over 64 MiB have up to 32 KiB of it, little beside their
+// data). Why blocks of at most 1 MiB up to 4 GiB slices: a Reader keeps
+// the checked tail of the last block it read in part in its scratch block of 1 MiB
+// (kStreamBlockBytes), for the next read to start with, so a merge or reshard reading a slice
+// 1 MiB at a time reads each byte once; a larger block's tail would be read again. Small
+// slices have none: reading all of one costs no more than the block it would be.
 #ifndef OMNI_CKPT_BLOCKS_H
 #define OMNI_CKPT_BLOCKS_H
 
@@ -31,14 +35,14 @@ constexpr const char *kBlockHashesAttr = "omni_block_xxh3";    // u64, one per b
 constexpr std::uint64_t kMinBlockBytes = std::uint64_t(64) << 10;
 // Blocks per slice the writer aims for, and the block size up to which it keeps to that.
 constexpr std::uint64_t kTargetBlocks = 64;
-constexpr std::uint64_t kLargeBlockBytes = std::uint64_t(64) << 20;
+constexpr std::uint64_t kLargeBlockBytes = std::uint64_t(1) << 20;
 // At most this many blocks a slice, written or read: bounds the attribute (32 KiB).
 constexpr std::uint64_t kMaxBlocks = 4096;
 
 // The block size a writer uses for a slice of `slice_bytes`, 0 for none: the smallest power
 // of two from kMinBlockBytes that cuts the slice into at most kTargetBlocks blocks, but no
-// more than kLargeBlockBytes while that keeps it within kMaxBlocks (slices of 4 GiB to
-// 256 GiB have 64 MiB blocks; larger ones kMaxBlocks blocks).
+// more than kLargeBlockBytes while that keeps it within kMaxBlocks (slices of 64 MiB to
+// 4 GiB have 1 MiB blocks; larger ones kMaxBlocks blocks).
 std::uint64_t block_bytes_for(std::uint64_t slice_bytes);
 // ceil(slice_bytes / block_bytes); block_bytes > 0.
 std::uint64_t block_count(std::uint64_t slice_bytes, std::uint64_t block_bytes);

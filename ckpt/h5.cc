@@ -156,9 +156,9 @@ Result<Handle> create_file(const std::string &path) {
     // the end of the file), and a reader opening its datasets makes a small read at each
     // place: on a cold cache a device round trip (on a parallel file system an RPC) per
     // tensor, which made a load 0.76-0.82x a raw read of the same bytes. With 64 KiB the
-    // metadata of about a hundred tensors (some 500 bytes each) is one run that one
-    // readahead brings in. The part of the last block left unused stays a hole in the file
-    // (apparent size, no disk blocks): at most 64 KiB a file.
+    // metadata of about sixty slices with block checksums (some 1.1 KiB each; a hundred
+    // without) is one run that one readahead brings in. The part of the last block left
+    // unused stays a hole in the file (apparent size, no disk blocks): at most 64 KiB a file.
     if (!p || H5Pset_meta_block_size(p.get(), kMetaBlockBytes) < 0) return fail("creating " + path);
     Handle f = file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, p.get()));
     if (!f) return fail("creating " + path);

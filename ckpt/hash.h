@@ -53,12 +53,13 @@ private:
 
 // XXH3-64 of a byte stream fed in pieces of any size, and of each `block_bytes` run of it
 // from its start (the last one may be shorter): a slice's checksum and its block checksums
-// (blocks.h) in one pass over bytes that are in the cache. block_bytes 0: the whole only.
+// (blocks.h) in one pass over bytes that are in the cache. block_bytes 0: the whole only;
+// `whole` false: the blocks only (digest() is then that of nothing).
 class BlockHasher {
 public:
-    explicit BlockHasher(std::uint64_t block_bytes) : block_(block_bytes) {}
+    explicit BlockHasher(std::uint64_t block_bytes, bool whole = true) : block_(block_bytes), whole_on_(whole) {}
     void update(const void *data, std::size_t n) {
-        whole_.update(data, n);
+        if (whole_on_) whole_.update(data, n);
         if (block_ == 0) return;
         const char *p = static_cast<const char *>(data);
         while (n > 0) {
@@ -89,6 +90,7 @@ private:
         filled_ = 0;
     }
     std::uint64_t block_;
+    bool whole_on_;
     std::uint64_t filled_ = 0;   // bytes of the current block in part_
     Hasher whole_, part_;
     std::vector<std::uint64_t> blocks_;

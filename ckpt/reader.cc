@@ -185,6 +185,7 @@ struct ScratchTail {
 // hashed while in the cache. True when every block matched; false when one did not (the
 // caller then hashes the whole slice against the manifest, which tells a damaged block
 // from a damaged attribute). An I/O error is an error.
+static_assert(kLargeBlockBytes <= kStreamBlockBytes, "the checked tail of a block must fit the scratch block");
 Result<bool> pread_block_checked(int fd, std::uint64_t raw, std::uint64_t src_bytes, std::uint64_t pre,
                                  std::uint64_t n, char *dst, BlockState &b, std::vector<char> &scratch,
                                  ScratchTail &tail, const std::string &key, const std::string &path,
@@ -212,7 +213,7 @@ Result<bool> pread_block_checked(int fd, std::uint64_t raw, std::uint64_t src_by
     }
     const std::uint64_t lo = j0 * bb, hi = std::min((j1 + 1) * bb, src_bytes);   // to check
     const std::uint64_t a = std::max(lo, pre), z = std::min(hi, end);            // both
-    BlockHasher h(bb);   // from lo, a block boundary
+    BlockHasher h(bb, false);   // from lo, a block boundary; the blocks are what is compared
     Status st = plain(pre, lo);
     if (st) st = pread_hashed_discard(fd, scratch, a - lo, raw + lo, h, path);
     if (st) st = pread_hashed(fd, dst + (a - pre), z - a, raw + a, h, path);
@@ -528,6 +529,7 @@ struct Reader::Impl {
     std::unordered_map<std::string, BlockState> blocks;
     std::vector<char> scratch;
     ScratchTail tail;
+    std::vector<char> landing;   // a block of a part of a slice on its way to a scattered place
     std::uint64_t bytes_read = 0;
 };
 
@@ -625,14 +627,15 @@ Status Reader::read_into(const std::string &name, const Shape &offset, const Sha
         // The intersection as one run of bytes in the source and in the destination: true
         // for whole slices at the saved layout and for row ranges when resharding along
         // dimension 0, the common cases.
-        const bool runs = is_contiguous_in(*inter, src) && is_contiguous_in(*inter, req);
+        const bool src_run = is_contiguous_in(*inter, src);
+        const bool runs = src_run && is_contiguous_in(*inter, req);
         const std::uint64_t inter_bytes = element_count(inter->count) * elem;
         char *inter_dst = runs ? static_cast<char *>(dst) + byte_offset_in(*inter, req, elem) : nullptr;
         const auto raw = raw_offset(d.value().get(), file, src_bytes);
 
-        if (r.options.verify_checksums && !r.verified.count(key) && raw && runs && !whole) {
-            // Part of a slice: where it has block checksums, only the blocks that part
-            // touches are read and checked.
+        if (r.options.verify_checksums && !r.verified.count(key) && raw && src_run && !whole) {
+            // Part of a slice, one run of its bytes: where it has block checksums, only the
+            // blocks that part touches are read and checked.
             auto it = r.blocks.find(key);
             if (it == r.blocks.end()) {
                 BlockState b;
@@ -643,9 +646,30 @@ Status Reader::read_into(const std::string &name, const Shape &offset, const Sha
                 it = r.blocks.emplace(key, std::move(b)).first;
             }
             if (!it->second.hashes.empty()) {
-                auto matched = pread_block_checked(file.fd.get(), *raw, src_bytes, byte_offset_in(*inter, src, elem),
-                                                   inter_bytes, inter_dst, it->second, r.scratch, r.tail, key, path,
-                                                   r.bytes_read);
+                const std::uint64_t pre = byte_offset_in(*inter, src, elem);
+                auto checked = [&](std::uint64_t at, std::uint64_t n, char *to) {
+                    return pread_block_checked(file.fd.get(), *raw, src_bytes, at, n, to, it->second, r.scratch, r.tail,
+                                               key, path, r.bytes_read);
+                };
+                // Not one run of the destination's (rows of a slice cut along an inner
+                // dimension): a block of rows at a time through `landing`, copied into place.
+                auto scattered = [&]() -> Result<bool> {
+                    bool all = true;
+                    Status st = for_each_block(inter->count, elem, [&](const Box &b, std::uint64_t off, std::uint64_t n) {
+                        r.landing.resize(n);
+                        auto m = checked(pre + off, n, r.landing.data());
+                        if (!m) return Status(make_error(m.error()));
+                        if (!(all = m.value())) return Status(make_error("a block did not match"));
+                        Box g = b;   // in the tensor's coordinates
+                        for (std::size_t i = 0; i < g.offset.size(); ++i) g.offset[i] += inter->offset[i];
+                        copy_region(g, r.landing.data(), g, dst, req, elem);
+                        return Status::success();
+                    });
+                    if (!all) return false;
+                    if (!st) return make_error(st.error());
+                    return true;
+                };
+                auto matched = runs ? checked(pre, inter_bytes, inter_dst) : scattered();
                 if (!matched) return make_error("tensor " + name + ": " + matched.error());
                 if (matched.value()) continue;
                 it->second.hashes = BlockHashes{};   // a block did not match: the whole slice decides

@@ -43,8 +43,8 @@ BlockPlan plan_blocks(const Shape &count, std::size_t elem) {
     return p;
 }
 
-// Runs `fn` on the blocks of plan_blocks in order, each with its box in the slice's
-// coordinates, its byte offset in the slice and its size; stops at the first error.
+}  // namespace
+
 Status for_each_block(const Shape &count, std::size_t elem,
                       const std::function<Status(const Box &block, std::uint64_t byte_off, std::uint64_t bytes)> &fn) {
     const std::size_t n = count.size();
@@ -68,6 +68,8 @@ Status for_each_block(const Shape &count, std::size_t elem,
     }
     return Status::success();
 }
+
+namespace {
 
 // for_each_block over dataset `ds`, with matching file and memory dataspaces for each block
 // (H5S_ALL for a slice of one block); `io` returns < 0 on failure, reported with the HDF5

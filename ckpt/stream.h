@@ -30,6 +30,13 @@ constexpr std::uint64_t kStreamBlockBytes = std::uint64_t(1) << 20;
 constexpr std::uint64_t kDefaultChunkCacheBytes = std::uint64_t(1) << 20;
 constexpr std::uint64_t kMaxChunkCacheBytes = std::uint64_t(256) << 20;
 
+// Runs `fn` on the blocks of a slice of shape `count` in row-major order, each one contiguous
+// run of its bytes of about kStreamBlockBytes (whole rows where a row fits; else part of one
+// row), with its box in the slice's coordinates, its byte offset in the slice and its size;
+// stops at the first error and returns it.
+Status for_each_block(const Shape &count, std::size_t elem,
+                      const std::function<Status(const Box &block, std::uint64_t byte_off, std::uint64_t bytes)> &fn);
+
 // A slice's checksums: the XXH3-64 of all its bytes (the manifest's) and its block checksums
 // (blocks.h; empty for a slice of kMinBlockBytes or less).
 struct SliceDigest {
