@@ -6,6 +6,12 @@
 namespace omni {
 namespace ckpt {
 
+Box moved_by(const Box &b, const Shape &by) {
+    Box out = b;
+    for (std::size_t d = 0; d < out.offset.size(); ++d) out.offset[d] += by[d];
+    return out;
+}
+
 std::optional<Box> intersect(const Box &a, const Box &b) {
     Box out;
     const std::size_t n = a.offset.size();

@@ -19,6 +19,9 @@ struct Box {
 
 // The intersection of two boxes of the same rank, or nothing.
 std::optional<Box> intersect(const Box &a, const Box &b);
+// `b` with `by` added to its offset: a box given inside another box (whose offset `by` is),
+// in the coordinates that box is in.
+Box moved_by(const Box &b, const Shape &by);
 
 // Copies the global box `region` from `src` (holding global box `src_box`) into `dst`
 // (holding global box `dst_box`). Both buffers are dense row-major with `elem` bytes per

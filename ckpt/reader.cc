@@ -177,6 +177,8 @@ struct ScratchTail {
     std::uint64_t lo = 0, hi = 0;
 };
 
+static_assert(kLargeBlockBytes <= kStreamBlockBytes, "the checked tail of a block must fit the scratch block");
+
 // Reads the bytes [pre, pre + n) of a slice stored contiguously at file offset `raw` into
 // `dst`, checking the blocks they touch against their block checksums: all of each block
 // touched is read, the part outside the range through `scratch`, except for blocks at
@@ -185,7 +187,6 @@ struct ScratchTail {
 // hashed while in the cache. True when every block matched; false when one did not (the
 // caller then hashes the whole slice against the manifest, which tells a damaged block
 // from a damaged attribute). An I/O error is an error.
-static_assert(kLargeBlockBytes <= kStreamBlockBytes, "the checked tail of a block must fit the scratch block");
 Result<bool> pread_block_checked(int fd, std::uint64_t raw, std::uint64_t src_bytes, std::uint64_t pre,
                                  std::uint64_t n, char *dst, BlockState &b, std::vector<char> &scratch,
                                  ScratchTail &tail, const std::string &key, const std::string &path,
@@ -654,14 +655,13 @@ Status Reader::read_into(const std::string &name, const Shape &offset, const Sha
                 // Not one run of the destination's (rows of a slice cut along an inner
                 // dimension): a block of rows at a time through `landing`, copied into place.
                 auto scattered = [&]() -> Result<bool> {
-                    bool all = true;
+                    bool all = true;   // for_each_block stops at an error; a mismatch is none
                     Status st = for_each_block(inter->count, elem, [&](const Box &b, std::uint64_t off, std::uint64_t n) {
                         r.landing.resize(n);
                         auto m = checked(pre + off, n, r.landing.data());
                         if (!m) return Status(make_error(m.error()));
                         if (!(all = m.value())) return Status(make_error("a block did not match"));
-                        Box g = b;   // in the tensor's coordinates
-                        for (std::size_t i = 0; i < g.offset.size(); ++i) g.offset[i] += inter->offset[i];
+                        const Box g = moved_by(b, inter->offset);   // in the tensor's coordinates
                         copy_region(g, r.landing.data(), g, dst, req, elem);
                         return Status::success();
                     });
@@ -700,9 +700,7 @@ Status Reader::read_into(const std::string &name, const Shape &offset, const Sha
                     if (whole && runs) return read_hashed(d.value().get(), type.get(), s.count, elem, inter_dst);
                     auto dg = read_hashed_blocks(d.value().get(), type.get(), s.count, elem, 0, r.scratch,
                                                  [&](const Box &b, const char *data) {
-                                                     Box g = b;   // in the tensor's coordinates
-                                                     for (std::size_t i = 0; i < g.offset.size(); ++i)
-                                                         g.offset[i] += s.offset[i];
+                                                     const Box g = moved_by(b, s.offset);   // tensor coordinates
                                                      if (auto part = intersect(g, *inter))
                                                          copy_region(*part, data, g, dst, req, elem);
                                                  });

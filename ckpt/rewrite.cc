@@ -113,10 +113,9 @@ Result<std::string> rewrite(const std::string &ckpt_dir, const std::string &out,
             const std::size_t elem = dtype_size(a.tensor->dtype);
             auto st = add_tensor_from(*sw.value(), a.tensor->name, a.tensor->dtype, a.tensor->shape, a.box.offset,
                                       a.box.count, [&](const Box &b, char *dst) {
-                                          Shape at = b.offset;   // in the tensor's coordinates
-                                          for (std::size_t i = 0; i < at.size(); ++i) at[i] += a.box.offset[i];
                                           const std::uint64_t n = element_count(b.count) * elem;
-                                          Status read = r.read(a.tensor->name, at, b.count, dst, n);
+                                          Status read = r.read(a.tensor->name, moved_by(b, a.box.offset).offset,
+                                                               b.count, dst, n);
                                           if (read) {
                                               done += n;
                                               if (progress) progress(done, total);
