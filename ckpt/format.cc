@@ -362,6 +362,10 @@ void put_tensor(std::string &o, const TensorInfo &t) {
         if (i) o += ',';
         o += "{\"count\":";
         put_shape(o, s.count);
+        if (s.data_offset) {
+            o += ",\"data_offset\":";
+            put_u64(o, s.data_offset);
+        }
         o += ",\"dataset\":";
         put_str(o, s.dataset);
         o += ",\"file\":";

@@ -40,6 +40,7 @@ enum class Field : std::uint8_t {
     lr_scheduler, ledger, rank_states, tensors, rank, attempt,
     kind, base_lr, warmup_steps, total_steps, last_step, epoch, seed,
     rng_bytes, consumed, xxh3, name, dtype, shape, sources, writer, file, dataset, offset, count,
+    data_offset,
 };
 
 struct Key {
@@ -48,6 +49,7 @@ struct Key {
     Val val;
     std::uint64_t max = 0;   // u64: largest value; str: longest; array: most entries
     Obj sub = Obj::manifest;   // object, array: what it (each entry) is
+    bool optional = false;     // may be left out (keys added without a version increment)
 };
 
 constexpr std::uint64_t kAny = UINT64_MAX;
@@ -105,6 +107,8 @@ const Key kSourceKeys[] = {
     {"offset", Field::offset, Val::shape},
     {"count", Field::count, Val::shape},
     {"xxh3", Field::xxh3, Val::hex},
+    // Readers before it skip it and read through HDF5, as readers after it do without it.
+    {"data_offset", Field::data_offset, Val::u64, kMaxTensorBytes, Obj::manifest, true},
 };
 
 struct Schema {
@@ -226,7 +230,7 @@ public:
         const Frame f = top();
         const Schema s = schema(f.obj);
         for (std::size_t i = 0; i < s.n; ++i)
-            if (!(f.seen & (1u << i))) return fail(where() + ": missing key '" + s.keys[i].name + "'");
+            if (!(f.seen & (1u << i)) && !s.keys[i].optional) return fail(where() + ": missing key '" + s.keys[i].name + "'");
         if (!close_object(f.obj)) return false;
         stack_.pop_back();
         if (stack_.empty()) done_ = true;
@@ -441,6 +445,7 @@ private:
         case Field::consumed: rs_.consumed = v; break;
         case Field::xxh3: (f.obj == Obj::source ? src_.xxh3 : rs_.xxh3) = v; break;
         case Field::writer: src_.writer = static_cast<std::uint32_t>(v); break;
+        case Field::data_offset: src_.data_offset = v; break;
         default: break;
         }
     }

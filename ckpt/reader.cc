@@ -3,7 +3,9 @@
 //
 // The reader goes to the shard files directly rather than through the index's virtual
 // datasets: a virtual dataset silently returns fill values for a missing source, and reading
-// the sources ourselves lets every slice be checked against its checksum.
+// the sources ourselves lets every slice be checked against its checksum. With checksums, a
+// slice is read where the manifest says its bytes are (data_offset) and HDF5 is opened only
+// for what needs it (read_source).
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -35,12 +37,15 @@ using fsio::Fd;
 
 namespace {
 
-// An open shard file: the HDF5 handle for its metadata and, for its raw data, a descriptor
-// of our own (see read_raw below) with the file's size, to bound every read by it.
+// An open shard file: a descriptor of our own for its raw data (see raw_offset below) with
+// the file's size, to bound every read by it, and the HDF5 handle for its metadata, opened
+// only when something needs it (FileCache::h5): slices whose place the manifest records are
+// read without it.
 struct OpenFile {
-    h5::Handle h5;
-    Fd fd;                    // -1: raw reads disabled for this file, HDF5 reads everything
+    Fd fd;
     std::uint64_t size = 0;
+    h5::Handle h5;
+    bool h5_raw = false;   // HDF5's dataset addresses are offsets in the file (no user block)
 };
 
 // Open shard files, most recently used first; bounded so a reshard over thousands of shards
@@ -54,25 +59,14 @@ public:
             lru_.splice(lru_.begin(), lru_, it->second);
             return &it->second->second;
         }
-        auto f = h5::open_file(path);
-        if (!f) return make_error(f.error());
         OpenFile of;
-        of.h5 = std::move(f.value());
-        // Dataset addresses are relative to the end of a user block; our files have none,
-        // and a file that has one is simply read through HDF5.
-        h5::Handle fcpl = h5::plist(H5Fget_create_plist(of.h5.get()));
-        hsize_t userblock = 1;
-        if (fcpl && H5Pget_userblock(fcpl.get(), &userblock) >= 0 && userblock == 0) {
-            Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-            struct stat st;
-            if (fd.get() >= 0 && ::fstat(fd.get(), &st) == 0) {
-                of.size = static_cast<std::uint64_t>(st.st_size);
-                // Slices are read mostly in file order: a larger readahead window.
-                (void)::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
-                of.fd = std::move(fd);
-            }
-        }
-        H5Eclear2(H5E_DEFAULT);
+        of.fd = Fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+        struct stat st;
+        if (of.fd.get() < 0 || ::fstat(of.fd.get(), &st) != 0)
+            return make_error("cannot open " + path + ": " + std::strerror(errno));
+        of.size = static_cast<std::uint64_t>(st.st_size);
+        // Slices are read mostly in file order: a larger readahead window.
+        (void)::posix_fadvise(of.fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
         lru_.emplace_front(path, std::move(of));
         map_[path] = lru_.begin();
         if (lru_.size() > cap_) {
@@ -80,6 +74,20 @@ public:
             lru_.pop_back();
         }
         return &lru_.front().second;
+    }
+    // The file's HDF5 handle, opened on the first call.
+    static Result<hid_t> h5(OpenFile &f, const std::string &path) {
+        if (f.h5) return f.h5.get();
+        auto h = h5::open_file(path);
+        if (!h) return make_error(h.error());
+        f.h5 = std::move(h.value());
+        // Dataset addresses are relative to the end of a user block; our files have none,
+        // and a file that has one is simply read through HDF5.
+        h5::Handle fcpl = h5::plist(H5Fget_create_plist(f.h5.get()));
+        hsize_t userblock = 1;
+        f.h5_raw = fcpl && H5Pget_userblock(fcpl.get(), &userblock) >= 0 && userblock == 0;
+        H5Eclear2(H5E_DEFAULT);
+        return f.h5.get();
     }
 
 private:
@@ -98,7 +106,7 @@ private:
 // one process wait for each other's disk reads; with pread they overlap, as raw reads do.
 // The memory type equals the file type (h5.h), so HDF5 would do the same single read.
 std::optional<std::uint64_t> raw_offset(hid_t d, const OpenFile &f, std::uint64_t bytes) {
-    if (f.fd.get() < 0) return std::nullopt;
+    if (!f.h5_raw) return std::nullopt;
     std::optional<std::uint64_t> out;
     h5::Handle dcpl = h5::plist(H5Dget_create_plist(d));
     if (dcpl && H5Pget_layout(dcpl.get()) == H5D_CONTIGUOUS && H5Pget_nfilters(dcpl.get()) == 0 &&
@@ -531,6 +539,9 @@ struct Reader::Impl {
     std::vector<char> scratch;
     ScratchTail tail;
     std::vector<char> landing;   // a block of a part of a slice on its way to a scattered place
+    // file + dataset of slices read where HDF5 says, not at the manifest's data_offset:
+    // their bytes were not found there, or were checked through HDF5.
+    std::unordered_set<std::string> hdf5_place;
     std::uint64_t bytes_read = 0;
 };
 
@@ -596,157 +607,216 @@ Status Reader::read(const std::string &name, const Shape &offset, const Shape &c
     return st;
 }
 
+namespace {
+
+// Reads the part `inter` of source `s` of tensor `t` into `dst`, the buffer of the request
+// `req`. by_manifest: the slice's bytes are where the manifest's data_offset says, so a
+// slice read whole, or in part without block checksums, costs a pread and no HDF5 call at
+// all (an H5Fopen and an H5Dopen are about a third of a load of 1 MiB slices, and in one
+// process they hold HDF5's global lock). The dataset is opened only for what needs it: block
+// checksums, a chunked or filtered slice, a scatter. False: a checksum did not match the
+// bytes at the manifest's place, or the place lies outside the file; the caller asks again
+// with by_manifest false, where HDF5 says where the bytes are (a file rewritten by another
+// tool keeps them elsewhere) and a mismatch is the error. Errors name the file, not the
+// tensor.
+Result<bool> read_source(Reader::Impl &r, const TensorInfo &t, const SourceRef &s, const Box &req,
+                         const Box &inter, char *dst, bool by_manifest) {
+    const std::size_t elem = dtype_size(t.dtype);
+    const Box src{s.offset, s.count};
+    const std::string path = fsio::join(r.dir, s.file);
+    auto f = r.files.get(path);
+    if (!f) return make_error(f.error());
+    OpenFile &file = *f.value();
+    const std::string key = path + '\n' + s.dataset;
+    const std::uint64_t src_bytes = element_count(s.count) * elem;
+    h5::Handle dh;
+    auto dataset = [&]() -> Result<hid_t> {
+        if (dh) return dh.get();
+        auto h5 = r.files.h5(file, path);
+        if (!h5) return make_error(h5.error());
+        const bool first = !r.opened.count(key);
+        auto d = open_source(h5.value(), t, s, first);
+        if (!d) return make_error(path + ": " + d.error());
+        if (first) r.opened.insert(key);
+        dh = std::move(d.value());
+        return dh.get();
+    };
+    std::optional<std::uint64_t> raw;
+    if (by_manifest) {
+        if (s.data_offset > file.size || src_bytes > file.size - s.data_offset) return false;
+        raw = s.data_offset;
+    } else {
+        auto d = dataset();
+        if (!d) return make_error(d.error());
+        raw = raw_offset(d.value(), file, src_bytes);
+    }
+    const bool whole = inter.count == src.count;
+    // The intersection as one run of bytes in the source and in the destination: true
+    // for whole slices at the saved layout and for row ranges when resharding along
+    // dimension 0, the common cases.
+    const bool src_run = is_contiguous_in(inter, src);
+    const bool runs = src_run && is_contiguous_in(inter, req);
+    const std::uint64_t inter_bytes = element_count(inter.count) * elem;
+    char *inter_dst = runs ? dst + byte_offset_in(inter, req, elem) : nullptr;
+    h5::Handle type = h5::dtype_type(t.dtype);
+
+    if (r.options.verify_checksums && !r.verified.count(key) && raw && src_run && !whole) {
+        // Part of a slice, one run of its bytes: where it has block checksums, only the
+        // blocks that part touches are read and checked.
+        auto it = r.blocks.find(key);
+        if (it == r.blocks.end()) {
+            auto d = dataset();
+            if (!d) return make_error(d.error());
+            BlockState b;
+            // Malformed ones are verify's to report; the whole slice is hashed instead.
+            if (auto bh = read_block_hashes(d.value(), src_bytes); bh) b.hashes = std::move(bh.value());
+            H5Eclear2(H5E_DEFAULT);
+            b.ok.assign(b.hashes.xxh3.size(), false);
+            it = r.blocks.emplace(key, std::move(b)).first;
+        }
+        if (!it->second.hashes.empty()) {
+            const std::uint64_t pre = byte_offset_in(inter, src, elem);
+            auto checked = [&](std::uint64_t at, std::uint64_t n, char *to) {
+                return pread_block_checked(file.fd.get(), *raw, src_bytes, at, n, to, it->second, r.scratch, r.tail,
+                                           key, path, r.bytes_read);
+            };
+            // Not one run of the destination's (rows of a slice cut along an inner
+            // dimension): a block of rows at a time through `landing`, copied into place.
+            auto scattered = [&]() -> Result<bool> {
+                bool all = true;   // for_each_block stops at an error; a mismatch is none
+                Status st = for_each_block(inter.count, elem, [&](const Box &b, std::uint64_t off, std::uint64_t n) {
+                    r.landing.resize(n);
+                    auto m = checked(pre + off, n, r.landing.data());
+                    if (!m) return Status(make_error(m.error()));
+                    if (!(all = m.value())) return Status(make_error("a block did not match"));
+                    const Box g = moved_by(b, inter.offset);   // in the tensor's coordinates
+                    copy_region(g, r.landing.data(), g, dst, req, elem);
+                    return Status::success();
+                });
+                if (!all) return false;
+                if (!st) return make_error(st.error());
+                return true;
+            };
+            auto matched = runs ? checked(pre, inter_bytes, inter_dst) : scattered();
+            if (!matched) return make_error(matched.error());
+            if (matched.value()) return true;
+            it->second.hashes = BlockHashes{};   // a block did not match: the whole slice decides
+        }
+    }
+    if (r.options.verify_checksums && !r.verified.count(key)) {
+        r.tail.key.clear();   // the scratch block is used below
+        // First touch of this slice: all of it is read so it can be hashed.
+        std::uint64_t h;
+        if (raw && runs) {
+            // In up to three pieces, hashed in file order: the rows before the
+            // intersection and after it through a block of scratch, the intersection
+            // straight into the destination. No copy, and the bytes outside the request
+            // cost one block of memory, however large the slice.
+            const std::uint64_t pre = byte_offset_in(inter, src, elem);
+            const std::uint64_t post = src_bytes - pre - inter_bytes;
+            Hasher hasher;
+            Status st = pread_hashed_discard(file.fd.get(), r.scratch, pre, *raw, hasher, path);
+            if (st) st = pread_hashed(file.fd.get(), inter_dst, inter_bytes, *raw + pre, hasher, path);
+            if (st) st = pread_hashed_discard(file.fd.get(), r.scratch, post, *raw + pre + inter_bytes, hasher, path);
+            if (!st) return make_error(st.error());
+            h = hasher.digest();
+        } else {
+            // Straight into the destination when the whole slice lands there
+            // contiguously; else block by block through one block of scratch, each
+            // block's part of the request copied out of it.
+            auto d = dataset();
+            if (!d) return make_error(d.error());
+            auto hashed = [&]() -> Result<std::uint64_t> {
+                if (whole && runs) return read_hashed(d.value(), type.get(), s.count, elem, inter_dst);
+                auto dg = read_hashed_blocks(d.value(), type.get(), s.count, elem, 0, r.scratch,
+                                             [&](const Box &b, const char *data) {
+                                                 const Box g = moved_by(b, s.offset);   // tensor coordinates
+                                                 if (auto part = intersect(g, inter))
+                                                     copy_region(*part, data, g, dst, req, elem);
+                                             });
+                if (!dg) return make_error(dg.error());
+                return dg.value().xxh3;
+            }();
+            if (!hashed) return make_error("reading " + path + ": " + hashed.error());
+            h = hashed.value();
+            // What was checked is the slice where HDF5 has it; later reads take it there.
+            if (by_manifest) r.hdf5_place.insert(key);
+            by_manifest = false;
+        }
+        r.bytes_read += src_bytes;
+        if (h != s.xxh3) {
+            if (by_manifest) return false;
+            return make_error(path + ": " + checksum_problem(s.xxh3, h));
+        }
+        r.verified.insert(key);
+        return true;
+    }
+    // Already verified (or verification off): only the intersection is read.
+    if (raw && runs) {
+        if (auto st = pread_full(file.fd.get(), inter_dst, inter_bytes, *raw + byte_offset_in(inter, src, elem), path);
+            !st)
+            return make_error(st.error());
+        r.bytes_read += inter_bytes;
+        return true;
+    }
+    auto d = dataset();
+    if (!d) return make_error(d.error());
+    if (whole && runs) {
+        if (H5Dread(d.value(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, inter_dst) < 0)
+            return h5::fail("reading " + path);
+        r.bytes_read += src_bytes;
+        return true;
+    }
+    // Anything else lets HDF5 scatter the intersection.
+    const int n = static_cast<int>(req.count.size());
+    std::vector<hsize_t> foff(n), moff(n), cnt(inter.count.begin(), inter.count.end());
+    std::vector<hsize_t> mdims(req.count.begin(), req.count.end());
+    for (int i = 0; i < n; ++i) {
+        foff[i] = inter.offset[i] - s.offset[i];
+        moff[i] = inter.offset[i] - req.offset[i];
+    }
+    h5::Handle fspace = h5::space(H5Dget_space(d.value()));
+    h5::Handle mspace = h5::space(H5Screate_simple(n, mdims.data(), nullptr));
+    if (!fspace || !mspace ||
+        H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, foff.data(), nullptr, cnt.data(), nullptr) < 0 ||
+        H5Sselect_hyperslab(mspace.get(), H5S_SELECT_SET, moff.data(), nullptr, cnt.data(), nullptr) < 0 ||
+        H5Dread(d.value(), type.get(), mspace.get(), fspace.get(), H5P_DEFAULT, dst) < 0)
+        return h5::fail("reading " + path);
+    r.bytes_read += inter_bytes;
+    return true;
+}
+
+}  // namespace
+
 Status Reader::read_into(const std::string &name, const Shape &offset, const Shape &count,
                          void *dst, std::size_t dst_bytes) {
     Impl &r = *impl_;
     const TensorInfo *t = find(name);
     if (!t) return make_error(r.dir + ": no tensor named '" + name.substr(0, 300) + "'");
     if (auto st = check_slice(t->shape, offset, count, "tensor " + name); !st) return st;
-    const std::size_t elem = dtype_size(t->dtype);
-    const std::uint64_t want = element_count(count) * elem;
+    const std::uint64_t want = element_count(count) * dtype_size(t->dtype);
     if (dst_bytes != want)
         return make_error("tensor " + name + ": slice " + shape_string(count) + " of " +
                           dtype_name(t->dtype) + " needs " + std::to_string(want) +
                           " bytes; buffer has " + std::to_string(dst_bytes));
     const Box req{offset, count};
-    h5::Handle type = h5::dtype_type(t->dtype);
     for (const auto &s : t->sources) {
-        const Box src{s.offset, s.count};
-        auto inter = intersect(req, src);
+        auto inter = intersect(req, Box{s.offset, s.count});
         if (!inter) continue;
-        const std::string path = fsio::join(r.dir, s.file);
-        auto f = r.files.get(path);
-        if (!f) return make_error("tensor " + name + ": " + f.error());
-        OpenFile &file = *f.value();
-        const std::string key = path + '\n' + s.dataset;
-        const bool first = !r.opened.count(key);
-        auto d = open_source(file.h5.get(), *t, s, first);
-        if (!d) return make_error("tensor " + name + ": " + path + ": " + d.error());
-        if (first) r.opened.insert(key);
-        const bool whole = inter->count == src.count;
-        const std::uint64_t src_bytes = element_count(s.count) * elem;
-        // The intersection as one run of bytes in the source and in the destination: true
-        // for whole slices at the saved layout and for row ranges when resharding along
-        // dimension 0, the common cases.
-        const bool src_run = is_contiguous_in(*inter, src);
-        const bool runs = src_run && is_contiguous_in(*inter, req);
-        const std::uint64_t inter_bytes = element_count(inter->count) * elem;
-        char *inter_dst = runs ? static_cast<char *>(dst) + byte_offset_in(*inter, req, elem) : nullptr;
-        const auto raw = raw_offset(d.value().get(), file, src_bytes);
-
-        if (r.options.verify_checksums && !r.verified.count(key) && raw && src_run && !whole) {
-            // Part of a slice, one run of its bytes: where it has block checksums, only the
-            // blocks that part touches are read and checked.
-            auto it = r.blocks.find(key);
-            if (it == r.blocks.end()) {
-                BlockState b;
-                // Malformed ones are verify's to report; the whole slice is hashed instead.
-                if (auto bh = read_block_hashes(d.value().get(), src_bytes); bh) b.hashes = std::move(bh.value());
-                H5Eclear2(H5E_DEFAULT);
-                b.ok.assign(b.hashes.xxh3.size(), false);
-                it = r.blocks.emplace(key, std::move(b)).first;
-            }
-            if (!it->second.hashes.empty()) {
-                const std::uint64_t pre = byte_offset_in(*inter, src, elem);
-                auto checked = [&](std::uint64_t at, std::uint64_t n, char *to) {
-                    return pread_block_checked(file.fd.get(), *raw, src_bytes, at, n, to, it->second, r.scratch, r.tail,
-                                               key, path, r.bytes_read);
-                };
-                // Not one run of the destination's (rows of a slice cut along an inner
-                // dimension): a block of rows at a time through `landing`, copied into place.
-                auto scattered = [&]() -> Result<bool> {
-                    bool all = true;   // for_each_block stops at an error; a mismatch is none
-                    Status st = for_each_block(inter->count, elem, [&](const Box &b, std::uint64_t off, std::uint64_t n) {
-                        r.landing.resize(n);
-                        auto m = checked(pre + off, n, r.landing.data());
-                        if (!m) return Status(make_error(m.error()));
-                        if (!(all = m.value())) return Status(make_error("a block did not match"));
-                        const Box g = moved_by(b, inter->offset);   // in the tensor's coordinates
-                        copy_region(g, r.landing.data(), g, dst, req, elem);
-                        return Status::success();
-                    });
-                    if (!all) return false;
-                    if (!st) return make_error(st.error());
-                    return true;
-                };
-                auto matched = runs ? checked(pre, inter_bytes, inter_dst) : scattered();
-                if (!matched) return make_error("tensor " + name + ": " + matched.error());
-                if (matched.value()) continue;
-                it->second.hashes = BlockHashes{};   // a block did not match: the whole slice decides
-            }
+        char *out = static_cast<char *>(dst);
+        // The manifest's place is taken only where checksums prove what lies there, and
+        // never again for a slice once they did not.
+        const std::string key = fsio::join(r.dir, s.file) + '\n' + s.dataset;
+        const bool by_manifest = s.data_offset && r.options.verify_checksums && !r.hdf5_place.count(key);
+        auto done = read_source(r, *t, s, req, *inter, out, by_manifest);
+        if (done && !done.value()) {
+            r.hdf5_place.insert(key);
+            r.blocks.erase(key);   // blocks found matching at the other place
+            r.tail.key.clear();
+            r.opened.erase(key);   // opened again as for a first read: it is hashed whole
+            done = read_source(r, *t, s, req, *inter, out, false);
         }
-        if (r.options.verify_checksums && !r.verified.count(key)) {
-            r.tail.key.clear();   // the scratch block is used below
-            // First touch of this slice: all of it is read so it can be hashed.
-            std::uint64_t h;
-            if (raw && runs) {
-                // In up to three pieces, hashed in file order: the rows before the
-                // intersection and after it through a block of scratch, the intersection
-                // straight into the destination. No copy, and the bytes outside the request
-                // cost one block of memory, however large the slice.
-                const std::uint64_t pre = byte_offset_in(*inter, src, elem);
-                const std::uint64_t post = src_bytes - pre - inter_bytes;
-                Hasher hasher;
-                Status st = pread_hashed_discard(file.fd.get(), r.scratch, pre, *raw, hasher, path);
-                if (st) st = pread_hashed(file.fd.get(), inter_dst, inter_bytes, *raw + pre, hasher, path);
-                if (st) st = pread_hashed_discard(file.fd.get(), r.scratch, post, *raw + pre + inter_bytes, hasher, path);
-                if (!st) return make_error("tensor " + name + ": " + st.error());
-                h = hasher.digest();
-            } else {
-                // Straight into the destination when the whole slice lands there
-                // contiguously; else block by block through one block of scratch, each
-                // block's part of the request copied out of it.
-                auto hashed = [&]() -> Result<std::uint64_t> {
-                    if (whole && runs) return read_hashed(d.value().get(), type.get(), s.count, elem, inter_dst);
-                    auto dg = read_hashed_blocks(d.value().get(), type.get(), s.count, elem, 0, r.scratch,
-                                                 [&](const Box &b, const char *data) {
-                                                     const Box g = moved_by(b, s.offset);   // tensor coordinates
-                                                     if (auto part = intersect(g, *inter))
-                                                         copy_region(*part, data, g, dst, req, elem);
-                                                 });
-                    if (!dg) return make_error(dg.error());
-                    return dg.value().xxh3;
-                }();
-                if (!hashed) return make_error("tensor " + name + ": reading " + path + ": " + hashed.error());
-                h = hashed.value();
-            }
-            r.bytes_read += src_bytes;
-            if (h != s.xxh3)
-                return make_error("tensor " + name + ": " + path + ": " + checksum_problem(s.xxh3, h));
-            r.verified.insert(key);
-            continue;
-        }
-        // Already verified (or verification off): only the intersection is read.
-        if (raw && runs) {
-            if (auto st = pread_full(file.fd.get(), inter_dst, inter_bytes,
-                                     *raw + byte_offset_in(*inter, src, elem), path);
-                !st)
-                return make_error("tensor " + name + ": " + st.error());
-            r.bytes_read += inter_bytes;
-            continue;
-        }
-        if (whole && runs) {
-            if (H5Dread(d.value().get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, inter_dst) < 0)
-                return h5::fail("tensor " + name + ": reading " + path);
-            r.bytes_read += src_bytes;
-            continue;
-        }
-        // Anything else lets HDF5 scatter the intersection.
-        const int n = static_cast<int>(count.size());
-        std::vector<hsize_t> foff(n), moff(n), cnt(inter->count.begin(), inter->count.end());
-        std::vector<hsize_t> mdims(count.begin(), count.end());
-        for (int i = 0; i < n; ++i) {
-            foff[i] = inter->offset[i] - s.offset[i];
-            moff[i] = inter->offset[i] - offset[i];
-        }
-        h5::Handle fspace = h5::space(H5Dget_space(d.value().get()));
-        h5::Handle mspace = h5::space(H5Screate_simple(n, mdims.data(), nullptr));
-        if (!fspace || !mspace ||
-            H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, foff.data(), nullptr, cnt.data(), nullptr) < 0 ||
-            H5Sselect_hyperslab(mspace.get(), H5S_SELECT_SET, moff.data(), nullptr, cnt.data(), nullptr) < 0 ||
-            H5Dread(d.value().get(), type.get(), mspace.get(), fspace.get(), H5P_DEFAULT, dst) < 0)
-            return h5::fail("tensor " + name + ": reading " + path);
-        r.bytes_read += inter_bytes;
+        if (!done) return make_error("tensor " + name + ": " + done.error());
     }
     return Status::success();
 }
@@ -793,7 +863,8 @@ Result<VerifyReport> verify(const std::string &ckpt_dir, const Progress &progres
                 done += bytes;
                 continue;
             }
-            auto d = open_source(f.value()->h5.get(), t, s, true);
+            auto h5 = FileCache::h5(*f.value(), path);
+            auto d = h5 ? open_source(h5.value(), t, s, true) : Result<h5::Handle>(make_error(h5.error()));
             if (!d) {
                 rep.issues.push_back({t.name, path, d.error()});
                 done += bytes;

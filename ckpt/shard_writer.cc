@@ -245,8 +245,9 @@ Result<h5::Handle> create_slice(ShardWriter::Impl &w, const std::string &name, D
 
 // Gives a slice's dataset its block checksums and closes it once its bytes are written, and
 // records the slice.
+// `at`: where the bytes went by pwrite (HADDR_UNDEF: through HDF5, place not recorded).
 Status record_slice(ShardWriter::Impl &w, TensorInfo t, h5::Handle ds, const Shape &offset,
-                    const Shape &count, const SliceDigest &digest, std::uint64_t bytes) {
+                    const Shape &count, const SliceDigest &digest, std::uint64_t bytes, haddr_t at) {
     if (auto st = write_block_hashes(ds.get(), digest.blocks); !st)
         return w.fail(make_error("tensor " + t.name + ": " + w.tmp_path + ": " + st.error()));
     if (auto st = ds.close("tensor " + t.name + ": " + w.tmp_path); !st) return w.fail(make_error(st.error()));
@@ -257,6 +258,7 @@ Status record_slice(ShardWriter::Impl &w, TensorInfo t, h5::Handle ds, const Sha
     s.offset = offset;
     s.count = count;
     s.xxh3 = digest.xxh3;
+    if (at != HADDR_UNDEF) s.data_offset = static_cast<std::uint64_t>(at);
     t.sources.push_back(std::move(s));
     w.written += bytes;
     w.manifest.tensors.push_back(std::move(t));
@@ -323,7 +325,7 @@ Status ShardWriter::add_tensor(const std::string &name, DType dtype, const Shape
                                      : write_hashed(ds.value().get(), type.get(), count, elem, data);
     if (!written) return w.fail(make_error("tensor " + name + ": writing " + w.tmp_path + ": " + written.error()));
     if (tracked.tracked) w.tracker->remember(data, bytes, written.value().xxh3, tracked.epoch);
-    return record_slice(w, std::move(t), std::move(ds.value()), offset, count, written.value(), bytes);
+    return record_slice(w, std::move(t), std::move(ds.value()), offset, count, written.value(), bytes, at);
 }
 
 Status add_tensor_from(ShardWriter &sw, const std::string &name, DType dtype, const Shape &shape,
@@ -350,7 +352,7 @@ Status add_tensor_from(ShardWriter &sw, const std::string &name, DType dtype, co
     if (!written)
         return w.fail(make_error(source_failed ? written.error()
                                                : "tensor " + name + ": writing " + w.tmp_path + ": " + written.error()));
-    return record_slice(w, std::move(admitted.value()), std::move(ds.value()), offset, count, written.value(), bytes);
+    return record_slice(w, std::move(admitted.value()), std::move(ds.value()), offset, count, written.value(), bytes, at);
 }
 
 void set_track_writes(ShardWriter &w, bool on) {

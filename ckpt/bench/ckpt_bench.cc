@@ -4,6 +4,8 @@
 //   raw write (write + fsync of K files)   vs  our save as K shards (HDF5, checksums, commit)
 //   raw read of those files                vs  our load at the saved layout, and resharded
 //                                              (with the bytes the resharding ranks read)
+//   raw pread of the rows each resharding  vs  our reshard load: what the access pattern
+//   rank takes, from the same places           costs whoever reads
 //
 // Raw I/O is one sequential stream; our side runs the K writing (or M loading) ranks
 // concurrently on --threads threads (default: the number of cores), each rank with its own
@@ -59,6 +61,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <iostream>
 #include <random>
 #include <string>
@@ -418,6 +421,51 @@ double our_load(const Config &c, const Model &m, const std::string &ckpt, std::u
     return took;
 }
 
+// The baseline of the reshard load: the bytes its ranks take from each slice (the rows of
+// it that fall in theirs, exactly, without block rounding), read by pread from the places
+// the manifest records, by `ranks` ranks on the same threads in the same order as our_load
+// (tensor by tensor, each tensor's sources in turn), into the same places of `dest`. What
+// this access pattern costs on this machine whoever reads; the manifest is read untimed.
+double raw_ranges_read(const Config &c, const Model &m, const std::string &ckpt, std::uint32_t ranks,
+                       std::vector<char> &dest) {
+    auto rd = Reader::open(ckpt);
+    if (!rd) die(rd.error());
+    const Manifest man = rd.value()->manifest();
+    rd.value().reset();
+    drop_dir_cache(ckpt);
+    const auto t0 = Clock::now();
+    const std::uint64_t total_rows = m.rows * c.shards, row = m.cols * 4, tensor_bytes = m.slice_bytes() * c.shards;
+    parallel_for(ranks, c.threads, [&](std::uint32_t k) {
+            const std::uint64_t r0 = total_rows * k / ranks, r1 = total_rows * (k + 1) / ranks;
+            std::map<std::string, int> fds;
+            for (std::uint32_t t = 0; t < c.tensors; ++t) {
+                const TensorInfo *ti = nullptr;
+                for (const auto &x : man.tensors)
+                    if (x.name == tensor_name(t)) ti = &x;
+                if (!ti) die("no tensor " + tensor_name(t));
+                for (const auto &src : ti->sources) {
+                    const std::uint64_t a = std::max(r0, src.offset[0]), z = std::min(r1, src.offset[0] + src.count[0]);
+                    if (a >= z) continue;
+                    if (!src.data_offset) die("no data_offset for " + ti->name);
+                    int &fd = fds[src.file];
+                    if (!fd) fd = ::open(fsio::join(ckpt, src.file).c_str(), O_RDONLY | O_CLOEXEC);
+                    if (fd < 0) die("open " + src.file);
+                    char *b = dest.data() + t * tensor_bytes + a * row;
+                    std::uint64_t off = src.data_offset + (a - src.offset[0]) * row, left = (z - a) * row;
+                    while (left) {
+                        const ssize_t n = ::pread(fd, b, std::min<std::uint64_t>(left, 1u << 20), static_cast<off_t>(off));
+                        if (n <= 0) die("pread " + src.file);
+                        b += n;
+                        off += static_cast<std::uint64_t>(n);
+                        left -= static_cast<std::uint64_t>(n);
+                    }
+                }
+            }
+            for (const auto &f : fds) ::close(f.second);
+        });
+    return seconds_since(t0);
+}
+
 // Flips the lowest bit of every fp32 of the slices marked in `which`: a training step that
 // changes those slices only (twice restores them).
 void flip_slices(Model &m, const std::vector<std::vector<bool>> &which) {
@@ -671,7 +719,7 @@ int main(int argc, char **argv) {
                 (std::to_string(bytes >> 20) + " MiB").c_str(), c.shards, c.tensors, slices,
                 m.slice_bytes() / 1048576.0, c.dir.c_str(), c.threads, c.reps);
 
-    std::vector<double> t_raw_w, t_save, t_raw_r, t_load, t_load_nv, t_reshard, t_incr, t_incr_hint,
+    std::vector<double> t_raw_w, t_save, t_raw_r, t_load, t_load_nv, t_reshard, t_raw_reshard, t_incr, t_incr_hint,
         t_incr_track, t_rw_track;
     std::vector<double> t_stall, t_async_total, t_stall_cow, t_cow_total, t_rw_idle, t_rw_copy, t_rw_cow,
         t_stall_incr_hint, t_stall_incr_track, t_memcpy;
@@ -730,7 +778,9 @@ int main(int argc, char **argv) {
         t_load.push_back(our_load(c, m, ck, c.shards, true, dest));
         if (!raw_first) t_raw_r.push_back(raw_read(c, m, raw, dest));
         t_load_nv.push_back(our_load(c, m, ck, c.shards, false, dest));
+        if (raw_first) t_raw_reshard.push_back(raw_ranges_read(c, m, ck, c.reshard_to, dest));
         t_reshard.push_back(our_load(c, m, ck, c.reshard_to, true, dest, &reshard_read));
+        if (!raw_first) t_raw_reshard.push_back(raw_ranges_read(c, m, ck, c.reshard_to, dest));
         const auto inc = our_save(c, m2, root, ++step, ck, &changed, false);
         const std::uint64_t inc_step = step;
         t_incr.push_back(inc.seconds);
@@ -833,6 +883,7 @@ int main(int argc, char **argv) {
     line("our load (same layout, checksums)", t_load);
     line("our load (same layout, no checksums)", t_load_nv);
     line("our reshard load (" + std::to_string(c.shards) + " -> " + std::to_string(c.reshard_to) + ")", t_reshard);
+    line("raw read of the reshard's byte ranges", t_raw_reshard);
     std::printf("  %-44s %8.3f s  %s  (%u of %u slices changed)\n", "our incremental save (detect by hash)",
                 median(t_incr), range(t_incr).c_str(), n_changed, slices);
     std::printf("  %-44s %8.3f s  %s\n", "our incremental save (caller hints)", median(t_incr_hint), range(t_incr_hint).c_str());
@@ -881,6 +932,8 @@ int main(int argc, char **argv) {
     std::printf("  reshard-load throughput / raw read     %6.2fx  (read %.2fx the checkpoint's bytes, checksums "
                 "checked by block)\n",
                 median(t_raw_r) / median(t_reshard), double(reshard_read) / double(bytes));
+    std::printf("  reshard-load / raw read of its ranges  %6.2fx  (the same rows from the same places, by pread)\n",
+                median(t_raw_reshard) / median(t_reshard));
     std::printf("  incremental bytes / full bytes         %6.2f%%  [<= 2%%]\n", 100.0 * incr_written / bytes);
     std::printf("  incremental time / full save (detect)  %6.2f%%  [<= 5%%]\n", 100.0 * median(t_incr) / median(t_save));
     std::printf("  incremental time / full save (hinted)  %6.2f%%  [<= 5%%]  (%.2f%% of bytes)\n",

@@ -120,12 +120,18 @@ void rewrite_chunked(const std::string &file, const char *dataset, std::vector<h
     H5Sget_simple_extent_dims(sp, dims.data(), nullptr);
     std::vector<char> buf(H5Sget_simple_extent_npoints(sp) * H5Tget_size(type));
     ASSERT_GE(H5Dread(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()), 0);
+    // As in a file another tool wrote anew, the slice's bytes are no longer at the place the
+    // manifest records (it holds their complement), and the new dataset gets space of its
+    // own (it is made before the old one's is freed).
+    std::vector<char> flipped(buf);
+    for (auto &c : flipped) c = static_cast<char>(~c);
+    ASSERT_GE(H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, flipped.data()), 0);
     H5Dclose(ds);
-    ASSERT_GE(H5Ldelete(f, dataset, H5P_DEFAULT), 0);
+    const std::string fresh = std::string(dataset) + ".new";
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
     ASSERT_GE(H5Pset_chunk(dcpl, n, chunk.data()), 0);
     filters(dcpl);
-    ds = H5Dcreate2(f, dataset, type, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    ds = H5Dcreate2(f, fresh.c_str(), type, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
     ASSERT_GE(ds, 0);
     if (rows == 0) {
         ASSERT_GE(H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()), 0);
@@ -138,6 +144,8 @@ void rewrite_chunked(const std::string &file, const char *dataset, std::vector<h
         H5Sclose(ms);
     }
     H5Dclose(ds);
+    ASSERT_GE(H5Ldelete(f, dataset, H5P_DEFAULT), 0);
+    ASSERT_GE(H5Lmove(f, fresh.c_str(), f, dataset, H5P_DEFAULT, H5P_DEFAULT), 0);
     H5Pclose(dcpl);
     H5Tclose(type);
     H5Sclose(sp);
@@ -252,6 +260,99 @@ TEST(RoundTrip, SlicesLargerThanAStreamBlock) {
     auto r3 = Reader::open(rs.value());
     ASSERT_TRUE(r3.ok());
     for (const auto &s : specs) expect_logical(*r3.value(), s);
+}
+
+// Every source of a checkpoint records where its bytes are (data_offset), which is where
+// HDF5 has the dataset: written in full, referenced from a base by an incremental, and
+// rewritten by merge and reshard. A load with checksums reads them there without HDF5.
+TEST(Layout, EverySourceRecordsWhereItsBytesAre) {
+    TempDir d;
+    const std::string base = write_ckpt(d / "root", 1, 3, kMixed);
+    ASSERT_FALSE(base.empty());
+    const std::string inc = write_ckpt(d / "root", 2, 3, kMixed, base);   // all unchanged
+    ASSERT_FALSE(inc.empty());
+    auto merged = merge(inc, d / "merged");
+    ASSERT_TRUE(merged.ok()) << merged.error();
+    auto resharded = reshard(base, 2, d / "r2");
+    ASSERT_TRUE(resharded.ok()) << resharded.error();
+    for (const std::string &ck : {base, inc, merged.value(), resharded.value()}) {
+        SCOPED_TRACE(ck);
+        auto r = Reader::open(ck);
+        ASSERT_TRUE(r.ok()) << r.error();
+        std::size_t n = 0, in_base = 0;
+        for (const auto &t : r.value()->manifest().tensors)
+            for (const auto &s : t.sources) {
+                SCOPED_TRACE(t.name + " " + s.file);
+                EXPECT_NE(s.data_offset, 0u);
+                EXPECT_EQ(s.data_offset, dataset_offset(ck + "/" + s.file, s.dataset.c_str()));
+                in_base += s.file.rfind("../", 0) == 0;
+                ++n;
+            }
+        std::size_t want = 0;   // a writer gets no slice of a tensor with fewer rows than writers
+        for (const auto &sp : kMixed) want += std::min<std::uint64_t>(sp.shape[0], ck == resharded.value() ? 2 : 3);
+        EXPECT_EQ(n, want);
+        EXPECT_EQ(in_base, ck == inc ? n : 0u);   // the incremental references every slice
+    }
+}
+
+// A load with checksums takes a slice read whole from the place the manifest records and
+// proves it by its checksum, without HDF5: it still loads with a shard's superblock
+// destroyed. Without checksums nothing proves the place, so HDF5 is asked, and fails naming
+// the file; verify names it too.
+TEST(Load, WholeSlicesNeedOnlyTheManifestAndTheirBytes) {
+    TempDir d;
+    const std::string ck = write_ckpt(d / "root", 1, 2, kMixed);
+    ASSERT_FALSE(ck.empty());
+    const std::string shard = ck + "/shard-00001.h5";
+    {
+        std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+        const char zeros[8] = {};
+        f.write(zeros, sizeof zeros);   // HDF5's signature: no longer an HDF5 file
+        ASSERT_TRUE(f.good());
+    }
+    ASSERT_LT(H5Fis_hdf5(shard.c_str()), 1);
+    auto r = Reader::open(ck);
+    ASSERT_TRUE(r.ok()) << r.error();
+    for (const auto &s : kMixed) expect_logical(*r.value(), s);
+
+    ReadOptions unchecked;
+    unchecked.verify_checksums = false;
+    auto u = Reader::open(ck, unchecked);
+    ASSERT_TRUE(u.ok()) << u.error();
+    std::vector<char> buf(29 * 6 * 4);
+    auto st = u.value()->read_all("model/embed", buf.data(), buf.size());
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.error().rfind("tensor model/embed: ", 0), 0u) << st.error();
+    EXPECT_NE(st.error().find(shard), std::string::npos) << st.error();
+    auto v = verify(ck);
+    ASSERT_TRUE(v.ok()) << v.error();
+    std::size_t there = 0;   // tensors with a slice in shard 1: two rows or more
+    for (const auto &sp : kMixed) there += sp.shape[0] >= 2;
+    ASSERT_EQ(v.value().issues.size(), there);
+    for (const auto &i : v.value().issues) EXPECT_EQ(i.file, shard);
+}
+
+// A slice whose bytes are no longer at the manifest's place (its file rewritten by another
+// tool), checked first through HDF5 by a read that cuts it along columns: later reads of
+// rows, which need no check, take it where HDF5 has it too, not at the manifest's place.
+TEST(Load, ASliceCheckedThroughHdf5IsReadThereAfter) {
+    TempDir d;
+    const Spec s{"a", DType::fp32, {64, 4}, 3};
+    const std::string ck = write_ckpt(d / "root", 1, 1, {s});
+    ASSERT_FALSE(ck.empty());
+    rewrite_chunked(ck + "/shard-00000.h5", "/t/a", {8, 4}, [](hid_t) {});
+    const auto all = t::logical(s.dtype, s.shape, s.seed);
+    auto r = Reader::open(ck);
+    ASSERT_TRUE(r.ok()) << r.error();
+    std::vector<char> cols(64 * 2 * 4), want(cols.size());
+    copy_region(Box{{0, 1}, {64, 2}}, all.data(), Box{{0, 0}, s.shape}, want.data(), Box{{0, 1}, {64, 2}}, 4);
+    auto st = r.value()->read("a", {0, 1}, {64, 2}, cols.data(), cols.size());
+    ASSERT_TRUE(st.ok()) << st.error();
+    EXPECT_TRUE(cols == want);
+    std::vector<char> rows(10 * 4 * 4);
+    st = r.value()->read("a", {20, 0}, {10, 4}, rows.data(), rows.size());
+    ASSERT_TRUE(st.ok()) << st.error();
+    EXPECT_TRUE(std::equal(rows.begin(), rows.end(), all.begin() + 20 * 4 * 4));
 }
 
 // A loader opening a shard's datasets reads their object headers; on a cold cache each
@@ -651,7 +752,18 @@ TEST(Corruption, ForeignDatasetsAndTamperedVirtualDatasetsAreNamed) {
     };
     replace(shard, "/t/a", H5T_IEEE_F32LE, {8, 4});    // the manifest says [32,4]
     replace(shard, "/t/b", H5T_STD_I32LE, {32, 4});    // the manifest says fp32
-    auto r = Reader::open(ck);
+    // The committed bytes are still where the manifest places them, and match their
+    // checksums: a load with checksums takes them from there, without asking HDF5.
+    {
+        auto r = Reader::open(ck);
+        ASSERT_TRUE(r.ok()) << r.error();
+        expect_logical(*r.value(), a);
+        expect_logical(*r.value(), b);
+    }
+    // Without checksums nothing proves them, so the datasets are asked, and found foreign.
+    ReadOptions unchecked;
+    unchecked.verify_checksums = false;
+    auto r = Reader::open(ck, unchecked);
     ASSERT_TRUE(r.ok()) << r.error();
     std::vector<char> buf(64 * 4 * 4);
     auto st = r.value()->read_all("a", buf.data(), buf.size());
@@ -1775,6 +1887,25 @@ TEST(Manifest, ParserSkipsUnknownKeysRefusesRepeatedOnesAndSaysWhere) {
     std::string lr_array = good;
     lr_array.replace(lr_array.find("\"lr_scheduler\":{"), 16, "\"lr_scheduler\":[],\"x\":{");
     EXPECT_EQ(error_of(parse_manifest(lr_array)), "manifest.lr_scheduler: expected a JSON object");
+    // data_offset may be left out (the slice is then read through HDF5), and is checked
+    // when given.
+    const auto place = good.find("\"data_offset\":");
+    ASSERT_NE(place, std::string::npos);
+    const auto place_end = good.find(',', place);
+    std::string unplaced = good;
+    unplaced.erase(place, place_end + 1 - place);
+    auto without = parse_manifest(unplaced);
+    ASSERT_TRUE(without.ok()) << without.error();
+    EXPECT_EQ(without.value().tensors[0].sources[0].data_offset, 0u);
+    EXPECT_NE(m.tensors[0].sources[0].data_offset, 0u);
+    std::string text_place = good;
+    text_place.replace(place, place_end - place, "\"data_offset\":\"64\"");
+    EXPECT_EQ(error_of(parse_manifest(text_place)),
+              "manifest.tensors[0].sources[0]: 'data_offset': expected an unsigned integer");
+    std::string far_place = good;
+    far_place.replace(place, place_end - place, "\"data_offset\":9223372036854775808");
+    EXPECT_EQ(error_of(parse_manifest(far_place)),
+              "manifest.tensors[0].sources[0]: 'data_offset': exceeds 4611686018427387904");
     std::string no_writer = good;
     no_writer.erase(no_writer.find("\"writer\":0,"), 11);
     EXPECT_EQ(error_of(parse_manifest(no_writer)), "manifest.tensors[0].sources[0]: missing key 'writer'");

@@ -96,6 +96,10 @@ struct SourceRef {
     Shape offset;
     Shape count;
     std::uint64_t xxh3 = 0;
+    // Where the writer put the slice's bytes in `file` (one contiguous run, no filters), so a
+    // reader can pread them without opening the file or the dataset through HDF5; 0: not
+    // recorded (written through HDF5, or by an older writer), read through HDF5.
+    std::uint64_t data_offset = 0;
 };
 
 struct TensorInfo {
@@ -320,7 +324,10 @@ struct ReadOptions {
     /* Check the bytes read: a slice read whole against the manifest's checksum the first
      * time, part of a slice against the block checksums of the blocks that part touches
      * (omni-ckpt(5), BLOCK CHECKSUMS; a slice without them is read whole once, to check it).
-     * Turning it off reads only the bytes asked for, unchecked. */
+     * With it on, a slice is read at the place its manifest records (SourceRef::data_offset)
+     * once its checksum proves the bytes there, without opening the file through HDF5.
+     * Turning it off reads only the bytes asked for, unchecked, at the place HDF5 gives for
+     * each dataset (nothing proves the manifest's), so it is no faster. */
     bool verify_checksums = true;
 };
 
