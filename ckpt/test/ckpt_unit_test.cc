@@ -1277,6 +1277,96 @@ TEST(Load, RandomBoxesAcrossBlocksEqualTheLogicalTensor) {
         }
 }
 
+// With checksums, a read gives the right bytes or an error, never other bytes, wherever a
+// byte of the slices' data is flipped: reads of whole slices (at the manifest's place, no
+// HDF5), of rows (block checksums), of boxes (the whole slice hashed through HDF5), first
+// touch or after. A read of the flipped slice whole always fails. Fixed-seed flips and boxes.
+TEST(Corruption, AFlippedDataByteGivesTheRightBytesOrAnErrorNeverOthers) {
+    const std::vector<Spec> specs = {
+        {"w", DType::fp32, {1024, 96}, 1},   // slices of 128 KiB or more: block checksums
+        {"b", DType::bf16, {300, 7}, 2},     // below 64 KiB: none
+        {"i", DType::int64, {5000}, 3},
+    };
+    TempDir d;
+    const std::string ck = write_ckpt(d / "root", 1, 3, specs);
+    ASSERT_FALSE(ck.empty());
+    std::map<std::string, std::vector<char>> all;
+    for (const auto &sp : specs) all[sp.name] = t::logical(sp.dtype, sp.shape, sp.seed);
+    struct Place {
+        std::string file, tensor;
+        std::uint64_t at, bytes;
+    };
+    std::vector<Place> places;
+    std::map<std::string, std::string> original;
+    {
+        auto r = Reader::open(ck);
+        ASSERT_TRUE(r.ok()) << r.error();
+        for (const auto &t : r.value()->manifest().tensors)
+            for (const auto &src : t.sources) {
+                ASSERT_NE(src.data_offset, 0u);
+                places.push_back({ck + "/" + src.file, t.name, src.data_offset,
+                                  element_count(src.count) * dtype_size(t.dtype)});
+                original[ck + "/" + src.file] = read_all_bytes(ck + "/" + src.file);
+            }
+    }
+    std::uint64_t seed = 777;
+    auto rnd = [&](std::uint64_t n) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        return (seed >> 33) % n;
+    };
+    auto put = [](const std::string &path, const std::string &bytes) {
+        std::ofstream f(path, std::ios::binary | std::ios::trunc);
+        f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+        ASSERT_TRUE(f.good());
+    };
+    int failed = 0, right = 0;
+    for (int iter = 0; iter < 60; ++iter) {
+        const Place &p = places[rnd(places.size())];
+        std::string bytes = original[p.file];
+        const std::uint64_t at = p.at + rnd(p.bytes);
+        bytes[at] = static_cast<char>(bytes[at] ^ (1 << rnd(8)));
+        put(p.file, bytes);
+        auto r = Reader::open(ck);
+        ASSERT_TRUE(r.ok()) << r.error();
+        {   // the flipped slice, whole: its checksum does not match wherever it is read
+            const TensorInfo *t = r.value()->find(p.tensor);
+            const SourceRef *src = nullptr;
+            for (const auto &x : t->sources)
+                if (ck + "/" + x.file == p.file) src = &x;
+            ASSERT_NE(src, nullptr);
+            std::vector<char> got(p.bytes);
+            auto st = r.value()->read(p.tensor, src->offset, src->count, got.data(), got.size());
+            EXPECT_FALSE(st.ok()) << p.tensor << " in " << p.file << ", byte " << at;
+        }
+        auto r2 = Reader::open(ck);   // fresh: first touches by the boxes below
+        ASSERT_TRUE(r2.ok()) << r2.error();
+        for (int q = 0; q < 20; ++q) {
+            const Spec &sp = specs[rnd(specs.size())];
+            Shape off(sp.shape.size()), cnt(sp.shape.size());
+            const bool rows = rnd(2) == 0;
+            for (std::size_t i = 0; i < sp.shape.size(); ++i) {
+                const bool whole = i > 0 && rows;
+                off[i] = whole ? 0 : rnd(sp.shape[i]);
+                cnt[i] = whole ? sp.shape[i] : 1 + rnd(sp.shape[i] - off[i]);
+            }
+            std::vector<char> got(element_count(cnt) * dtype_size(sp.dtype), 0x5a);
+            auto st = r2.value()->read(sp.name, off, cnt, got.data(), got.size());
+            if (!st.ok()) {
+                ++failed;
+                EXPECT_NE(st.error().find("checksum"), std::string::npos) << st.error();
+                continue;
+            }
+            ++right;
+            ASSERT_TRUE(got == sub_box(all[sp.name], sp.shape, dtype_size(sp.dtype), off, cnt))
+                << sp.name << " box " << shape_string(off) << " + " << shape_string(cnt) << " with byte " << at
+                << " of " << p.file << " flipped";
+        }
+        put(p.file, original[p.file]);
+    }
+    EXPECT_GT(failed, 0);   // both outcomes were seen
+    EXPECT_GT(right, 0);
+}
+
 // Rows of a tensor whose slices are cut along dimension 1 (tensor-parallel columns): in each
 // slice those rows are one run of bytes, though not of the destination's, and only the blocks
 // they touch are read.
