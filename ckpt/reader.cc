@@ -617,21 +617,22 @@ namespace {
 // checksums, a chunked or filtered slice, a scatter. False: a checksum did not match the
 // bytes at the manifest's place, or the place lies outside the file; the caller asks again
 // with by_manifest false, where HDF5 says where the bytes are (a file rewritten by another
-// tool keeps them elsewhere) and a mismatch is the error. Errors name the file, not the
-// tensor.
-Result<bool> read_source(Reader::Impl &r, const TensorInfo &t, const SourceRef &s, const Box &req,
-                         const Box &inter, char *dst, bool by_manifest) {
+// tool keeps them elsewhere) and a mismatch is the error. `path`: the source's file; `key`:
+// the slice's in the Reader's sets (file + dataset). Errors name the file, not the tensor.
+Result<bool> read_source(Reader::Impl &r, const TensorInfo &t, const SourceRef &s, const std::string &path,
+                         const std::string &key, const Box &req, const Box &inter, char *dst, bool by_manifest) {
     const std::size_t elem = dtype_size(t.dtype);
     const Box src{s.offset, s.count};
-    const std::string path = fsio::join(r.dir, s.file);
     auto f = r.files.get(path);
     if (!f) return make_error(f.error());
     OpenFile &file = *f.value();
-    const std::string key = path + '\n' + s.dataset;
     const std::uint64_t src_bytes = element_count(s.count) * elem;
-    h5::Handle dh;
+    // The dataset and its memory type, made on the first need: a read by plain pread
+    // makes no HDF5 call.
+    h5::Handle dh, type;
     auto dataset = [&]() -> Result<hid_t> {
         if (dh) return dh.get();
+        type = h5::dtype_type(t.dtype);
         auto h5 = r.files.h5(file, path);
         if (!h5) return make_error(h5.error());
         const bool first = !r.opened.count(key);
@@ -658,7 +659,6 @@ Result<bool> read_source(Reader::Impl &r, const TensorInfo &t, const SourceRef &
     const bool runs = src_run && is_contiguous_in(inter, req);
     const std::uint64_t inter_bytes = element_count(inter.count) * elem;
     char *inter_dst = runs ? dst + byte_offset_in(inter, req, elem) : nullptr;
-    h5::Handle type = h5::dtype_type(t.dtype);
 
     if (r.options.verify_checksums && !r.verified.count(key) && raw && src_run && !whole) {
         // Part of a slice, one run of its bytes: where it has block checksums, only the
@@ -806,15 +806,16 @@ Status Reader::read_into(const std::string &name, const Shape &offset, const Sha
         char *out = static_cast<char *>(dst);
         // The manifest's place is taken only where checksums prove what lies there, and
         // never again for a slice once they did not.
-        const std::string key = fsio::join(r.dir, s.file) + '\n' + s.dataset;
+        const std::string path = fsio::join(r.dir, s.file);
+        const std::string key = path + '\n' + s.dataset;
         const bool by_manifest = s.data_offset && r.options.verify_checksums && !r.hdf5_place.count(key);
-        auto done = read_source(r, *t, s, req, *inter, out, by_manifest);
+        auto done = read_source(r, *t, s, path, key, req, *inter, out, by_manifest);
         if (done && !done.value()) {
             r.hdf5_place.insert(key);
             r.blocks.erase(key);   // blocks found matching at the other place
             r.tail.key.clear();
             r.opened.erase(key);   // opened again as for a first read: it is hashed whole
-            done = read_source(r, *t, s, req, *inter, out, false);
+            done = read_source(r, *t, s, path, key, req, *inter, out, false);
         }
         if (!done) return make_error("tensor " + name + ": " + done.error());
     }
