@@ -181,6 +181,26 @@ bool reset_peak_rss() {
     return static_cast<bool>(out);
 }
 
+#if defined(__SANITIZE_THREAD__)
+#define OMNI_TEST_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define OMNI_TEST_TSAN 1
+#endif
+#endif
+
+// Resets the peak resident size for a test to measure what it allocates from here; returns
+// why it cannot, or nullptr.
+const char *start_peak_rss() {
+#ifdef OMNI_TEST_TSAN
+    // Measured: 10-14 MiB more in the tests below, where the library grows by 0-1.5 MiB.
+    return "in a ThreadSanitizer build the peak RSS also counts the sanitizer's shadow memory "
+           "and traces";
+#endif
+    if (!reset_peak_rss()) return "/proc/self/clear_refs cannot reset the peak RSS here";
+    return nullptr;
+}
+
 void expect_logical(Reader &r, const Spec &s) {
     const auto want = t::logical(s.dtype, s.shape, s.seed);
     std::vector<char> got(want.size());
@@ -957,7 +977,7 @@ TEST(Load, PartOfAChunkedSliceIsCheckedThroughOneBlock) {
     auto r = Reader::open(ck);
     ASSERT_TRUE(r.ok()) << r.error();
     std::vector<char> got(10 * 512 * 4, 0);
-    if (!reset_peak_rss()) GTEST_SKIP() << "/proc/self/clear_refs cannot reset the peak RSS here";
+    if (const char *why = start_peak_rss()) GTEST_SKIP() << why;
     const long before = peak_rss_kb();
     auto st = r.value()->read("big", {8000, 0}, {10, 512}, got.data(), got.size());
     const long grew = peak_rss_kb() - before;
@@ -1824,7 +1844,7 @@ TEST(Rewrite, ReshardAndMergeHoldOneBlockOfASlice) {
     const std::string ck = write_ckpt(d / "root", 1, 1, {s});
     for (int which = 0; which < 2; ++which) {
         const std::string out = d / (which == 0 ? "r1" : "m");
-        if (!reset_peak_rss()) GTEST_SKIP() << "/proc/self/clear_refs cannot reset the peak RSS here";
+        if (const char *why = start_peak_rss()) GTEST_SKIP() << why;
         const long before = peak_rss_kb();
         auto r = which == 0 ? reshard(ck, 1, out) : merge(ck, out);
         const long grew = peak_rss_kb() - before;
