@@ -1,6 +1,8 @@
 // Copy-on-write snapshots with userfaultfd write protection; see cow.h.
 #include "cow.h"
 
+#include "config.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -28,14 +30,7 @@
 #endif
 
 // ThreadSanitizer builds (--enable-sanitizers=thread): see KernelOrderedCopy.
-#if defined(__SANITIZE_THREAD__)
-#define OMNI_CKPT_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define OMNI_CKPT_TSAN 1
-#endif
-#endif
-#ifdef OMNI_CKPT_TSAN
+#ifdef OMNI_THREAD_SANITIZER
 extern "C" void AnnotateIgnoreReadsBegin(const char *file, int line);
 extern "C" void AnnotateIgnoreReadsEnd(const char *file, int line);
 #endif
@@ -135,7 +130,7 @@ namespace {
 // store faults), so in its builds this copy's accesses are not recorded; every other access
 // to the trainer's buffers and the shadow still is. Does nothing in other builds.
 struct KernelOrderedCopy {
-#ifdef OMNI_CKPT_TSAN
+#ifdef OMNI_THREAD_SANITIZER
     KernelOrderedCopy() { AnnotateIgnoreReadsBegin(__FILE__, __LINE__); }
     ~KernelOrderedCopy() { AnnotateIgnoreReadsEnd(__FILE__, __LINE__); }
 #endif

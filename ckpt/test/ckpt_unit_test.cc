@@ -14,6 +14,7 @@
 #include <set>
 #include <string>
 
+#include "config.h"
 #include "../blocks.h"
 #include "../bounded_map.h"
 #include "../box.h"
@@ -181,24 +182,17 @@ bool reset_peak_rss() {
     return static_cast<bool>(out);
 }
 
-#if defined(__SANITIZE_THREAD__)
-#define OMNI_TEST_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define OMNI_TEST_TSAN 1
-#endif
-#endif
-
 // Resets the peak resident size for a test to measure what it allocates from here; returns
 // why it cannot, or nullptr.
 const char *start_peak_rss() {
-#ifdef OMNI_TEST_TSAN
+#ifdef OMNI_THREAD_SANITIZER
     // Measured: 10-14 MiB more in the tests below, where the library grows by 0-1.5 MiB.
     return "in a ThreadSanitizer build the peak RSS also counts the sanitizer's shadow memory "
            "and traces";
-#endif
+#else
     if (!reset_peak_rss()) return "/proc/self/clear_refs cannot reset the peak RSS here";
     return nullptr;
+#endif
 }
 
 void expect_logical(Reader &r, const Spec &s) {
