@@ -168,18 +168,12 @@ void add_counting_filter(hid_t dcpl) {
     ASSERT_GE(H5Pset_filter(dcpl, kCountingFilter, H5Z_FLAG_MANDATORY, 0, nullptr), 0);
 }
 
-// The peak resident memory of this process since the last reset_peak_rss(), in KiB.
+// The peak resident memory of this process since the last start_peak_rss(), in KiB.
 long peak_rss_kb() {
     std::ifstream in("/proc/self/status");
     for (std::string line; std::getline(in, line);)
         if (line.rfind("VmHWM:", 0) == 0) return std::stol(line.substr(6));
     return -1;
-}
-bool reset_peak_rss() {
-    std::ofstream out("/proc/self/clear_refs");
-    out << "5";   // proc(5): resets the peak resident set size to the current one
-    out.flush();
-    return static_cast<bool>(out);
 }
 
 // Resets the peak resident size for a test to measure what it allocates from here; returns
@@ -190,8 +184,10 @@ const char *start_peak_rss() {
     return "in a ThreadSanitizer build the peak RSS also counts the sanitizer's shadow memory "
            "and traces";
 #else
-    if (!reset_peak_rss()) return "/proc/self/clear_refs cannot reset the peak RSS here";
-    return nullptr;
+    std::ofstream out("/proc/self/clear_refs");
+    out << "5";   // proc(5): resets the peak resident set size to the current one
+    out.flush();
+    return out ? nullptr : "/proc/self/clear_refs cannot reset the peak RSS here";
 #endif
 }
 
