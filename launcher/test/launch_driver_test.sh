@@ -2,7 +2,7 @@
 # omni-launch without Slurm: a stand-in `srun` (first in PATH) runs each step's tasks locally
 # with SLURM_PROCID set, so the supervisor (launch_driver.cc) is exercised by `make check` on
 # any machine: formation, a planned shrink 3 -> 1 and grow 1 -> 2 requested with omni-ctl,
-# the events file, the exit status, a crashing rank, usage errors. Bounded: about 10 s.
+# the events file, the exit status, a crashing rank, usage errors. Bounded: about 15 s.
 # The same flows on a real cluster: tests/integration/launch-*.sh.
 set -u
 : "${OMNI_LAUNCH:?}" "${OMNI_CTL:?}" "${TOY_RANK:?}"
@@ -52,10 +52,13 @@ grep -q -- "--srun-args" "$tmp/err" || { echo "FAIL: --srun-args message"; fails
 check "--dry-run" 0 $?
 check "--dry-run lines" 2 "$(grep -c 'srun --mpi=pmix --no-kill --kill-on-bad-exit=0 --export=ALL -J omni-u[01] -n 2 --gres=gpu:2 .*--exec-task -- ./train --lr 1$' "$tmp/dry")"
 
-# Reshape 3 -> 1 -> 2 with omni-ctl, then the ranks finish on their own.
+# Reshape 3 -> 1 -> 2 with omni-ctl, then the ranks finish on their own. 200 steps of 50 ms:
+# both changes must land before the last step, and on a loaded machine each poll below
+# (omni-ctl and python3) can take a few hundred milliseconds (with 80 steps this failed while
+# two test suites shared two cores).
 dir="$tmp/job"
 "$OMNI_LAUNCH" --bind 127.0.0.1 --job-dir "$dir" --units 3 --events "$tmp/ev.jsonl" \
-    -- "$TOY_RANK" 80 50 >"$tmp/run.out" 2>"$tmp/run.err" &
+    -- "$TOY_RANK" 200 50 >"$tmp/run.out" 2>"$tmp/run.err" &
 launcher=$!
 export OMNI_JOB_DIR="$dir"
 wait_units() {
