@@ -161,6 +161,28 @@ Status Ledger::resize(std::uint32_t dp_size) {
     return Status::success();
 }
 
+Status Ledger::resume_as(const LedgerConfig &cfg, std::uint32_t dp_size) {
+    const struct {
+        const char *what;
+        std::uint64_t saved, run;
+    } order[] = {{"dataset size", cfg_.dataset_size, cfg.dataset_size},
+                 {"global batch", cfg_.global_batch, cfg.global_batch},
+                 {"seed", cfg_.seed, cfg.seed}};
+    for (const auto &f : order)
+        if (f.saved != f.run)
+            return make_error("ledger: the checkpoint's " + std::string(f.what) + " is " +
+                              std::to_string(f.saved) + ", this run's " + std::to_string(f.run) +
+                              ": a resumed run keeps the data order it started with (dataset "
+                              "size, global batch and seed); start from an empty checkpoint "
+                              "directory to change them");
+    auto ga = derive_grad_accum(cfg_.global_batch, cfg.micro_batch, dp_size);
+    if (!ga) return Error{ga.error()};
+    cfg_.micro_batch = cfg.micro_batch;
+    dp_size_ = dp_size;
+    ga_ = ga.value();
+    return Status::success();
+}
+
 std::string Ledger::serialise() const {
     nlohmann::json j = {{"format", "omni-ledger"},
                         {"version", kFormatVersion},

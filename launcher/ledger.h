@@ -89,6 +89,14 @@ public:
     // A new DP size, only meaningful at a step boundary (the ledger has no partial steps).
     // On error the ledger is unchanged.
     Status resize(std::uint32_t dp_size);
+    // Continues this ledger (loaded from a checkpoint) in a run configured with `cfg`, at DP
+    // size `dp_size`. The data order must be the checkpoint's: another dataset size, global
+    // batch or seed would give the steps still to come other samples, so that some samples
+    // of the epoch are used twice and others never; the error names the field and both
+    // values. The micro-batch is the run's own: it only sets GA, not which samples a step
+    // takes (a run resumed on smaller GPUs may take smaller micro-batches). On error the
+    // ledger is unchanged.
+    Status resume_as(const LedgerConfig &cfg, std::uint32_t dp_size);
 
     std::string serialise() const;
 

@@ -312,7 +312,10 @@ Status Runtime::configure_ledger(LedgerConfig cfg) {
 Status Runtime::restore_ledger(std::string_view json) {
     auto l = Ledger::load(json);
     if (!l) return Error{l.error()};
-    if (auto st = l.value().resize(world_); !st) return st;
+    // A configured ledger is the run's own choice of batch geometry: the checkpoint must
+    // agree on the data order, and the run's micro-batch wins.
+    auto st = ledger_ ? l.value().resume_as(ledger_->config(), world_) : l.value().resize(world_);
+    if (!st) return st;
     ledger_ = std::move(l).value();
     return Status::success();
 }

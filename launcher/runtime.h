@@ -129,7 +129,10 @@ public:
     // micro_batch 0 take OMNI_GLOBAL_BATCH / OMNI_MICRO_BATCH (1 when unset). Before start().
     Status configure_ledger(LedgerConfig cfg);
     const Ledger *ledger() const { return ledger_ ? &*ledger_ : nullptr; }
-    // After loading a checkpoint: the saved ledger, resized to the current world.
+    // After loading a checkpoint: the saved ledger, resized to the current world. When a
+    // ledger was configured, the checkpoint's must have its dataset size, global batch and
+    // seed (else an error naming the field), and the configured micro-batch is kept
+    // (Ledger::resume_as).
     Status restore_ledger(std::string_view json);
 
     // Once, after registering state and before the first step, on every rank. A joiner

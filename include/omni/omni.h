@@ -148,9 +148,12 @@ int omni_data_grad_accum(uint32_t *grad_accum);
 int omni_data_micro_batch(uint32_t micro, uint64_t *indices, size_t capacity, size_t *count);
 /* The ledger as JSON text for a checkpoint, as omni_ledger_save. */
 int omni_data_save(char *buffer, size_t capacity, size_t *length);
-/* After loading a checkpoint (REWIND): restores the saved ledger, resized to the current
- * world. OMNI_EFORMAT names the field that is wrong; OMNI_EINVAL when B is not divisible
- * by b * world. */
+/* After loading a checkpoint (a resumed job, or REWIND): restores the saved ledger, resized
+ * to the current world. After omni_data_configure, the saved ledger must have the configured
+ * dataset size, global batch and seed (a resumed run keeps its data order), and the
+ * configured micro-batch replaces the saved one (it only sets GA). OMNI_EFORMAT names the
+ * field of the text that is wrong; OMNI_EINVAL names the configured value the checkpoint
+ * differs in, or says that B is not divisible by b * world; the ledger is unchanged then. */
 int omni_data_load(const char *text, size_t length);
 
 /* Once per rank, after registering parameters and optimizer state and before the first

@@ -94,6 +94,41 @@ TEST(Ledger, RangeErrors) {
     EXPECT_EQ(led.grad_accum(), 6u);
 }
 
+TEST(Ledger, ResumeAsKeepsTheDataOrderAndTakesTheRunsMicroBatch) {
+    // The hand-worked case above after two steps: step 2 is positions 8..11 = [6,0,3,9].
+    auto saved = Ledger::create({10, 4, 1, 42}, 2).value();
+    ASSERT_TRUE(saved.commit_step());
+    ASSERT_TRUE(saved.commit_step());
+    auto l = Ledger::load(saved.serialise());
+    ASSERT_TRUE(l) << l.error();
+    Ledger &led = l.value();
+    // Resumed by a run with b=2 at DP 1: GA = 4 / (2*1) = 2, the same samples in the same order.
+    ASSERT_TRUE(led.resume_as({10, 4, 2, 42}, 1));
+    EXPECT_EQ(led.config().micro_batch, 2u);
+    EXPECT_EQ(led.dp_size(), 1u);
+    EXPECT_EQ(led.grad_accum(), 2u);
+    EXPECT_EQ(led.step(), 2u);
+    EXPECT_EQ(led.micro_batch(0, 0).value(), (std::vector<std::uint64_t>{6, 0}));
+    EXPECT_EQ(led.micro_batch(0, 1).value(), (std::vector<std::uint64_t>{3, 9}));
+
+    // Another data order is refused, naming the field and both values; the ledger is kept.
+    const struct {
+        LedgerConfig cfg;
+        const char *message;
+    } bad[] = {{{11, 4, 2, 42}, "dataset size is 10, this run's 11"},
+               {{10, 8, 2, 42}, "global batch is 4, this run's 8"},
+               {{10, 4, 2, 43}, "seed is 42, this run's 43"},
+               {{10, 4, 3, 42}, "not a multiple of micro-batch 3"}};
+    for (const auto &b : bad) {
+        auto st = led.resume_as(b.cfg, 1);
+        ASSERT_FALSE(st) << b.message;
+        EXPECT_NE(st.error().find(b.message), std::string::npos) << st.error();
+        EXPECT_EQ(led.config().micro_batch, 2u);
+        EXPECT_EQ(led.grad_accum(), 2u);
+        EXPECT_EQ(led.dp_size(), 1u);
+    }
+}
+
 // Concatenating rank 0's micro-batches, then rank 1's, ... gives the step in stream order.
 static std::vector<std::uint64_t> gather_step(const Ledger &led) {
     std::vector<std::uint64_t> all;

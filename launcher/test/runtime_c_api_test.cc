@@ -126,6 +126,23 @@ TEST(RuntimeCApi, StandaloneWithNoEnvironment) {
     EXPECT_NE(std::string(buf).find("\"step\":1"), std::string::npos) << buf;
     ASSERT_EQ(omni_data_load(buf, len - 1), OMNI_OK) << omni_last_error();
     EXPECT_EQ(omni_data_load("{}", 2), OMNI_EFORMAT);
+    // A checkpoint of another data order is refused, naming the value; this run's ledger stays.
+    std::string other(buf, len - 1);
+    const auto seed_at = other.find("\"seed\":");
+    ASSERT_NE(seed_at, std::string::npos) << other;
+    other.replace(seed_at, std::string("\"seed\":").size(), "\"seed\":1");   // seed 1 -> 11
+    EXPECT_EQ(omni_data_load(other.c_str(), other.size()), OMNI_EINVAL);
+    EXPECT_NE(std::string(omni_last_error()).find("seed is 11, this run's 1"), std::string::npos)
+        << omni_last_error();
+    // One saved with micro-batch 4 resumes with this run's 2: GA = 8 / (2*1) = 4.
+    std::string micro(buf, len - 1);
+    const auto b_at = micro.find("\"micro_batch\":2");
+    ASSERT_NE(b_at, std::string::npos) << micro;
+    micro.replace(b_at, std::string("\"micro_batch\":2").size(), "\"micro_batch\":4");
+    ASSERT_EQ(omni_data_load(micro.c_str(), micro.size()), OMNI_OK) << omni_last_error();
+    ga = 0;
+    ASSERT_EQ(omni_data_grad_accum(&ga), OMNI_OK);
+    EXPECT_EQ(ga, 4u);
 
     ASSERT_EQ(omni_finalize(), OMNI_OK);
     ASSERT_EQ(omni_finalize(), OMNI_OK);  // idempotent

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # omni-train-demo standalone: a run resumed from a checkpoint is bitwise the same as one that
-# never stopped; SIGTERM checkpoints and exits 143; bad options exit 2 naming the option.
+# never stopped, also with other micro-batches; a resume with another data order or LR
+# schedule is refused; SIGTERM checkpoints and exits 143; bad options exit 2 naming the option.
 set -euo pipefail
 demo=${OMNI_TRAIN_DEMO:?set by make check}
 omni_ckpt=${OMNI_CKPT:?set by make check}
@@ -19,6 +20,41 @@ rm -rf B/step-0000000075 B/step-0000000100
 grep -q "resumed at step 50" resume.err || fail "did not resume at step 50: $(cat resume.err)"
 cmp a.jsonl b.jsonl || fail "the resumed run's metrics differ from the straight run's"
 "$omni_ckpt" verify B/latest >/dev/null || fail "the resumed run's last checkpoint does not verify"
+# A run resumed with other micro-batches (GA 4 instead of 8) is still bitwise the same.
+cp -r A C
+rm -rf C/step-0000000075 C/step-0000000100
+cp a.jsonl c.jsonl
+"$demo" --steps 100 --global-batch 64 --micro-batch 16 --lr 0.05 --ckpt C --ckpt-every 25 --metrics c.jsonl 2>resume.err
+grep -q "resumed at step 50" resume.err || fail "--micro-batch 16 did not resume at step 50: $(cat resume.err)"
+cmp a.jsonl c.jsonl || fail "the run resumed with --micro-batch 16 differs from the straight run"
+# Another data order or LR schedule is refused (exit 1, naming the option and both values),
+# and the checkpoints and metrics stay as they were.
+before=$(ls C; cat c.jsonl)
+for bad in "--seed 2|seed is 1, this run's 2" "--global-batch 128|global batch is 64, this run's 128" \
+           "--dataset-size 1000|dataset size is 131072, this run's 1000" \
+           "--steps 120|--steps 120: the checkpoint's LR schedule has a total of 100 steps" \
+           "--warmup 5|--warmup 5: the checkpoint's LR schedule has 20 warmup steps" \
+           "--lr 0.06|--lr 0.06: the checkpoint's LR schedule has a peak LR of 0.05"; do
+  opt=${bad%%|*} want=${bad#*|}
+  args="--steps 100 --global-batch 64 --micro-batch 8 --lr 0.05 --ckpt C --ckpt-every 25 --metrics c.jsonl"
+  case " $args " in
+    *" ${opt%% *} "*) args=$(echo "$args" | sed "s/${opt%% *} [^ ]*/$opt/") ;;
+    *) args="$args $opt" ;;
+  esac
+  rc=0
+  # shellcheck disable=SC2086
+  "$demo" $args 2>err || rc=$?
+  [ "$rc" = 1 ] || fail "resuming with $opt: exit $rc, expected 1: $(cat err)"
+  grep -qF -- "$want" err || fail "resuming with $opt: the message does not say '$want': $(cat err)"
+  [ "$(ls C; cat c.jsonl)" = "$before" ] || fail "resuming with $opt changed the checkpoints or the metrics"
+done
+# The checkpoint's metadata carries the ledger's epoch and seed: 20 steps of 64 samples of a
+# 1000-sample dataset end in epoch 1 (1280 / 1000).
+"$demo" --steps 20 --dataset-size 1000 --seed 5 --ckpt E --ckpt-every 20 >/dev/null
+"$omni_ckpt" show --json E/latest >show.json
+python3 -c 'import json, sys; l = json.load(open("show.json"))["ledger"]
+sys.exit(0 if l == {"epoch": 20 * 64 // 1000, "seed": 5} else "ledger in the metadata: %s" % l)' ||
+  fail "omni-ckpt show does not give the ledger's epoch and seed"
 # The loss goes down (the model learns): mean of the last 5 steps below 60% of the first 5.
 awk -F'"loss": ' '{ split($2, a, ","); l[NR] = a[1] } END {
   for (i = 1; i <= 5; i++) { f += l[i]; t += l[NR - 5 + i] }
@@ -47,4 +83,4 @@ for bad in "--global-batch 0" "--global-batch 4096" "--micro-batch 3" "--steps 0
   opt=${bad%% *}
   grep -qe "${opt#--}" err || fail "'$bad': message does not name ${opt}: $(cat err)"
 done
-echo "ok: resume is bitwise identical, SIGTERM checkpoints, bad options refused"
+echo "ok: resume is bitwise identical (also with other micro-batches), other data orders and LR schedules refused, SIGTERM checkpoints, bad options refused"

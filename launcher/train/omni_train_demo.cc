@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include <atomic>
+#include <charconv>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -99,6 +100,33 @@ omni::Status gather_params(omni::launcher::Communicator &comm, std::vector<float
     return omni::Status::success();
 }
 
+std::string shortest(double v) {
+    char buf[32];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    return std::string(buf, r.ptr);
+}
+
+// A resumed run keeps the LR schedule it started with: the checkpoint's schedule must be the
+// one the options give (as Megatron-LM refuses a mismatch unless told which one wins), else
+// the error names the option and both values. (The data order is checked by the runtime when
+// the ledger is restored.)
+omni::Status check_schedule(const LrSchedule &saved, const LrSchedule &run) {
+    auto differs = [](const std::string &option, const std::string &was, const std::string &is) {
+        return omni::make_error(option + " " + is + ": the checkpoint's LR schedule has " + was +
+                                "; resume with the options of the run it continues, or start "
+                                "from an empty checkpoint directory");
+    };
+    if (saved.total != run.total)
+        return differs("--steps", "a total of " + std::to_string(saved.total) + " steps",
+                       std::to_string(run.total));
+    if (saved.warmup != run.warmup)
+        return differs("--warmup", std::to_string(saved.warmup) + " warmup steps",
+                       std::to_string(run.warmup));
+    if (saved.base != run.base)   // the shortest text that reads back as each value
+        return differs("--lr", "a peak LR of " + shortest(saved.base), shortest(run.base));
+    return omni::Status::success();
+}
+
 int fail(const std::string &msg) {
     std::cerr << kProg << ": " << msg << "\n";
     return 1;
@@ -135,6 +163,7 @@ int run(const Options &o) {
         TrainState c;
         auto r = load_latest(o.ckpt, static_cast<int>(rt.rank()), static_cast<int>(rt.world()), c);
         if (!r || !r.value()) return r;
+        if (auto st = check_schedule(c.lr, s.lr); !st) return omni::Error{st.error()};
         s.step = c.step;
         s.lr = c.lr;
         std::copy(c.params.begin(), c.params.end(), s.params.begin());
@@ -181,6 +210,8 @@ int run(const Options &o) {
     auto checkpoint = [&]() -> omni::Status {
         s.generation = rt.generation();
         s.ledger_json = rt.ledger()->serialise();
+        s.data_epoch = rt.ledger()->epoch();
+        s.data_seed = rt.ledger()->config().seed;
         const int rank = static_cast<int>(rt.rank()), world = static_cast<int>(rt.world());
         if (auto st = save_shard(o.ckpt, s, rank, world); !st) return st;
         if (auto st = rt.comm().barrier(); !st) return st;

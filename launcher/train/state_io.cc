@@ -23,6 +23,8 @@ ck::Meta meta_of(const TrainState &s, int world) {
     m.lr.warmup_steps = s.lr.warmup;
     m.lr.total_steps = s.lr.total;
     m.lr.last_step = s.step;
+    m.ledger.epoch = s.data_epoch;
+    m.ledger.seed = s.data_seed;
     return m;
 }
 
@@ -77,6 +79,8 @@ Result<bool> load_latest(const std::string &root, int rank, int world, TrainStat
         return make_error(r.path() + ": LR scheduler '" + m.lr.kind + "', expected " + kLrKind);
     s.step = m.step;
     s.generation = m.generation;
+    s.data_epoch = m.ledger.epoch;
+    s.data_seed = m.ledger.seed;
     s.lr.base = m.lr.base_lr;
     s.lr.warmup = m.lr.warmup_steps;
     s.lr.total = m.lr.total_steps;

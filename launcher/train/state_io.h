@@ -4,8 +4,8 @@
 // Layout (omni-ckpt(5) tensors): model/params fp32 [P] (written by rank 0: every rank holds the
 // same parameters), optim/adam_m and optim/adam_v fp32 [P] (each rank writes its ZeRO shard:
 // a checkpoint of d writers loads at any other DP size by reading other ranges), and
-// trainer/ledger uint8 [n] (the ledger's JSON: dataset order, position). The LR schedule goes
-// into the checkpoint's metadata.
+// trainer/ledger uint8 [n] (the ledger's JSON: dataset order, position). The LR schedule and
+// the ledger's epoch and seed go into the checkpoint's metadata.
 #ifndef OMNI_TRAIN_STATE_IO_H
 #define OMNI_TRAIN_STATE_IO_H
 
@@ -24,6 +24,9 @@ struct TrainState {
     std::vector<float> params;       // kParams, replicated
     AdamShard adam;                  // this rank's shard
     std::string ledger_json;         // launcher::Ledger::serialise()
+    // The ledger's epoch and seed, also kept in the checkpoint's metadata (Meta::ledger) so
+    // that omni-ckpt show and other readers see where the data stands.
+    std::uint64_t data_epoch = 0, data_seed = 0;
     LrSchedule lr;
 };
 
