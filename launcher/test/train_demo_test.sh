@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # omni-train-demo standalone: a run resumed from a checkpoint is bitwise the same as one that
 # never stopped, also with other micro-batches; a resume with another data order or LR
-# schedule is refused; SIGTERM checkpoints and exits 143; bad options exit 2 naming the option.
+# schedule is refused; the job's --omni-* values are the defaults; SIGTERM checkpoints and
+# exits 143; bad options exit 2 naming the option.
 set -euo pipefail
 demo=${OMNI_TRAIN_DEMO:?set by make check}
 omni_ckpt=${OMNI_CKPT:?set by make check}
@@ -9,6 +10,9 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
 fail() { echo "FAIL: $*" >&2; exit 1; }
+# Not inside anybody's job: the --omni-* values of one would become the trainer's defaults.
+unset OMNI_COORD_ADDR OMNI_COORD_SECRET OMNI_JOB_DIR OMNI_ELASTIC_MIN OMNI_ELASTIC_MAX OMNI_UNIT_SIZE \
+      OMNI_UNIT_DOMAIN OMNI_MP OMNI_GLOBAL_BATCH OMNI_MICRO_BATCH OMNI_SM_SLICE OMNI_CKPT_DIR OMNI_CKPT_EVERY
 
 "$demo" --steps 100 --global-batch 64 --micro-batch 8 --lr 0.05 --ckpt A --ckpt-every 25 --metrics a.jsonl
 "$demo" --steps 100 --global-batch 64 --micro-batch 8 --lr 0.05 --ckpt B --ckpt-every 25 --metrics b.jsonl
@@ -61,6 +65,29 @@ awk -F'"loss": ' '{ split($2, a, ","); l[NR] = a[1] } END {
   if (t >= 0.6 * f) { printf "no learning: first %g last %g\n", f / 5, t / 5; exit 1 } }' a.jsonl ||
   fail "the loss did not decrease"
 
+# In a job submitted with --omni-global-batch, --omni-micro-batch and --omni-ckpt, the job's
+# OMNI_* values are the defaults: 32 samples a step, checkpoints every 10 steps in J.
+mkdir J
+OMNI_GLOBAL_BATCH=32 OMNI_MICRO_BATCH=4 OMNI_CKPT_DIR="$work/J" OMNI_CKPT_EVERY=10 \
+  "$demo" --steps 20 --metrics j.jsonl
+grep -q '"step": 20,.*"samples": 640,.*"step_samples": \[32,' j.jsonl || fail "the job's global batch 32 was not used: $(tail -n 1 j.jsonl)"
+[ "$("$omni_ckpt" ls --json J | grep -c '"complete": true')" = 2 ] || fail "no checkpoints of steps 10 and 20 in OMNI_CKPT_DIR: $("$omni_ckpt" ls J)"
+# An option on the command line wins, with a note naming both.
+OMNI_GLOBAL_BATCH=32 OMNI_MICRO_BATCH=4 "$demo" --steps 2 --global-batch 64 --metrics k.jsonl 2>err
+grep -q '"step_samples": \[64,' k.jsonl || fail "--global-batch 64 did not win over OMNI_GLOBAL_BATCH=32"
+grep -q "note: --global-batch 64 overrides the job's --omni-global-batch=32" err || fail "no note of the override: $(cat err)"
+# A job's global batch this trainer cannot take, or a micro-batch that does not divide it:
+# exit 2 naming the variable.
+rc=0; OMNI_GLOBAL_BATCH=4096 "$demo" --steps 2 2>err || rc=$?
+[ "$rc" = 2 ] && grep -q "OMNI_GLOBAL_BATCH (sbatch --omni-global-batch) 4096" err || fail "OMNI_GLOBAL_BATCH=4096: exit $rc: $(cat err)"
+rc=0; OMNI_GLOBAL_BATCH=36 OMNI_MICRO_BATCH=8 "$demo" --steps 2 2>err || rc=$?
+[ "$rc" = 2 ] && grep -q -- "--omni-global-batch=36: not divisible by --omni-micro-batch=8" err ||
+  fail "OMNI_MICRO_BATCH=8 with OMNI_GLOBAL_BATCH=36: exit $rc: $(cat err)"
+# The job's global batch with the trainer's default micro-batch 8 that does not divide it.
+rc=0; OMNI_GLOBAL_BATCH=36 OMNI_MICRO_BATCH=6 "$demo" --steps 2 --micro-batch 8 2>err || rc=$?
+[ "$rc" = 2 ] && grep -q -- "--micro-batch 8: expected a divisor of OMNI_GLOBAL_BATCH (sbatch --omni-global-batch) 36" err ||
+  fail "--micro-batch 8 with OMNI_GLOBAL_BATCH=36: exit $rc: $(cat err)"
+
 # SIGTERM: checkpoint at the next step boundary, exit 143.
 "$demo" --steps 100000000 --global-batch 64 --micro-batch 8 --ckpt T --metrics t.jsonl &
 pid=$!
@@ -83,4 +110,4 @@ for bad in "--global-batch 0" "--global-batch 4096" "--micro-batch 3" "--steps 0
   opt=${bad%% *}
   grep -qe "${opt#--}" err || fail "'$bad': message does not name ${opt}: $(cat err)"
 done
-echo "ok: resume is bitwise identical (also with other micro-batches), other data orders and LR schedules refused, SIGTERM checkpoints, bad options refused"
+echo "ok: resume is bitwise identical (also with other micro-batches), other data orders and LR schedules refused, the job's OMNI_* defaults taken, SIGTERM checkpoints, bad options refused"

@@ -25,8 +25,10 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <sstream>
 
+#include "omni/job_options.h"
 #include "omni/parse.h"
 
 #include "../comm.h"
@@ -350,7 +352,10 @@ int main(int argc, char **argv) {
         "The slurm-omni reference trainer: a two-layer MLP regression, data parallel, ZeRO-1\n"
         "Adam, warmup + cosine LR, gradient accumulation, checkpoints, JSONL metrics. The\n"
         "loss of every step is bitwise the same for any DP size and resize history. Runs\n"
-        "standalone as one rank; resumes from the newest checkpoint in --ckpt.\n\nOptions");
+        "standalone as one rank; resumes from the newest checkpoint in --ckpt.\n"
+        "In a job submitted with --omni-global-batch, --omni-micro-batch or --omni-ckpt, the\n"
+        "job's values (OMNI_GLOBAL_BATCH, OMNI_MICRO_BATCH, OMNI_CKPT_DIR, OMNI_CKPT_EVERY)\n"
+        "are the defaults of --global-batch, --micro-batch, --ckpt and --ckpt-every.\n\nOptions");
     // Integers are read as text and parsed strictly (omni/parse.h): boost's unsigned parser
     // takes "-3" as 2^64 - 3, which made --steps -3 train without end.
     struct UintOption {
@@ -391,8 +396,41 @@ int main(int argc, char **argv) {
         if (!v) return usage_error(v.error());
         *u.to = v.value();
     }
+    // The job's own options (sbatch --omni-global-batch, --omni-micro-batch, --omni-ckpt,
+    // validated at submit for every unit count and handed to every task as OMNI_*) are the
+    // defaults of the matching options here; an option given on the command line wins, with a
+    // note when it differs from the job's.
+    auto job = omni::job_options_from_env([](const char *n) { return std::getenv(n); }, omni::SiteConfig{});
+    if (!job) return usage_error("the job's OMNI_* variables: " + job.error());
+    std::string batch_from = "--global-batch", micro_from = "--micro-batch";
+    auto take = [&](const char *option, std::uint64_t &to, std::string &from,
+                    const std::optional<std::uint64_t> &env, const char *var, const char *sbatch) {
+        if (!env) return;
+        if (!vm[option].defaulted()) {
+            if (*env != to)
+                std::cerr << kProg << ": note: --" << option << " " << to << " overrides the job's "
+                          << sbatch << "=" << *env << " (" << var << ")\n";
+            return;
+        }
+        to = *env;
+        from = std::string(var) + " (sbatch " + sbatch + ")";
+    };
+    take("global-batch", o.global_batch, batch_from, job.value().global_batch, "OMNI_GLOBAL_BATCH", "--omni-global-batch");
+    take("micro-batch", o.micro_batch, micro_from, job.value().micro_batch, "OMNI_MICRO_BATCH", "--omni-micro-batch");
+    if (job.value().global_batch && !job.value().micro_batch && vm["micro-batch"].defaulted()) {
+        // Submitted with a global batch and no micro-batch: sbatch checked it for b = 1, as
+        // libomni's ledger takes it.
+        o.micro_batch = 1;
+        micro_from = "the job's micro-batch (--omni-micro-batch not given)";
+    }
+    if (o.global_batch > kMaxBatch)
+        return usage_error(batch_from + " " + std::to_string(o.global_batch) + ": this trainer takes at most " +
+                           std::to_string(kMaxBatch) + " samples a step");
+    if (!vm.count("ckpt") && job.value().ckpt_dir) o.ckpt = *job.value().ckpt_dir;
+    if (vm["ckpt-every"].defaulted() && job.value().ckpt_dir) o.ckpt_every = job.value().ckpt_every;
     if (o.global_batch % o.micro_batch)
-        return usage_error("--micro-batch " + std::to_string(o.micro_batch) + ": expected a divisor of --global-batch " + std::to_string(o.global_batch));
+        return usage_error(micro_from + " " + std::to_string(o.micro_batch) + ": expected a divisor of " +
+                           batch_from + " " + std::to_string(o.global_batch));
     if (!(o.lr > 0 && o.lr < 10)) return usage_error("--lr: expected a number in (0, 10)");
     if (o.ckpt_every && o.ckpt.empty()) return usage_error("--ckpt-every needs --ckpt DIR");
     struct sigaction sa {};

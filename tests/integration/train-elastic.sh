@@ -2,8 +2,9 @@
 # The product's promise, end to end on the local cluster: omni-train-demo under omni-launch,
 # a static run of 4 units against
 #  - an elastic run 4 -> 2 -> 3 -> 4 (omni-ctl reshapes at step boundaries, the last one a
-#    grow with a joining srun step): per-step loss, LR and samples bitwise the same, every
-#    sample of every epoch used exactly once;
+#    grow with a joining srun step), its batch sizes given to sbatch, not to the trainer:
+#    per-step loss, LR and samples bitwise the same, every sample of every epoch used
+#    exactly once;
 #  - a run whose unit 3 is killed with SIGKILL at step ~25: the survivors detect it, rewind
 #    to the last checkpoint (step 20) with 3 units and finish with the static run's losses;
 #  - a run with --min-units 3 that loses two units: after the second loss the job stops
@@ -16,7 +17,11 @@ need_built "$launch" "$ctl" "$demo"
 cluster_acquire 4 0
 cd "$work"
 # 20 steps per epoch (960 / 48), 3 epochs; B = 48 with b = 4 divides b*d for d = 2, 3, 4.
-train="--steps 60 --global-batch 48 --micro-batch 4 --dataset-size 960 --lr 0.05 --warmup 5"
+# The elastic job gets its batch sizes from sbatch (--omni-global-batch, --omni-micro-batch,
+# checked at submit for 2..4 units; the spank plugin hands them to every task as OMNI_*),
+# the others from the trainer's options.
+schedule="--steps 60 --dataset-size 960 --lr 0.05 --warmup 5"
+train="$schedule --global-batch 48 --micro-batch 4"
 
 cat >static.sh <<EOS
 #!/bin/bash
@@ -27,7 +32,7 @@ cat >elastic.sh <<EOS
 # Written by train-elastic.sh: the trainer under omni-launch, and omni-ctl resizing it.
 set -u
 "$launch" --units 4 --events "$work/elastic-events.jsonl" --boundary-timeout 30 \\
-  -- "$demo" $train --pace-ms 60 --metrics "$work/elastic.jsonl" &
+  -- "$demo" $schedule --pace-ms 60 --metrics "$work/elastic.jsonl" &
 pid=\$!
 at_step() {  # wait until the metrics reach step \$1 (bounded)
   for _ in \$(seq 600); do
@@ -98,8 +103,10 @@ EOS
 chmod +x static.sh elastic.sh lost.sh belowmin.sh
 out=$(timeout 240 sbatch --wait -N4 -t 5 -o "$work/static.out" --parsable static.sh) ||
   { cat "$work/static.out" >&2; fail "the static job failed"; }
-out=$(timeout 300 sbatch --wait -N4 -t 5 -o "$work/elastic.out" --parsable elastic.sh) ||
+out=$(timeout 300 sbatch --wait -N4 -t 5 --omni-elastic=2:4 --omni-global-batch=48 --omni-micro-batch=4 \
+      -o "$work/elastic.out" --parsable elastic.sh) ||
   { cat "$work/elastic.out" >&2; fail "the elastic job failed"; }
+! grep -q "overrides the job's" "$work/elastic.out" || fail "the trainer overrode the job's batch sizes: $(grep overrides "$work/elastic.out" | head -n 1)"
 grep -E 'world [0-9]+ -> [0-9]+|launch-exit' "$work/elastic.out" || true
 # The ranks share this kernel and run as one user: their hand-offs are same-host copies
 # (libomni(3), OMNI_SAME_HOST_COPY), unless Yama forbids a rank to read another's memory.
