@@ -47,7 +47,9 @@ grep -q '^slurmd-n2 DOWN' "$work/status2.out" || fail "status did not report n2 
 expect_eq "nodes after restart" "$(sinfo -h -N -o '%T' | sort -u)" idle
 
 # down with a job still running leaves nothing behind.
-jobid=$(sbatch --parsable -N4 --wrap 'srun sleep 600')
+# The task's command line is this test's own (other tests, and tests/run-bounded, sleep too).
+task="sleep 600.$$"
+jobid=$(sbatch --parsable -N4 --wrap "srun $task")
 for _ in $(seq 50); do [ "$(squeue -h -j "$jobid" -o %T)" = RUNNING ] && break; sleep 0.2; done
 expect_eq "job $jobid state before down" "$(squeue -h -j "$jobid" -o %T)" RUNNING
 sleep 1   # let the step's tasks start
@@ -58,9 +60,8 @@ for p in $pids; do
 done
 left=$(grep -lszxF "OMNI_CLUSTER_DAEMON_OF=$dir" /proc/[0-9]*/environ 2>/dev/null | tr "\0" "\n" || true)
 [ -z "$left" ] || fail "processes started by the cluster survive down: $left"
-if pgrep -f "sleep 600" >/dev/null; then
-  # only ours can be running 'sleep 600' in this test's scratch world
-  fail "the job's task (sleep 600) survived down"
+if pgrep -fx "$task" >/dev/null; then
+  fail "the job's task ($task) survived down"
 fi
 [ ! -e "$dir/dev" ] || fail "fake devices left behind: $(ls "$dir/dev")"
 rc=0; "$omni_cluster" --dir "$dir" status >/dev/null 2>&1 || rc=$?
