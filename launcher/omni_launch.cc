@@ -10,12 +10,14 @@
 // gives a step one environment for all its tasks, but every rank needs its own unit and slot,
 // which the shim derives from SLURM_PROCID and then execs PROGRAM.
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <string>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "coordinator.h"
@@ -203,6 +205,10 @@ int run(int argc, char **argv) {
         return kExitFail;
     }
     cfg.endpoint = coord.value()->endpoints().front();
+    // A directory made here is removed at the end if it is empty then (the events file, when
+    // it is there, stays for the user); one that existed is left as it was found.
+    struct stat before {};
+    const bool made_job_dir = ::lstat(cfg.job_dir.c_str(), &before) != 0 && errno == ENOENT;
     if (auto st = publish_job_files(cfg.job_dir, cfg.secret, cfg.endpoint); !st) {
         std::cerr << "omni-launch: " << st.error() << "\n";
         return kExitFail;
@@ -218,6 +224,7 @@ int run(int argc, char **argv) {
     // The job is over: nobody may talk to a coordinator of this job again.
     ::unlink((cfg.job_dir + "/" + kAddressFile).c_str());
     ::unlink((cfg.job_dir + "/" + kSecretFile).c_str());
+    if (made_job_dir) ::rmdir(cfg.job_dir.c_str());
     return rc;
 }
 

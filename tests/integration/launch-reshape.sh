@@ -4,7 +4,8 @@
 # units, then to 3 (a joining srun step with a fresh unit id). Checks: the events file shows
 # initial 0 -> 4, planned 4 -> 2, planned 2 -> 3 and the end; the job and omni-launch exit 0;
 # the coordinator listens only on the node address (127.0.0.1 here), never on a wildcard;
-# a connection with a wrong secret is refused and logged.
+# a connection with a wrong secret is refused and logged; the job directory omni-launch made
+# is removed when it ends.
 . "$(dirname "$0")/lib.sh"
 launch=$top_build/launcher/omni-launch
 ctl=$top_build/launcher/omni-ctl
@@ -17,6 +18,8 @@ cat >job.sh <<EOS
 #!/bin/bash
 # Written by launch-reshape.sh. Runs omni-launch and, beside it, drives two reshapes.
 set -u
+jobdir="/tmp/omni-\$(id -u)/job-\$SLURM_JOB_ID"
+[ -e "\$jobdir" ] && echo "job-dir existed"   # left by an earlier cluster with the same job ids
 "$launch" --units 4 --events "$work/events.jsonl" --boundary-timeout 20 \\
   -- "$toy" 150 100 &
 launch_pid=\$!
@@ -46,6 +49,7 @@ wait_units 3 || exit 14
 wait \$launch_pid
 rc=\$?
 echo "launch-exit \$rc"
+[ -e "\$jobdir" ] && echo "job-dir left" || echo "job-dir removed"
 exit \$rc
 EOS
 chmod +x job.sh
@@ -55,6 +59,12 @@ jobid=${out%%;*}
 grep -E '^(reached|launch-exit|wrong-secret|too-many)|generation [0-9]+ ->' "$work/job.out" || true
 expect_eq "omni-launch exit" "$(sed -n 's/^launch-exit //p' "$work/job.out")" 0
 expect_eq "job $jobid state" "$(job_state "$jobid")" COMPLETED
+# The job directory omni-launch made (secret, coordinator) is gone with it.
+if grep -q '^job-dir existed' "$work/job.out"; then
+  note "the job directory existed before the job; not checking that omni-launch removed it"
+else
+  expect_eq "omni-launch's job directory after the job" "$(sed -n 's/^job-dir //p' "$work/job.out")" removed
+fi
 
 # Events: initial 0 -> 4, planned 4 -> 2, planned 2 -> 3, then the end (3 -> 0).
 python3 - "$work/events.jsonl" <<'PY' || fail "events file: $(cat "$work/events.jsonl")"
