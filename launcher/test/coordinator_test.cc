@@ -21,13 +21,14 @@
 #include "coordinator.h"
 #include "log.h"
 #include "secret.h"
+#include "test_secret.h"
 
 using namespace omni::launcher;
 using omni::Result;
 
 namespace {
 
-const std::string kSecret = std::string(32, 'a') + std::string(32, '5');
+const std::string kSecret = test_secret();
 const std::string kOther = std::string(64, 'b');
 
 std::unique_ptr<Coordinator> start(std::uint32_t units, std::uint32_t min, std::uint32_t max,

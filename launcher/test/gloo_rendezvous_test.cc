@@ -15,13 +15,14 @@
 #include "client.h"
 #include "coordinator.h"
 #include "gloo_store.h"
+#include "test_secret.h"
 
 using namespace omni::launcher;
 using omni::Result;
 
 namespace {
 
-const std::string kSecret(64, 'c');
+const std::string kSecret = test_secret();
 constexpr std::size_t kCount = 1000;
 
 // Allreduce of x[i] = (unit + 1) * i over a fresh context of this generation.

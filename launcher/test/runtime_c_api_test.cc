@@ -14,6 +14,7 @@
 #include "coordinator.h"
 #include "omni/omni.h"
 #include "omni/omni.hpp"
+#include "test_secret.h"
 
 extern char **environ;
 
@@ -154,7 +155,7 @@ TEST(RuntimeCApi, CoordinatorRefusesAWrongSecretAndAMissingOneIsNamed) {
     clear_environment();
     omni::launcher::CoordinatorConfig cfg;
     cfg.bind = {"tcp://127.0.0.1:0"};
-    cfg.secret = std::string(64, 'a');
+    cfg.secret = test_secret();
     auto c = omni::launcher::Coordinator::start(cfg);
     ASSERT_TRUE(c) << c.error();
     const std::string ep = c.value()->endpoints().front();
@@ -198,7 +199,7 @@ TEST(RuntimeCApi, AJoinerBeforeStartHasNoBackend) {
     clear_environment();
     omni::launcher::CoordinatorConfig cfg;
     cfg.bind = {"tcp://127.0.0.1:0"};
-    cfg.secret = std::string(64, 'a');
+    cfg.secret = test_secret();
     cfg.protocol.unit_size = 1;
     cfg.protocol.initial_units = 1;
     cfg.protocol.min_units = 1;

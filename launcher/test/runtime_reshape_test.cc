@@ -15,12 +15,13 @@
 #include "coordinator.h"
 #include "runtime.h"
 #include "train/optim.h"
+#include "test_secret.h"
 
 using namespace omni::launcher;
 
 namespace {
 
-const std::string kSecret = std::string(60, 'e') + "1234";
+const std::string kSecret = test_secret();
 constexpr std::size_t P = 1001;  // odd: ZeRO-1 shards of unequal sizes at every world
 
 // The logical values of the test's state after optimizer step s (exact in fp32).
