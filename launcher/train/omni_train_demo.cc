@@ -27,6 +27,8 @@
 #include <map>
 #include <optional>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "omni/job_options.h"
 #include "omni/parse.h"
@@ -53,6 +55,9 @@ struct Options {
     std::uint64_t pace_ms = 0;
     bool timestamps = false;
     std::string ckpt, metrics;
+    // Option parsing's notes, printed by rank 0 once the runtime knows the rank (every rank
+    // parses the same command line and job environment, so each would print them).
+    std::vector<std::string> notes;
 };
 
 constexpr const char *kProg = "omni-train-demo";
@@ -155,6 +160,8 @@ int run(const Options &o) {
         return fail(st.error());
     auto started = rt.start();
     if (!started) return fail(started.error());
+    if (rt.rank() == 0)
+        for (const auto &n : o.notes) std::cerr << kProg << ": note: " << n << "\n";
     s.step = started.value().step;
     s.generation = rt.generation();
     s.adam.range = shard_range(kParams, static_cast<int>(rt.rank()), static_cast<int>(rt.world()));
@@ -408,8 +415,8 @@ int main(int argc, char **argv) {
         if (!env) return;
         if (!vm[option].defaulted()) {
             if (*env != to)
-                std::cerr << kProg << ": note: --" << option << " " << to << " overrides the job's "
-                          << sbatch << "=" << *env << " (" << var << ")\n";
+                o.notes.push_back(std::string("--") + option + " " + std::to_string(to) + " overrides the job's " +
+                                  sbatch + "=" + std::to_string(*env) + " (" + var + ")");
             return;
         }
         to = *env;
