@@ -49,7 +49,7 @@ expect_eq "nodes after restart" "$(sinfo -h -N -o '%T' | sort -u)" idle
 # down with a job still running leaves nothing behind.
 # The task's command line is this test's own (other tests, and tests/run-bounded, sleep too).
 task="sleep 600.$$"
-jobid=$(sbatch --parsable -N4 --wrap "srun $task")
+jobid=$(sbatch --parsable -N4 -o "$work/job.out" --wrap "srun $task")
 for _ in $(seq 50); do [ "$(squeue -h -j "$jobid" -o %T)" = RUNNING ] && break; sleep 0.2; done
 expect_eq "job $jobid state before down" "$(squeue -h -j "$jobid" -o %T)" RUNNING
 sleep 1   # let the step's tasks start
