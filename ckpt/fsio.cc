@@ -144,6 +144,23 @@ int pwrite_all(int fd, const void *p, std::size_t n, std::uint64_t off) {
     return 0;
 }
 
+void start_writeback(int fd, std::uint64_t off, std::uint64_t n) {
+    static const std::uint64_t page = [] {
+        const long p = ::sysconf(_SC_PAGESIZE);
+        return p > 0 ? static_cast<std::uint64_t>(p) : 4096;
+    }();
+    const auto [begin, end] = whole_pages(off, n, page);
+    if (end == begin) return;
+    // The errors (EINVAL, ESPIPE, EIO) are the fsync's to report or moot: see fsio.h.
+    (void)::sync_file_range(fd, static_cast<off_t>(begin), static_cast<off_t>(end - begin),
+                            SYNC_FILE_RANGE_WRITE);
+}
+
+std::pair<std::uint64_t, std::uint64_t> whole_pages(std::uint64_t off, std::uint64_t n, std::uint64_t page) {
+    const std::uint64_t begin = (off + page - 1) / page * page, end = (off + n) / page * page;
+    return end > begin ? std::make_pair(begin, end) : std::make_pair(begin, begin);
+}
+
 Status write_file(const std::string &path, const std::string &bytes) {
     Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666));
     if (fd.get() < 0) return sys_error("creating", path, errno);

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "omni/result.h"
@@ -70,6 +71,17 @@ Result<std::uint64_t> age_seconds(const std::string &path);
 Result<std::vector<std::string>> list_dir(const std::string &path);
 // pwrite(2) of all n bytes at `off`, retrying short writes and EINTR: 0, or the errno.
 int pwrite_all(int fd, const void *p, std::size_t n, std::uint64_t off);
+// Starts write-back of the whole pages of [off, off + n) that are dirty, without waiting for
+// it (sync_file_range(2), SYNC_FILE_RANGE_WRITE), so the device writes a slice while the
+// writer hashes and writes the next and the file's fsync later waits only for the rest.
+// Partial pages at either end are left alone: the neighbouring slice may still be written
+// into them, and on a device that needs stable pages that write would wait for the
+// write-back. Advisory: where it is not supported nothing happens, and a write-back error
+// is reported by the fsync that follows.
+void start_writeback(int fd, std::uint64_t off, std::uint64_t n);
+// The whole pages of [off, off + n) for pages of `page` bytes, as [first, second); empty
+// (first == second) when the range covers no whole page.
+std::pair<std::uint64_t, std::uint64_t> whole_pages(std::uint64_t off, std::uint64_t n, std::uint64_t page);
 // Creates (or truncates) `path` with exactly `bytes`; not fsynced.
 Status write_file(const std::string &path, const std::string &bytes);
 // The whole file; an error naming the path when it cannot be read or is larger than

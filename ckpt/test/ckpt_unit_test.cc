@@ -1,6 +1,7 @@
 // Unit tests of libomni-ckpt: round trips, resharding, incremental chains and merge,
 // corruption, commit validation, gc and the manifest parser.
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <hdf5.h>
 #include <unistd.h>
 
@@ -224,6 +225,34 @@ TEST(Box, CopyRegionMergesWholeTrailingDimensions) {
     EXPECT_FALSE(is_contiguous_in(Box{{1, 1}, {2, 5}}, Box{{0, 0}, {5, 6}}));
     EXPECT_TRUE(is_contiguous_in(Box{{1, 1}, {1, 5}}, Box{{0, 0}, {5, 6}}));
     EXPECT_FALSE(intersect(Box{{0}, {3}}, Box{{3}, {2}}).has_value());
+}
+
+TEST(Fsio, WritebackStartsOnlyOnWholePagesOfTheSlice) {
+    using P = std::pair<std::uint64_t, std::uint64_t>;
+    EXPECT_EQ(fsio::whole_pages(0, 8192, 4096), (P{0, 8192}));
+    EXPECT_EQ(fsio::whole_pages(100, 10000, 4096), (P{4096, 8192}));   // 100..10100
+    EXPECT_EQ(fsio::whole_pages(4096, 4095, 4096), (P{4096, 4096}));   // no whole page
+    EXPECT_EQ(fsio::whole_pages(4095, 4098, 4096), (P{4096, 8192}));   // 4095..8193
+    EXPECT_EQ(fsio::whole_pages(5000, 0, 4096), (P{8192, 8192}));
+    EXPECT_EQ(fsio::whole_pages(65536, 1 << 20, 65536), (P{65536, 65536 + (1 << 20)}));
+    // Advisory: on what it cannot start write-back for it does nothing, and the bytes written
+    // are what is read back.
+    int pipe_fds[2];
+    ASSERT_EQ(::pipe(pipe_fds), 0);
+    fsio::start_writeback(pipe_fds[1], 0, 1 << 20);
+    ::close(pipe_fds[0]);
+    ::close(pipe_fds[1]);
+    TempDir d;
+    const std::string path = d / "f";
+    const std::string bytes(3 * 4096 + 17, 'x');
+    ASSERT_TRUE(fsio::write_file(path, bytes));
+    fsio::Fd fd(::open(path.c_str(), O_RDWR | O_CLOEXEC));
+    ASSERT_GE(fd.get(), 0);
+    fsio::start_writeback(fd.get(), 5, bytes.size() - 5);
+    ASSERT_EQ(::fsync(fd.get()), 0);
+    auto back = fsio::read_file(path, 1 << 20);
+    ASSERT_TRUE(back) << back.error();
+    EXPECT_EQ(back.value(), bytes);
 }
 
 TEST(RoundTrip, EveryDtypeAndStateBitwise) {
