@@ -105,6 +105,23 @@ void parallel_for(std::uint32_t n, std::uint32_t threads, const std::function<vo
     for (auto &th : pool) th.join();
 }
 
+// The run's peak resident memory per byte of checkpoint: 5.9x measured at 512, 1024 and
+// 2048 MiB (`/usr/bin/time -v`), rounded up. The models, the trainer's live and tracked
+// copies, the async writers' snapshot memory and the huge-page phase's model are its parts.
+constexpr double kPeakPerByte = 6.0;
+
+// MemAvailable from /proc/meminfo in bytes, or 0 where it cannot be read.
+std::uint64_t mem_available() {
+    std::FILE *f = std::fopen("/proc/meminfo", "re");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kib = 0;
+    while (std::fgets(line, sizeof line, f))
+        if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
+    std::fclose(f);
+    return static_cast<std::uint64_t>(kib) << 10;
+}
+
 double seconds_since(Clock::time_point t0) {
     return std::chrono::duration<double>(Clock::now() - t0).count();
 }
@@ -737,7 +754,7 @@ int main(int argc, char **argv) {
     // (the VM of 2026-12-02) it was 5% of the save up to 230-350 MiB, at 2-2.5 GB/s (that of
     // 2026-12-03) up to 400-670 MiB. Below that the 1% incremental's ratio measures the fixed
     // cost rather than how an incremental scales (the bench prints the fixed cost either way).
-    // The run holds about 6.2x the checkpoint size in memory (6.3 GB; the rank processes
+    // The run holds about 5.9x the checkpoint size in memory (6.3 GB; the rank processes
     // share its pages), so --large (2048 MiB, 12.6 GB) still fits a 24 GiB machine.
     std::string size = "1024", shards = "8", tensors = "25", reps = "5", reshard_to = "5",
                 threads = std::to_string(std::max(1u, std::thread::hardware_concurrency()));
@@ -778,6 +795,16 @@ int main(int argc, char **argv) {
             return 2;
         }
     c.bytes = sz.value() << 20;
+    // A run that cannot fit is refused before it starts, rather than killed by the OOM
+    // killer part way with nothing printed.
+    const double need = kPeakPerByte * static_cast<double>(c.bytes);
+    if (const std::uint64_t avail = mem_available(); avail && need > static_cast<double>(avail)) {
+        std::fprintf(stderr,
+                     "ckpt_bench: --size-mib %s needs about %.1f GB of memory (%.0fx the checkpoint), "
+                     "and %.1f GB is available (MemAvailable); give a smaller --size-mib\n",
+                     std::to_string(sz.value()).c_str(), need / 1e9, kPeakPerByte, avail / 1e9);
+        return 2;
+    }
     c.shards = static_cast<std::uint32_t>(sh.value());
     c.tensors = static_cast<std::uint32_t>(tn.value());
     c.reps = static_cast<int>(rp.value());
