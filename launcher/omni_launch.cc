@@ -17,7 +17,6 @@
 #include <iostream>
 #include <string>
 
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "coordinator.h"
@@ -207,10 +206,12 @@ int run(int argc, char **argv) {
     cfg.endpoint = coord.value()->endpoints().front();
     // A directory made here is removed at the end if it is empty then (the events file, when
     // it is there, stays for the user); one that existed is left as it was found.
-    struct stat before {};
-    const bool made_job_dir = ::lstat(cfg.job_dir.c_str(), &before) != 0 && errno == ENOENT;
-    if (auto st = publish_job_files(cfg.job_dir, cfg.secret, cfg.endpoint); !st) {
-        std::cerr << "omni-launch: " << st.error() << "\n";
+    bool made_job_dir = false;
+    omni::Status published = ensure_private_dir(cfg.job_dir, &made_job_dir);
+    if (published) published = publish_job_files(cfg.job_dir, cfg.secret, cfg.endpoint);
+    if (!published) {
+        std::cerr << "omni-launch: " << published.error() << "\n";
+        if (made_job_dir) ::rmdir(cfg.job_dir.c_str());
         return kExitFail;
     }
     cfg.events = cfg.options.events.empty() ? cfg.job_dir + "/events.jsonl" : cfg.options.events;

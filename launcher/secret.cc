@@ -79,15 +79,19 @@ bool secrets_equal(std::string_view a, std::string_view b) {
     return diff == 0;
 }
 
-Status ensure_private_dir(const std::string &path) {
+Status ensure_private_dir(const std::string &path, bool *created) {
+    if (created) *created = false;
     if (path.empty() || path[0] != '/') return make_error("job directory '" + path + "': must be absolute");
     if (path.size() > 4000) return make_error("job directory: path too long");
     // Create missing parents (0700): /tmp/omni-UID is ours too.
     for (std::size_t pos = 1; pos <= path.size(); ++pos) {
         if (pos != path.size() && path[pos] != '/') continue;
         std::string part = path.substr(0, pos);
-        if (::mkdir(part.c_str(), 0700) != 0 && errno != EEXIST)
+        if (::mkdir(part.c_str(), 0700) == 0) {
+            if (created && pos == path.size()) *created = true;
+        } else if (errno != EEXIST) {
             return make_error(part + ": mkdir: " + errno_text(errno));
+        }
     }
     struct stat st;
     if (::lstat(path.c_str(), &st) != 0) return make_error(path + ": " + errno_text(errno));

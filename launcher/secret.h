@@ -37,8 +37,11 @@ bool secrets_equal(std::string_view a, std::string_view b);
 
 // Creates `path` mode 0700 (parents too, each 0700 when created here) or accepts an existing
 // directory that is owned by the effective user, not a symlink, and has no group/other
-// permission bits. Anything else is an error naming the path and the problem.
-Status ensure_private_dir(const std::string &path);
+// permission bits. Anything else is an error naming the path and the problem. `created`,
+// when not null, is set to whether this call made `path` itself (its mkdir succeeded), so a
+// caller can remove only a directory it made, with no check-then-act race against another
+// process making the same one.
+Status ensure_private_dir(const std::string &path, bool *created = nullptr);
 // Writes `content` to DIR/NAME mode 0600 atomically (temporary file, fsync, rename).
 Status write_private_file(const std::string &dir, const std::string &name,
                           std::string_view content);

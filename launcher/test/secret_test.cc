@@ -64,13 +64,23 @@ TEST(Secret, Comparison) {
 TEST(PrivateDir, CreatesAndChecks) {
     TempDir t;
     std::string dir = t.path + "/a/b";
-    ASSERT_TRUE(ensure_private_dir(dir));
+    bool created = false;
+    ASSERT_TRUE(ensure_private_dir(dir, &created));
+    EXPECT_TRUE(created);
     EXPECT_EQ(mode_of(dir), 0700u);
     EXPECT_EQ(mode_of(t.path + "/a"), 0700u);
-    ASSERT_TRUE(ensure_private_dir(dir));  // existing and fine
+    ASSERT_TRUE(ensure_private_dir(dir, &created));  // existing and fine
+    EXPECT_FALSE(created);
+    // Made by someone else just before: not ours to remove.
+    ASSERT_EQ(::mkdir((dir + "/c").c_str(), 0700), 0);
+    created = true;
+    ASSERT_TRUE(ensure_private_dir(dir + "/c", &created));
+    EXPECT_FALSE(created);
     ASSERT_EQ(::chmod(dir.c_str(), 0750), 0);
-    auto st = ensure_private_dir(dir);
+    created = true;
+    auto st = ensure_private_dir(dir, &created);
     ASSERT_FALSE(st);
+    EXPECT_FALSE(created);
     EXPECT_NE(st.error().find("group or others"), std::string::npos) << st.error();
     ASSERT_EQ(::chmod(dir.c_str(), 0700), 0);
     // A parent that others may write to could swap the directory.
