@@ -752,7 +752,7 @@ int main(int argc, char **argv) {
     // state). Every checkpoint has a fixed cost whatever its size, its files made and three or
     // four fsync round trips, 8-12 ms on the 2-core dev VMs: against a full save at 1.2 GB/s
     // (the VM of 2026-12-02) it was 5% of the save up to 230-350 MiB, at 2-2.5 GB/s (that of
-    // 2026-12-03) up to 400-670 MiB. Below that the 1% incremental's ratio measures the fixed
+    // 2026-12-03) up to 380-740 MiB. Below that the 1% incremental's ratio measures the fixed
     // cost rather than how an incremental scales (the bench prints the fixed cost either way).
     // The run holds about 5.9x the checkpoint size in memory (6.3 GB; the rank processes
     // share its pages), so --large (2048 MiB, 12.6 GB) still fits a 24 GiB machine.
@@ -800,9 +800,9 @@ int main(int argc, char **argv) {
     const double need = kPeakPerByte * static_cast<double>(c.bytes);
     if (const std::uint64_t avail = mem_available(); avail && need > static_cast<double>(avail)) {
         std::fprintf(stderr,
-                     "ckpt_bench: --size-mib %s needs about %.1f GB of memory (%.0fx the checkpoint), "
+                     "ckpt_bench: --size-mib %llu needs about %.1f GB of memory (%.0fx the checkpoint), "
                      "and %.1f GB is available (MemAvailable); give a smaller --size-mib\n",
-                     std::to_string(sz.value()).c_str(), need / 1e9, kPeakPerByte, avail / 1e9);
+                     static_cast<unsigned long long>(sz.value()), need / 1e9, kPeakPerByte, avail / 1e9);
         return 2;
     }
     c.shards = static_cast<std::uint32_t>(sh.value());
