@@ -2,7 +2,7 @@
 // threads. The service (coordinator.h) feeds it requests with the current monotonic time and
 // sends the replies it returns; tests drive it directly with invented times.
 //
-// Model (DESIGN.md "Protocol sketch"):
+// Model (doc/design.md, "Generation protocol"):
 //  - Ranks belong to elastic units of `unit_size` ranks; units are the grain of every change.
 //    A rank is identified by a caller-chosen id and joins as (unit id, slot in unit).
 //  - Generation 1 forms when `initial_units` complete units have joined (or, at the formation

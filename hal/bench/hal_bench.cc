@@ -4,7 +4,8 @@
 // every I/O object kept and destroys the topology; (b) omni::hal::load_node does the same
 // load plus discovery and derivation (GPUs, NICs, NVLink, paths, domains, closest devices).
 // Prints the median and mean of each, and the ratio of medians. It reports numbers; it does
-// not pass or fail (DESIGN.md: benchmarks are not timed tests). Goal: ratio below 1.20.
+// not pass or fail (doc/design.md, "Benchmarks": benchmarks are not timed tests). Goal:
+// ratio below 1.20.
 //
 // Usage: hal_bench [XML_FILE [REPETITIONS]]   (default: the DGX-2 fixture, 300 repetitions)
 #include <hwloc.h>
