@@ -230,6 +230,7 @@ std::vector<std::pair<std::string, std::string>> job_option_env(const JobOptions
     if (o.elastic) {
         env.emplace_back("OMNI_ELASTIC_MIN", std::to_string(o.elastic->first));
         env.emplace_back("OMNI_ELASTIC_MAX", std::to_string(o.elastic->second));
+        env.emplace_back("OMNI_SITE_MAX_UNITS", std::to_string(site.max_units));
     }
     if (o.elastic || o.unit_given) {
         env.emplace_back("OMNI_UNIT_SIZE", std::to_string(o.unit_size));
@@ -285,6 +286,23 @@ Result<JobOptions> job_options_from_env(const std::function<const char *(const c
     lenient.allow_sm_slice = true;
     if (auto st = validate_job_options(o, lenient); !st) return Error{st.error()};
     return o;
+}
+
+Result<SiteConfig> site_config_from_env(const std::function<const char *(const char *)> &get) {
+    SiteConfig site;
+    if (const char *v = get("OMNI_SITE_MAX_UNITS")) {
+        // The same bounds as plugstack.conf's max_units.
+        auto n = parse_uint(v, 1, 65536, "OMNI_SITE_MAX_UNITS");
+        if (!n) return Error{n.error()};
+        site.max_units = n.value();
+    }
+    return site;
+}
+
+Result<JobOptions> job_options_from_job_env(const std::function<const char *(const char *)> &get) {
+    auto site = site_config_from_env(get);
+    if (!site) return Error{site.error()};
+    return job_options_from_env(get, site.value());
 }
 
 }  // namespace omni

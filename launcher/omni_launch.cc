@@ -120,7 +120,7 @@ int run(int argc, char **argv) {
         return kExitFail;
     }
     cfg.alloc = alloc.value();
-    auto job = omni::job_options_from_env(env, omni::SiteConfig{});
+    auto job = omni::job_options_from_job_env(env);
     if (!job) {
         std::cerr << "omni-launch: the job's OMNI_* options: " << job.error() << "\n";
         return kExitFail;

@@ -72,7 +72,7 @@ Result<std::string> local_address_towards(const std::string &ip) {
 Result<RuntimeOptions> runtime_options_from_env(const EnvLookup &get,
                                                 const ProcessIdentity &process) {
     RuntimeOptions o;
-    auto job = job_options_from_env(get, SiteConfig{});
+    auto job = job_options_from_job_env(get);
     if (!job) return Error{job.error()};
     o.job = job.value();
     o.unit_size = static_cast<std::uint32_t>(o.job.unit_size);

@@ -51,6 +51,7 @@ TEST(JobOptions, GoodOptionsGiveTheirEnvironment) {
     EXPECT_EQ(env["OMNI_MICRO_BATCH"], "4");
     EXPECT_EQ(env["OMNI_CKPT_DIR"], "/scratch/run1");
     EXPECT_EQ(env["OMNI_CKPT_EVERY"], "500");
+    EXPECT_EQ(env["OMNI_SITE_MAX_UNITS"], "1024");   // SiteConfig's default
     EXPECT_EQ(env.count("OMNI_SM_SLICE"), 0u);
 }
 
@@ -235,4 +236,46 @@ TEST(JobOptions, EnvironmentRoundTrip) {
         site);
     ASSERT_FALSE(bad.ok());
     EXPECT_EQ(bad.error(), "--omni-mp=3: must divide the unit size 2 (--omni-unit=N)");
+}
+
+// A site limit above the default travels with the job: the job's own environment, read back
+// as omni-launch and the ranks read it, accepts the range sbatch accepted; with the site
+// variable gone the default limit (1024) refuses it.
+TEST(JobOptions, SiteLimitTravelsInTheEnvironment) {
+    SiteConfig site;
+    site.max_units = 4096;
+    JobOptions o;
+    ASSERT_EQ(run({{"omni-elastic", "1:2048"}}, site, &o), "");
+    auto env = env_of(o, site);
+    EXPECT_EQ(env["OMNI_SITE_MAX_UNITS"], "4096");
+    auto get = [&](const char *k) -> const char * {
+        auto it = env.find(k);
+        return it == env.end() ? nullptr : it->second.c_str();
+    };
+    auto back = job_options_from_job_env(get);
+    ASSERT_TRUE(back.ok()) << back.error();
+    ASSERT_TRUE(back.value().elastic.has_value());
+    EXPECT_EQ(back.value().elastic->second, 2048u);
+
+    env.erase("OMNI_SITE_MAX_UNITS");
+    auto dflt = job_options_from_job_env(get);
+    ASSERT_FALSE(dflt.ok());
+    EXPECT_NE(dflt.error().find("1..1024"), std::string::npos) << dflt.error();
+
+    for (const char *badv : {"0", "65537", "abc", "-1", ""}) {
+        env["OMNI_SITE_MAX_UNITS"] = badv;
+        auto bad = job_options_from_job_env(get);
+        ASSERT_FALSE(bad.ok()) << badv;
+        EXPECT_EQ(bad.error().rfind("OMNI_SITE_MAX_UNITS", 0), 0u) << bad.error();
+    }
+    EXPECT_EQ(site_config_from_env([](const char *) -> const char * { return nullptr; }).value().max_units,
+              1024u);
+}
+
+TEST(JobOptions, SiteLimitRefusesAboveIt) {
+    SiteConfig site;
+    site.max_units = 4096;
+    const std::string e = run({{"omni-elastic", "1:4097"}}, site);
+    EXPECT_NE(e.find("--omni-elastic=1:4097"), std::string::npos) << e;
+    EXPECT_NE(e.find("4096"), std::string::npos) << e;
 }

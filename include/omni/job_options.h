@@ -83,6 +83,18 @@ std::vector<std::pair<std::string, std::string>> job_option_env(const JobOptions
 Result<JobOptions> job_options_from_env(const std::function<const char *(const char *)> &get,
                                         const SiteConfig &site);
 
+/* The site limits a job was submitted under. job_option_env writes the site's max_units as
+ * OMNI_SITE_MAX_UNITS for an elastic job, so omni-launch and every rank check the job's
+ * options against the limit sbatch checked them with, not against the default. Unset: the
+ * defaults (a job submitted without the plugin); a bad value is an error naming the variable.
+ * Only the limits are read: topology, bind and default_domain act at submit and in
+ * slurmstepd, where the plugstack arguments are at hand. */
+Result<SiteConfig> site_config_from_env(const std::function<const char *(const char *)> &get);
+
+/* The job's options as every process of the job reads them: site_config_from_env, then
+ * job_options_from_env with that site. */
+Result<JobOptions> job_options_from_job_env(const std::function<const char *(const char *)> &get);
+
 /* Global batch sizes that work for every unit count of the elastic range: the multiples of
  * b * (N/M) * lcm(MIN..MAX). Returns that step, or an error when it exceeds kMaxBatch. */
 Result<std::uint64_t> global_batch_step(const JobOptions &opts);

@@ -407,7 +407,7 @@ int main(int argc, char **argv) {
     // validated at submit for every unit count and handed to every task as OMNI_*) are the
     // defaults of the matching options here; an option given on the command line wins, with a
     // note when it differs from the job's.
-    auto job = omni::job_options_from_env([](const char *n) { return std::getenv(n); }, omni::SiteConfig{});
+    auto job = omni::job_options_from_job_env([](const char *n) { return std::getenv(n); });
     if (!job) return usage_error("the job's OMNI_* variables: " + job.error());
     std::string batch_from = "--global-batch", micro_from = "--micro-batch";
     auto take = [&](const char *option, std::uint64_t &to, std::string &from,
