@@ -54,7 +54,7 @@ struct Options {
     double lr = 1e-2;
     std::uint64_t pace_ms = 0;
     bool timestamps = false;
-    std::string ckpt, metrics;
+    std::string ckpt, metrics, sample_log;
     // Option parsing's notes, printed by rank 0 once the runtime knows the rank (every rank
     // parses the same command line and job environment, so each would print them).
     std::vector<std::string> notes;
@@ -214,6 +214,18 @@ int run(const Options &o) {
                       << rt.world() << "\n";
         return reopen_metrics();
     };
+    // --sample-log: the indices this rank trained on, "STEP GENERATION I I ...\n" per step, so
+    // a test can check exactly which samples each epoch used. A step redone after a rewind
+    // has a higher generation than its lost first run. One file per process: HOST-PID.
+    std::ofstream sample_log;
+    if (!o.sample_log.empty()) {
+        char host[256] = "";
+        if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "host");
+        const std::string path = o.sample_log + "/" + host + "-" + std::to_string(getpid()) + ".samples";
+        sample_log.open(path, std::ios::app);
+        if (!sample_log) return fail("--sample-log " + o.sample_log + ": cannot write " + path);
+    }
+    std::string step_indices;   // this rank's indices in the step, as text
     const DataSpec data{o.seed, o.dataset_size};
     // Every rank writes its shard, then rank 0 commits once all are written.
     auto checkpoint = [&]() -> omni::Status {
@@ -253,12 +265,14 @@ int run(const Options &o) {
         // the indices, wrapping): the metrics let a test check that every sample of an epoch
         // was used exactly once whatever the resizes.
         std::int64_t seen[3] = {0, 0, 0};
+        step_indices.clear();
         for (std::uint32_t m = 0; m < ledger->grad_accum(); ++m) {
             auto idx = ledger->micro_batch(rt.rank(), m);
             if (!idx) return fail(idx.error());
             const std::vector<std::uint64_t> &ix = idx.value();
             accumulate(s.params, data, ix.data(), ix.size(), acc);
             for (std::uint64_t i : ix) {
+                if (sample_log.is_open()) step_indices += " " + std::to_string(i);
                 seen[0] += 1;
                 seen[1] = static_cast<std::int64_t>(static_cast<std::uint64_t>(seen[1]) + i);
                 seen[2] = static_cast<std::int64_t>(static_cast<std::uint64_t>(seen[2]) + i * i);
@@ -293,6 +307,10 @@ int run(const Options &o) {
             continue;
         }
         ++s.step;
+        if (sample_log.is_open()) {
+            sample_log << s.step << " " << rt.generation() << step_indices << "\n" << std::flush;
+            if (!sample_log) return fail("--sample-log " + o.sample_log + ": write failed");
+        }
         if (metrics.is_open()) {
             char line[384];
             std::snprintf(line, sizeof line,
@@ -389,7 +407,9 @@ int main(int argc, char **argv) {
         ("lr", po::value<double>(&o.lr)->default_value(o.lr), "peak learning rate")
         ("ckpt", po::value<std::string>(&o.ckpt), "checkpoint root (resume from its newest checkpoint)")
         ("metrics", po::value<std::string>(&o.metrics), "JSONL metrics file, one line per step")
-        ("timestamps", po::bool_switch(&o.timestamps), "add the wall-clock time_ms to every metrics line (benchmarks)");
+        ("timestamps", po::bool_switch(&o.timestamps), "add the wall-clock time_ms to every metrics line (benchmarks)")
+        ("sample-log", po::value<std::string>(&o.sample_log),
+         "directory: every rank appends the sample indices it trained on, a line per step, to a file of its own there (tests)");
     po::variables_map vm;
     try {
         po::store(po::command_line_parser(argc, argv).options(desc).run(), vm);

@@ -53,8 +53,17 @@ cluster_release() {
   fi
 }
 
-# job_state JOBID: the job's final state from accounting (COMPLETED, FAILED, ...).
-job_state() { sacct -n -X -P -j "$1" -o State | tail -n 1; }
+# job_state JOBID: the job's final state from accounting (COMPLETED, FAILED, ...). slurmdbd
+# learns it a moment after 'sbatch --wait' returns (seen: PENDING just after a failed job
+# ended), so an unfinished state is asked again, for up to 20 s.
+job_state() {
+  local s i
+  for i in $(seq 100); do
+    s=$(sacct -n -X -P -j "$1" -o State | tail -n 1)
+    case "$s" in ""|PENDING|RUNNING|REQUEUED|RESIZING|SUSPENDED|COMPLETING|CONFIGURING) sleep 0.2 ;; *) break ;; esac
+  done
+  echo "$s"
+}
 
 # proc_alive PID: running and not a zombie (a zombie is dead, merely not yet reaped by init).
 proc_alive() {
