@@ -26,6 +26,15 @@
 #error "slurm-omni's NCCL backend needs NCCL 2.14 or newer headers (configure --without-cuda to build without it)"
 #endif
 
+// ncclCommShrink's flags arrived with it in 2.27; this build may use older headers and still
+// call ncclCommShrink where the library loaded at run time has it (found with dlsym).
+#ifndef NCCL_SHRINK_DEFAULT
+#define NCCL_SHRINK_DEFAULT 0x00
+#endif
+#ifndef NCCL_SHRINK_ABORT
+#define NCCL_SHRINK_ABORT 0x01
+#endif
+
 namespace omni::launcher {
 
 namespace {
@@ -105,6 +114,15 @@ public:
             else ncclCommAbort(comm_);
         }
         if (stream_) cudaStreamDestroy(stream_);
+        // The barrier's word lives on this communicator's device, which need not be the
+        // thread's current one when the communicator goes.
+        if (scratch_) {
+            int current = -1;
+            const bool switched = cudaGetDevice(&current) == cudaSuccess && current != opts_.device &&
+                                  cudaSetDevice(opts_.device) == cudaSuccess;
+            cudaFree(scratch_);
+            if (switched) cudaSetDevice(current);
+        }
     }
 
     int rank() const override { return rank_; }
@@ -113,32 +131,47 @@ public:
     ncclComm_t handle() const { return comm_; }
 
     Status allreduce(void *buf, std::size_t count, DType t, ReduceOp op) override {
+        if (auto st = usable(); !st) return st;
         if (t == DType::i64 && op != ReduceOp::sum) return make_error("ncclAllReduce: i64 buffers take sum only");
         OMNI_NCCL_TRY(ncclAllReduce(buf, buf, count, nccl_type(t), nccl_op(op), comm_, active()));
         return complete("ncclAllReduce");
     }
     Status broadcast(void *buf, std::size_t count, DType t, int root) override {
+        if (auto st = usable(); !st) return st;
         if (root < 0 || root >= size_) return make_error("broadcast: root " + std::to_string(root) + " out of range");
         OMNI_NCCL_TRY(ncclBroadcast(buf, buf, count, nccl_type(t), root, comm_, active()));
         return complete("ncclBroadcast");
     }
     Status allgather(const void *send, void *recv, std::size_t count, DType t) override {
+        if (auto st = usable(); !st) return st;
         OMNI_NCCL_TRY(ncclAllGather(send, recv, count, nccl_type(t), comm_, active()));
         return complete("ncclAllGather");
     }
     Status reduce_scatter(const void *send, void *recv, std::size_t count, DType t,
                           ReduceOp op) override {
+        if (auto st = usable(); !st) return st;
         OMNI_NCCL_TRY(ncclReduceScatter(send, recv, count, nccl_type(t), nccl_op(op), comm_, active()));
         return complete("ncclReduceScatter");
     }
     Status barrier() override {
-        // NCCL has no barrier: a one-element allreduce on a scratch device word is one.
-        if (!scratch_) OMNI_CUDA_TRY(cudaMalloc(&scratch_, sizeof(float)));
+        // NCCL has no barrier: a one-element allreduce on a scratch device word is one. The
+        // word is made on the communicator's device, zeroed so the sum stays finite.
+        if (auto st = usable(); !st) return st;
+        if (!scratch_) {
+            int current = -1;
+            OMNI_CUDA_TRY(cudaGetDevice(&current));
+            if (current != opts_.device) OMNI_CUDA_TRY(cudaSetDevice(opts_.device));
+            cudaError_t e = cudaMalloc(&scratch_, sizeof(float));
+            if (e == cudaSuccess) e = cudaMemset(scratch_, 0, sizeof(float));
+            if (current != opts_.device) cudaSetDevice(current);
+            if (e != cudaSuccess) return make_error(std::string("barrier: cudaMalloc: ") + cudaGetErrorString(e));
+        }
         return allreduce(scratch_, 1, DType::fp32, ReduceOp::sum);
     }
 
     Status exchange(const std::vector<PeerSend> &sends,
                     const std::vector<PeerRecv> &recvs) override {
+        if (auto st = usable(); !st) return st;
         for (const auto &s : sends)
             if (s.peer < 0 || s.peer >= size_ || s.peer == rank_)
                 return make_error("exchange: cannot send to rank " + std::to_string(s.peer));
@@ -163,6 +196,7 @@ public:
     }
 
     Result<std::unique_ptr<Communicator>> shrink(const std::vector<int> &exclude, bool abort_ops) override {
+        if (auto st = usable(); !st) return Error{st.error()};
         ShrinkFn fn = shrink_fn();
         if (!fn)
             return make_error("ncclCommShrink: not in the NCCL in use (" +
@@ -201,6 +235,13 @@ public:
     }
 
 private:
+    // After abort() or a shrink the NCCL handle is gone: every call is an error, not a call
+    // into NCCL with a null communicator.
+    Status usable() const {
+        if (!comm_) return make_error("nccl: this communicator was aborted or shrunk; use its successor");
+        return Status::success();
+    }
+
     // Waits for the enqueued operation, watching NCCL's async error so that a peer's death or
     // a hang becomes an error within the timeout (the communicator is then to be aborted).
     Status complete(const char *what) {

@@ -1,8 +1,10 @@
 // nccl_check: exercises the NCCL communicator on a machine with a GPU (tests/gpu/run).
-// One rank on GPU 0: init (non-blocking, with a timeout), every collective on fp32 and bf16
-// device buffers, the point-to-point exchange's checks, an in-place shrink (ncclCommShrink, where the library has it), abort, and a
-// fresh init under a new unique id (the grow path of NCCL versions without ncclCommGrow), and
-// with two GPUs and NCCL 2.29+ a grow from 1 to 2 ranks with ncclCommGrow.
+// One rank on GPU 0: init (non-blocking, with a timeout), every collective against the
+// result one rank must give (fp32, bf16, i64), barrier, the point-to-point exchange's checks,
+// an in-place shrink (ncclCommShrink, where the library has it), abort and the refusal of
+// later calls, and a fresh init under a new unique id (the grow path of NCCL versions
+// without ncclCommGrow); with two GPUs and NCCL 2.29+, a grow from 1 to 2 ranks with
+// ncclCommGrow, each rank's sum checked against the sum of both inputs.
 // Prints one line per check; exit 0 when all pass.
 #include <cuda_runtime.h>
 #include <gloo/rendezvous/hash_store.h>
@@ -25,17 +27,35 @@ static int failures = 0;
         if (!ok_) ++failures;                                              \
     } while (0)
 
-template <typename T>
-std::vector<T> roundtrip(Communicator &c, const std::vector<T> &in, DType t) {
-    void *d = nullptr;
-    cudaMalloc(&d, in.size() * sizeof(T));
-    cudaMemcpy(d, in.data(), in.size() * sizeof(T), cudaMemcpyHostToDevice);
-    auto st = c.allreduce(d, in.size(), t, ReduceOp::sum);
-    if (!st) std::printf("  %s\n", st.error().c_str());
-    std::vector<T> out(in.size());
-    cudaMemcpy(out.data(), d, in.size() * sizeof(T), cudaMemcpyDeviceToHost);
-    cudaFree(d);
+// Copies `in` to a device buffer, runs `op(src, dst)` (dst has room for `out_count`
+// elements; src == dst for in-place calls when out_count is 0) and returns dst's contents.
+// A failed call or CUDA error is printed and returns an empty vector, which no check expects.
+template <typename T, typename Op>
+std::vector<T> on_device(const std::vector<T> &in, std::size_t out_count, Op op) {
+    void *src = nullptr, *dst = nullptr;
+    const std::size_t out_n = out_count ? out_count : in.size();
+    bool ok = cudaMalloc(&src, in.size() * sizeof(T)) == cudaSuccess &&
+              cudaMemcpy(src, in.data(), in.size() * sizeof(T), cudaMemcpyHostToDevice) == cudaSuccess;
+    if (ok && out_count) ok = cudaMalloc(&dst, out_n * sizeof(T)) == cudaSuccess;
+    if (!out_count) dst = src;
+    std::vector<T> out;
+    if (ok) {
+        auto st = op(src, dst);
+        if (!st) std::printf("  %s\n", st.error().c_str());
+        out.resize(out_n);
+        if (!st || cudaMemcpy(out.data(), dst, out_n * sizeof(T), cudaMemcpyDeviceToHost) != cudaSuccess)
+            out.clear();
+    } else {
+        std::printf("  CUDA: %s\n", cudaGetErrorString(cudaGetLastError()));
+    }
+    if (dst != src) cudaFree(dst);
+    cudaFree(src);
     return out;
+}
+
+template <typename T>
+std::vector<T> roundtrip(Communicator &c, const std::vector<T> &in, DType t, ReduceOp op = ReduceOp::sum) {
+    return on_device(in, 0, [&](void *buf, void *) { return c.allreduce(buf, in.size(), t, op); });
 }
 
 int main() {
@@ -56,11 +76,28 @@ int main() {
     auto c = make_nccl_communicator(store, "gen0/nccl-id", 0, 1, o);
     CHECK(c.ok(), c.ok() ? "init 1 rank" : c.error().c_str());
     if (!c) return 1;
-    std::vector<float> f{1.5f, -2.0f, 3.25f};
-    CHECK(roundtrip(*c.value(), f, DType::fp32) == f, "allreduce fp32 (1 rank: identity)");
-    std::vector<std::uint16_t> h{float_to_bf16(1.0f), float_to_bf16(-3.0f)};
-    CHECK(roundtrip(*c.value(), h, DType::bf16) == h, "allreduce bf16");
-    CHECK(c.value()->barrier().ok(), "barrier");
+    // With one rank every collective's result is its input, known here before any call:
+    // the sum and mean of one value, a broadcast from rank 0, the gather of one slice, the
+    // scatter of one. Values are chosen so that a conversion would show: fp32 and bf16 with
+    // a fraction and a sign, i64 beyond 2^53 (lost by any float path).
+    Communicator &cc = *c.value();
+    const std::vector<float> f{1.5f, -2.0f, 3.25f};
+    CHECK(roundtrip(cc, f, DType::fp32) == f, "allreduce fp32 sum (1 rank: identity)");
+    CHECK(roundtrip(cc, f, DType::fp32, ReduceOp::avg) == f, "allreduce fp32 avg");
+    const std::vector<std::uint16_t> h{float_to_bf16(1.0f), float_to_bf16(-3.0f)};
+    CHECK(roundtrip(cc, h, DType::bf16) == h, "allreduce bf16 sum");
+    const std::vector<std::int64_t> big{(std::int64_t(1) << 60) + 1, -((std::int64_t(1) << 55) + 3)};
+    CHECK(roundtrip(cc, big, DType::i64) == big, "allreduce i64 sum, values beyond 2^53");
+    CHECK(on_device(f, 0, [&](void *b, void *) { return cc.broadcast(b, f.size(), DType::fp32, 0); }) == f,
+          "broadcast from rank 0");
+    CHECK(!cc.broadcast(nullptr, 1, DType::fp32, 1).ok(), "broadcast refuses root 1 of 1 rank");
+    CHECK(on_device(f, f.size(), [&](void *src, void *dst) { return cc.allgather(src, dst, f.size(), DType::fp32); }) == f,
+          "allgather (1 rank: its own slice)");
+    CHECK(on_device(f, f.size(),
+                    [&](void *src, void *dst) { return cc.reduce_scatter(src, dst, f.size(), DType::fp32, ReduceOp::sum); }) == f,
+          "reduce_scatter (1 rank: its own slice)");
+    CHECK(cc.barrier().ok(), "barrier");
+    CHECK(cc.barrier().ok(), "barrier again (its scratch word reused)");
     // Point-to-point (the hand-off): with one rank only an empty exchange is valid.
     CHECK(c.value()->exchange({}, {}).ok(), "exchange with nothing to move");
     {
@@ -93,12 +130,22 @@ int main() {
         auto s = nc->shrink({}, false);
         CHECK(s.ok(), s.ok() ? "shrink (exclude none)" : s.error().c_str());
         if (s) CHECK(roundtrip(*s.value(), f, DType::fp32) == f, "allreduce after shrink");
-        if (s) dynamic_cast<NcclCommunicator *>(s.value().get())->abort();
-        CHECK(true, "abort after shrink");
+        // The parent gave its NCCL handle to the shrunk communicator: it refuses calls.
+        CHECK(roundtrip(*nc, f, DType::fp32).empty(), "the parent refuses calls after shrink");
+        if (s) {
+            auto *sc = dynamic_cast<NcclCommunicator *>(s.value().get());
+            sc->abort();
+            auto st = sc->allreduce(nullptr, 1, DType::fp32, ReduceOp::sum);
+            CHECK(!st.ok() && st.error().find("aborted") != std::string::npos,
+                  st.ok() ? "allreduce after abort was accepted" : "abort: later calls are refused");
+        }
     } else {
         auto s = nc->shrink({}, false);
         CHECK(!s.ok(), "shrink refused without ncclCommShrink");
         nc->abort();
+        auto st = nc->barrier();
+        CHECK(!st.ok() && st.error().find("aborted") != std::string::npos,
+              st.ok() ? "barrier after abort was accepted" : "abort: later calls are refused");
     }
     auto again = make_nccl_communicator(store, "gen1/nccl-id", 0, 1, o);
     CHECK(again.ok(), again.ok() ? "fresh init under a new unique id (regrow)" : again.error().c_str());
