@@ -39,10 +39,14 @@ bool read_boot_id(std::uint8_t out[16]) {
 
 HostRecord local_host_record(const std::uint64_t *nonce_word) {
     HostRecord r;
-    struct stat ns{};
-    if (!nonce_word || !read_boot_id(r.boot_id) || ::stat("/proc/self/ns/pid", &ns) != 0) return HostRecord{};
+    struct stat ns{}, net{};
+    if (!nonce_word || !read_boot_id(r.boot_id) || ::stat("/proc/self/ns/pid", &ns) != 0 ||
+        ::stat("/proc/self/ns/net", &net) != 0)
+        return HostRecord{};
     r.pidns_dev = ns.st_dev;
     r.pidns_ino = ns.st_ino;
+    r.netns_dev = net.st_dev;
+    r.netns_ino = net.st_ino;
     r.nonce_addr = reinterpret_cast<std::uintptr_t>(nonce_word);
     r.nonce = *nonce_word;
     r.pid = static_cast<std::int32_t>(::getpid());
@@ -52,7 +56,8 @@ HostRecord local_host_record(const std::uint64_t *nonce_word) {
 bool same_kernel(const HostRecord &self, const HostRecord &peer) {
     return self.pid > 0 && peer.pid > 0 &&
            std::memcmp(self.boot_id, peer.boot_id, sizeof self.boot_id) == 0 &&
-           self.pidns_dev == peer.pidns_dev && self.pidns_ino == peer.pidns_ino;
+           self.pidns_dev == peer.pidns_dev && self.pidns_ino == peer.pidns_ino &&
+           self.netns_dev == peer.netns_dev && self.netns_ino == peer.netns_ino;
 }
 
 Status probe_peer(const HostRecord &peer) {

@@ -26,19 +26,25 @@ struct HostRecord {
     std::uint8_t boot_id[16] = {};    // /proc/sys/kernel/random/boot_id: one per running kernel
     std::uint64_t pidns_dev = 0;      // the pid namespace (stat of /proc/self/ns/pid)
     std::uint64_t pidns_ino = 0;
+    // The network namespace (stat of /proc/self/ns/net): ranks in different ones are on
+    // different hosts as far as the job can tell (omni-cluster --hosts netns makes such
+    // hosts on one kernel), so they move state over the network, as real hosts do.
+    std::uint64_t netns_dev = 0;
+    std::uint64_t netns_ino = 0;
     std::uint64_t nonce_addr = 0;     // where the probe word lives in this process
     std::uint64_t nonce = 0;          // and what it holds
     std::int32_t pid = 0;             // 0: this rank offers no same-host copies
     std::uint32_t reserved = 0;
 };
-static_assert(sizeof(HostRecord) == 56, "HostRecord is exchanged as raw bytes");
+static_assert(sizeof(HostRecord) == 72, "HostRecord is exchanged as raw bytes");
 
 // This process's record; `nonce_word` must stay at its address, holding its value, for as
 // long as peers may probe it. A record with pid 0 when the kernel's identity cannot be read.
 HostRecord local_host_record(const std::uint64_t *nonce_word);
 
 // True when both records are usable and name processes on the same kernel in the same pid
-// namespace (so that the peer's pid means the same process here).
+// namespace (so that the peer's pid means the same process here) and the same network
+// namespace (the same host).
 bool same_kernel(const HostRecord &self, const HostRecord &peer);
 
 // Whether this process may read `peer`'s memory: its probe word, read back, matches. An

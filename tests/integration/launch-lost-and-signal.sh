@@ -11,7 +11,8 @@ launch=$top_build/launcher/omni-launch
 ctl=$top_build/launcher/omni-ctl
 toy=$top_build/launcher/test/toy_rank
 need_built "$launch" "$ctl" "$toy"
-cluster_acquire 3 0
+# Every node its own host (network and UTS namespaces): ranks reach the coordinator across hosts.
+cluster_acquire 3 0 netns
 cd "$work"
 
 # 1. A crashing rank.

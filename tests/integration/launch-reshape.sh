@@ -3,7 +3,9 @@
 # coordinator protocol) run ~150 boundaries; from inside the job, omni-ctl reshapes to 2
 # units, then to 3 (a joining srun step with a fresh unit id). Checks: the events file shows
 # initial 0 -> 4, planned 4 -> 2, planned 2 -> 3 and the end; the job and omni-launch exit 0;
-# the coordinator listens only on the node address (127.0.0.1 here), never on a wildcard;
+# the coordinator listens only on the batch node's address (every node its own host here:
+# omni-cluster --hosts netns), never on a wildcard; no slurm-omni program listens anywhere
+# else on any node;
 # a connection with a wrong secret is refused and logged; the job directory omni-launch made
 # is removed when it ends.
 . "$(dirname "$0")/lib.sh"
@@ -11,7 +13,7 @@ launch=$top_build/launcher/omni-launch
 ctl=$top_build/launcher/omni-ctl
 toy=$top_build/launcher/test/toy_rank
 need_built "$launch" "$ctl" "$toy"
-cluster_acquire 4 0
+cluster_acquire 4 0 netns
 cd "$work"
 
 cat >job.sh <<EOS
@@ -34,8 +36,11 @@ wait_units() {
   echo "never reached \$1 units"; return 1
 }
 wait_units 4 || exit 10
+echo "batch-node \$SLURMD_NODENAME"
 port=\$(sed 's/.*://' "/tmp/omni-\$(id -u)/job-\$SLURM_JOB_ID/coordinator")
 ss -ltnp "( sport = :\$port )" >"$work/ss.txt"
+# Every node's listening sockets, named by node.
+srun --overlap -N4 --ntasks-per-node=1 bash -c 'ss -Htanp | sed "s/^/\$SLURMD_NODENAME /"' >"$work/sockets.txt"
 # A request with a wrong secret, through a directory naming the real coordinator.
 mkdir -m 700 "$work/other"
 printf '%064d\n' 7 >"$work/other/secret"; chmod 600 "$work/other/secret"
@@ -89,12 +94,21 @@ expect_eq "joining rank admitted" \
   "$(grep -c 'toy u4.s0: generation 3 rank 2 of 3' "$work/job.out")" 1
 expect_eq "ranks that left at the shrink" "$(grep -c 'toy u[23].s0: leaves at step' "$work/job.out")" 2
 
-# Listening only on the node address.
+# Listening only on the batch node's address.
 cat "$work/ss.txt"
-grep -q 'LISTEN .* 127\.0\.0\.1:[0-9]' "$work/ss.txt" || fail "coordinator not listening on 127.0.0.1"
-awk '$1 == "LISTEN" { print $4 }' "$work/ss.txt" | grep -Ev '^127\.0\.0\.1:[0-9]+$' &&
-  fail "coordinator listens on a wildcard or another address"
+batch=$(sed -n 's/^batch-node //p' "$work/job.out")
+baddr=$(node_addr "$batch")
+[ -n "$baddr" ] || fail "no NodeAddr for the batch node '$batch'"
+grep -qF "LISTEN" "$work/ss.txt" || fail "the coordinator is not listening"
+awk '$1 == "LISTEN" { print $4 }' "$work/ss.txt" | grep -vE "^${baddr//./\\.}:[0-9]+\$" &&
+  fail "coordinator listens on a wildcard or another address than $baddr"
 grep -q 'omni-launch' "$work/ss.txt" || fail "the listener is not omni-launch's"
+check_sockets "$work/sockets.txt"
+if [ "$CLUSTER_HOSTS" = netns ]; then
+  expect_eq "the coordinator's address" "$(awk '$1 == "LISTEN" { print $4; exit }' "$work/ss.txt" | sed 's/:[0-9]*$//')" "$baddr"
+  # The ranks on the three other hosts reached the coordinator across the bridge.
+  expect_eq "other hosts connected to the coordinator" "$(remote_peers "$work/sockets.txt" omni-launch | wc -l)" 3
+fi
 
 expect_eq "wrong secret refused (omni-ctl exit)" "$(sed -n 's/^wrong-secret-exit //p' "$work/job.out")" 1
 grep -q refused "$work/refused.txt" || fail "omni-ctl did not report the refusal: $(cat "$work/refused.txt")"

@@ -24,27 +24,68 @@ cleanup_work() { rm -rf "$work"; }
 trap cleanup_work EXIT
 own_cluster=
 
-# cluster_acquire NODES GPUS_PER_NODE: reuse the cluster named by OMNI_TEST_CLUSTER (it must
-# have at least that many nodes and GPUs), or start a private one that is stopped at exit.
+# cluster_acquire NODES GPUS_PER_NODE [HOSTS]: reuse the cluster named by OMNI_TEST_CLUSTER
+# (it must have at least that many nodes and GPUs, and HOSTS, local or netns, when given), or
+# start a private one that is stopped at exit (with --hosts HOSTS). Sets CLUSTER_DIR and
+# CLUSTER_HOSTS.
 cluster_acquire() {
-  local want_nodes=$1 want_gpus=$2
+  local want_nodes=$1 want_gpus=$2 want_hosts=${3:-}
   need_root
+  local NODES GPUS HOSTS=local
   if [ -n "${OMNI_TEST_CLUSTER:-}" ]; then
-    CLUSTER_DIR=$OMNI_TEST_CLUSTER
-    "$omni_cluster" --dir "$CLUSTER_DIR" status >/dev/null ||
-      fail "OMNI_TEST_CLUSTER=$CLUSTER_DIR is not up ('omni-cluster --dir $CLUSTER_DIR status' fails)"
-    local NODES GPUS
-    eval "$(grep -E '^(NODES|GPUS)=' "$CLUSTER_DIR/cluster.env")"
+    "$omni_cluster" --dir "$OMNI_TEST_CLUSTER" status >/dev/null ||
+      fail "OMNI_TEST_CLUSTER=$OMNI_TEST_CLUSTER is not up ('omni-cluster --dir $OMNI_TEST_CLUSTER status' fails)"
+    eval "$(grep -E '^(NODES|GPUS|HOSTS)=' "$OMNI_TEST_CLUSTER/cluster.env")"
     [ "$NODES" -ge "$want_nodes" ] && [ "$GPUS" -ge "$want_gpus" ] ||
-      fail "OMNI_TEST_CLUSTER=$CLUSTER_DIR has $NODES node(s) x $GPUS GPU(s); this test needs $want_nodes x $want_gpus"
+      fail "OMNI_TEST_CLUSTER=$OMNI_TEST_CLUSTER has $NODES node(s) x $GPUS GPU(s); this test needs $want_nodes x $want_gpus"
+  fi
+  if [ -n "${OMNI_TEST_CLUSTER:-}" ] && { [ -z "$want_hosts" ] || [ "$want_hosts" = "$HOSTS" ]; }; then
+    CLUSTER_DIR=$OMNI_TEST_CLUSTER CLUSTER_HOSTS=$HOSTS
   else
-    CLUSTER_DIR=$work/cluster
+    CLUSTER_DIR=$work/cluster CLUSTER_HOSTS=${want_hosts:-local}
     own_cluster=1
     trap 'cluster_release; cleanup_work' EXIT
     "$top_src/tests/integration/test-cluster" "$CLUSTER_DIR" "$top_build" "$want_nodes" \
-      "$want_gpus" || fail "omni-cluster up failed"
+      "$want_gpus" --hosts "$CLUSTER_HOSTS" || fail "omni-cluster up failed"
   fi
   eval "$("$omni_cluster" --dir "$CLUSTER_DIR" env)"
+}
+
+# node_addr NODE: the address Slurm reaches NODE at (NodeAddr).
+node_addr() { scontrol show node "$1" | sed -n 's/.*NodeAddr=\([^ ]*\).*/\1/p'; }
+
+# check_sockets FILE: FILE holds 'NODE SS-LINE' rows (ss -Htanp on each node, prefixed with
+# the node's name). Every TCP socket of slurm-omni's programs (omni-launch's coordinator, the
+# ranks' coordinator clients and Gloo pairs) must be on its own node's address: listening
+# there (never on a wildcard, loopback or another node's address), connected from there, or
+# a loopback connection to a local daemon (the PMIx server in slurmstepd). A socket that
+# slurmstepd holds too is Slurm's (mpi/pmix's listener, which tasks inherit; it listens on
+# 0.0.0.0), not ours, and is left out. Sets SOCKETS_CHECKED and SOCKETS_SLURM.
+check_sockets() {
+  local file=$1 node addr state local_host peer_host line
+  SOCKETS_CHECKED=0 SOCKETS_SLURM=0
+  while IFS= read -r line; do
+    case "$line" in *'"slurmstepd"'*) SOCKETS_SLURM=$((SOCKETS_SLURM + 1)); continue ;; esac
+    case "$line" in *'"omni-'*|*'"toy_rank"'*) ;; *) continue ;; esac
+    read -r node state _ _ local_host peer_host _ <<<"$line"
+    local_host=${local_host%:*} peer_host=${peer_host%:*}
+    addr=$(node_addr "$node")
+    if [ "$local_host" = "$addr" ]; then :
+    elif [ "$state" != LISTEN ] && [ "$local_host" = 127.0.0.1 ] && [ "$peer_host" = 127.0.0.1 ]; then :
+    else fail "on $node a slurm-omni program's socket is on $local_host, not on the node's address $addr: $line"
+    fi
+    SOCKETS_CHECKED=$((SOCKETS_CHECKED + 1))
+  done <"$file"
+  [ "$SOCKETS_CHECKED" -gt 0 ] || fail "no socket of a slurm-omni program in $file: $(head -5 "$file")"
+  note "$SOCKETS_CHECKED sockets of slurm-omni programs, each on its own node's address ($SOCKETS_SLURM of slurmstepd's, inherited by tasks, left out)"
+}
+
+# remote_peers FILE PROGRAM: the distinct other-node addresses that PROGRAM's connections in
+# FILE (as for check_sockets) lead to.
+remote_peers() {
+  awk -v prog="\"$2\"" '$2 == "ESTAB" && index($0, prog) && !index($0, "\"slurmstepd\"") {
+      l = $5; p = $6; sub(/:[0-9]+$/, "", l); sub(/:[0-9]+$/, "", p)
+      if (l != p && p != "127.0.0.1") print p }' "$1" | sort -u
 }
 
 cluster_release() {

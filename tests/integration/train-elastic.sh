@@ -14,7 +14,9 @@ launch=$top_build/launcher/omni-launch
 ctl=$top_build/launcher/omni-ctl
 demo=$top_build/launcher/omni-train-demo
 need_built "$launch" "$ctl" "$demo"
-cluster_acquire 4 0
+# Every node its own host (omni-cluster --hosts netns): ranks on four hosts, the coordinator
+# on the batch host's address, Gloo on each node's own.
+cluster_acquire 4 0 netns
 cd "$work"
 # 20 steps per epoch (960 / 48), 3 epochs; B = 48 with b = 4 divides b*d for d = 2, 3, 4.
 # The elastic job gets its batch sizes from sbatch (--omni-global-batch, --omni-micro-batch,
@@ -42,7 +44,9 @@ at_step() {  # wait until the metrics reach step \$1 (bounded)
   done
   echo "never reached step \$1"; return 1
 }
-at_step 10 && "$ctl" reshape --units 2 || exit 11
+at_step 10 || exit 11
+srun --overlap -N4 --ntasks-per-node=1 bash -c 'ss -Htanp | sed "s/^/\$SLURMD_NODENAME /"' >"$work/sockets.txt"
+"$ctl" reshape --units 2 || exit 11
 at_step 25 && "$ctl" reshape --units 3 || exit 12
 at_step 40 && "$ctl" reshape --units 4 || exit 13
 wait \$pid
@@ -118,6 +122,14 @@ if [ "$(cat /proc/sys/kernel/yama/ptrace_scope 2>/dev/null || echo 0)" = 0 ]; th
     fail "same-host copies were refused: $(grep 'cannot copy' "$work/elastic.out" | head -n 1)"
 fi
 
+# The job's sockets at step 10 (4 units): omni-launch's coordinator, the ranks' clients and
+# Gloo pairs, each on its own node's address; in netns mode the ranks on the other three
+# hosts reach the coordinator, and Gloo connects ranks across hosts.
+check_sockets "$work/sockets.txt"
+if [ "$CLUSTER_HOSTS" = netns ]; then
+  expect_eq "other hosts connected to the coordinator" "$(remote_peers "$work/sockets.txt" omni-launch | wc -l)" 3
+  expect_eq "hosts that ranks reach (coordinator and Gloo peers)" "$(remote_peers "$work/sockets.txt" omni-train-demo | wc -l)" 4
+fi
 /usr/bin/python3 - "$work/static.jsonl" "$work/elastic.jsonl" "$work/elastic-events.jsonl" <<'PY' ||
 import json, sys
 static = [json.loads(l) for l in open(sys.argv[1])]
