@@ -21,7 +21,7 @@
 #include <unordered_set>
 
 #include "box.h"
-#include "cow.h"
+#include "snapshot/cow.h"
 #include "format.h"
 #include "fsio.h"
 #include "h5.h"

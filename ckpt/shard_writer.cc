@@ -21,7 +21,7 @@
 #include "index.h"
 #include "ref_shard.h"
 #include "stream.h"
-#include "write_track.h"
+#include "snapshot/write_track.h"
 #include "omni/ckpt_cpp.h"
 #include "writer_internal.h"
 

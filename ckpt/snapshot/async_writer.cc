@@ -18,11 +18,11 @@
 
 #include "omni/ckpt_cpp.h"
 #include "cow.h"
-#include "format.h"
-#include "h5.h"
-#include "index.h"
+#include "../format.h"
+#include "../h5.h"
+#include "../index.h"
 #include "write_track.h"
-#include "writer_internal.h"
+#include "../writer_internal.h"
 
 namespace omni {
 namespace ckpt {

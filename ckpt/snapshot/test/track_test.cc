@@ -16,11 +16,11 @@
 #include <string>
 #include <vector>
 
-#include "../hash.h"
+#include "../../hash.h"
 #include "../write_track.h"
 #include "omni/ckpt.h"
 #include "omni/ckpt_cpp.h"
-#include "test_util.h"
+#include "../../test/test_util.h"
 
 using namespace omni::ckpt;
 namespace t = omni::ckpt::test;

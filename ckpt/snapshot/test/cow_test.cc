@@ -23,9 +23,9 @@
 #include <vector>
 
 #include "../cow.h"
-#include "../fsio.h"
+#include "../../fsio.h"
 #include "omni/ckpt_cpp.h"
-#include "test_util.h"
+#include "../../test/test_util.h"
 
 using namespace omni::ckpt;
 namespace t = omni::ckpt::test;
