@@ -2,7 +2,7 @@
 # Every script answers --help with its usage (exit 0), and a bad invocation with its usage on
 # stderr and exit 2, before it changes anything.
 . "$(dirname "$0")/lib.sh"
-scripts=(omni-cluster install-deps build demo test fresh-root)
+scripts=(omni-cluster install-deps build demo test fresh-root check-deps)
 for s in "${scripts[@]}"; do
   path=$top_src/scripts/$s
   [ -x "$path" ] || fail "$path is missing or not executable"
