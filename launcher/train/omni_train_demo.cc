@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "omni/ckpt_cpp.h"
 #include "omni/job_options.h"
 #include "omni/parse.h"
 
@@ -139,233 +140,306 @@ int fail(const std::string &msg) {
     return 1;
 }
 
-int run(const Options &o) {
-    using omni::launcher::Outcome;
-    // Under omni-launch the runtime joins the job's coordinator (world, rank, resizes); without
-    // one (no OMNI_COORD_*) it is a single standalone rank.
-    auto rtr = omni::launcher::Runtime::from_environment();
-    if (!rtr) return fail(rtr.error());
-    auto &rt = *rtr.value();
+// What one optimizer step computed, before it is recorded.
+struct StepResult {
+    omni::Status comm;          // the step's collectives; an error: a peer is gone
+    double loss = 0, lr = 0;
+    std::uint64_t clamped = 0;
+    // Which samples the step consumed, summed over ranks (count, sum and sum of squares of
+    // the indices, wrapping): the metrics let a test check each epoch at a glance.
+    std::int64_t seen[3] = {0, 0, 0};
+    std::string indices;        // this rank's indices, as text (--sample-log)
+};
 
-    TrainState s;
-    s.lr.base = o.lr;
-    s.lr.warmup = o.warmup;
-    s.lr.total = o.steps;
-    s.params = init_params(o.seed);
-    // The runtime owns the shard sizes: it resizes m and v at every reshape.
-    if (auto st = rt.register_params(s.params.data(), kParams); !st) return fail(st.error());
-    for (auto *v : {&s.adam.m, &s.adam.v})
-        if (auto r = rt.register_shard(v, kParams); !r) return fail(r.error());
-    if (auto st = rt.configure_ledger({o.dataset_size, o.global_batch, o.micro_batch, o.seed}); !st)
-        return fail(st.error());
-    auto started = rt.start();
-    if (!started) return fail(started.error());
-    if (rt.rank() == 0)
-        for (const auto &n : o.notes) std::cerr << kProg << ": note: " << n << "\n";
-    s.step = started.value().step;
-    s.generation = rt.generation();
-    s.adam.range = shard_range(kParams, static_cast<int>(rt.rank()), static_cast<int>(rt.world()));
+// What the training loop does after a boundary.
+enum class Next { train, train_without_checkpoint, exit };
+
+// One rank of the reference trainer. run() is the whole life of the rank: start (resume from
+// the newest checkpoint), then steps until --steps, each followed by the runtime's boundary.
+class Trainer {
+public:
+    Trainer(const Options &o, omni::launcher::Runtime &rt) : o_(o), rt_(rt), data_{o.seed, o.dataset_size} {}
+
+    int run() {
+        if (auto st = start(); !st) return fail(st.error());
+        while (s_.step < o_.steps) {
+            StepResult r;
+            if (auto st = compute_step(r); !st) return fail(st.error());
+            if (!r.comm) {
+                const Next n = after_failed_step(r.comm);
+                if (n == Next::exit) return exit_code_;
+                continue;
+            }
+            ++s_.step;
+            if (auto st = record_step(r); !st) return fail(st.error());
+            const Next n = after_boundary();
+            if (n == Next::exit) return exit_code_;
+            if (n == Next::train_without_checkpoint) continue;
+            if (auto code = periodic_checkpoint_or_term()) return *code;
+        }
+        return 0;
+    }
+
+private:
+    // Registers the model with the runtime, joins the job, and loads the newest checkpoint
+    // on a fresh start (or the rewind a joiner is told about).
+    omni::Status start() {
+        s_.lr.base = o_.lr;
+        s_.lr.warmup = o_.warmup;
+        s_.lr.total = o_.steps;
+        s_.params = init_params(o_.seed);
+        // The runtime owns the shard sizes: it resizes m and v at every reshape.
+        if (auto st = rt_.register_params(s_.params.data(), kParams); !st) return st;
+        for (auto *v : {&s_.adam.m, &s_.adam.v})
+            if (auto r = rt_.register_shard(v, kParams); !r) return omni::Error{r.error()};
+        if (auto st = rt_.configure_ledger({o_.dataset_size, o_.global_batch, o_.micro_batch, o_.seed}); !st)
+            return st;
+        auto started = rt_.start();
+        if (!started) return omni::Error{started.error()};
+        if (rt_.rank() == 0)
+            for (const auto &n : o_.notes) std::cerr << kProg << ": note: " << n << "\n";
+        s_.step = started.value().step;
+        s_.generation = rt_.generation();
+        reshard_optimizer();
+        if (!o_.ckpt.empty() && (!started.value().joined || started.value().rewind)) {
+            auto r = load_newest();
+            if (!r) return omni::make_error("--ckpt " + o_.ckpt + ": " + r.error());
+            if (r.value() && rt_.rank() == 0)
+                std::cerr << kProg << ": resumed at step " << s_.step << " from " << o_.ckpt << "\n";
+        }
+        if (auto st = reopen_metrics(); !st) return st;
+        return open_sample_log();
+    }
+
+    // This rank's ZeRO-1 slice of the optimizer state, for the current world.
+    void reshard_optimizer() {
+        s_.adam.range = shard_range(kParams, static_cast<int>(rt_.rank()), static_cast<int>(rt_.world()));
+    }
 
     // Loads the newest checkpoint into the registered buffers (a fresh start, or a rewind
-    // after lost ranks). Returns false when there is none.
-    auto load = [&]() -> omni::Result<bool> {
+    // after lost ranks). False when there is none.
+    omni::Result<bool> load_newest() {
         TrainState c;
-        auto r = load_latest(o.ckpt, static_cast<int>(rt.rank()), static_cast<int>(rt.world()), c);
+        auto r = load_latest(o_.ckpt, static_cast<int>(rt_.rank()), static_cast<int>(rt_.world()), c);
         if (!r || !r.value()) return r;
-        if (auto st = check_schedule(c.lr, s.lr); !st) return omni::Error{st.error()};
-        s.step = c.step;
-        s.lr = c.lr;
-        std::copy(c.params.begin(), c.params.end(), s.params.begin());
-        s.adam.range = c.adam.range;
-        s.adam.m = c.adam.m;  // same vector objects: the runtime keeps pointers to them
-        s.adam.v = c.adam.v;
-        if (auto st = rt.restore_ledger(c.ledger_json); !st) return omni::Error{st.error()};
+        if (auto st = check_schedule(c.lr, s_.lr); !st) return omni::Error{st.error()};
+        s_.step = c.step;
+        s_.lr = c.lr;
+        std::copy(c.params.begin(), c.params.end(), s_.params.begin());
+        s_.adam.range = c.adam.range;
+        s_.adam.m = c.adam.m;  // same vector objects: the runtime keeps pointers to them
+        s_.adam.v = c.adam.v;
+        if (auto st = rt_.restore_ledger(c.ledger_json); !st) return omni::Error{st.error()};
         return true;
-    };
-    const bool joined = started.value().joined;
-    if (!o.ckpt.empty() && (!joined || started.value().rewind)) {
-        auto r = load();
-        if (!r) return fail("--ckpt " + o.ckpt + ": " + r.error());
-        if (r.value() && rt.rank() == 0)
-            std::cerr << kProg << ": resumed at step " << s.step << " from " << o.ckpt << "\n";
     }
 
     // Rank 0 writes the metrics (whichever rank is 0 now: rank 0 may have been lost); a resumed
     // or rewound run rewrites the steps after its checkpoint.
-    std::ofstream metrics;
-    auto reopen_metrics = [&]() -> omni::Status {
-        if (metrics.is_open()) metrics.close();
-        if (o.metrics.empty() || rt.rank() != 0) return omni::Status::success();
-        if (s.step > 0)
-            if (auto st = trim_metrics(o.metrics, s.step); !st) return st;
-        metrics.open(o.metrics, s.step > 0 ? std::ios::app : std::ios::trunc);
-        if (!metrics) return omni::make_error("--metrics " + o.metrics + ": cannot open for writing");
+    omni::Status reopen_metrics() {
+        if (metrics_.is_open()) metrics_.close();
+        if (o_.metrics.empty() || rt_.rank() != 0) return omni::Status::success();
+        if (s_.step > 0)
+            if (auto st = trim_metrics(o_.metrics, s_.step); !st) return st;
+        metrics_.open(o_.metrics, s_.step > 0 ? std::ios::app : std::ios::trunc);
+        if (!metrics_) return omni::make_error("--metrics " + o_.metrics + ": cannot open for writing");
         return omni::Status::success();
-    };
-    if (auto st = reopen_metrics(); !st) return fail(st.error());
-    // After ranks were lost: every survivor reloads the newest checkpoint.
-    auto rewind = [&]() -> omni::Status {
-        if (o.ckpt.empty()) return omni::make_error("ranks were lost and there is no --ckpt to rewind to");
-        auto r = load();
-        if (!r) return omni::make_error("rewind: " + r.error());
-        if (!r.value()) return omni::make_error("ranks were lost before the first checkpoint in " + o.ckpt);
-        if (rt.rank() == 0)
-            std::cerr << kProg << ": ranks lost; rewound to step " << s.step << " with world "
-                      << rt.world() << "\n";
-        return reopen_metrics();
-    };
+    }
+
     // --sample-log: the indices this rank trained on, "STEP GENERATION I I ...\n" per step, so
     // a test can check exactly which samples each epoch used. A step redone after a rewind
     // has a higher generation than its lost first run. One file per process: HOST-PID.
-    std::ofstream sample_log;
-    if (!o.sample_log.empty()) {
+    omni::Status open_sample_log() {
+        if (o_.sample_log.empty()) return omni::Status::success();
         char host[256] = "";
         if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "host");
-        const std::string path = o.sample_log + "/" + host + "-" + std::to_string(getpid()) + ".samples";
-        sample_log.open(path, std::ios::app);
-        if (!sample_log) return fail("--sample-log " + o.sample_log + ": cannot write " + path);
+        const std::string path = o_.sample_log + "/" + host + "-" + std::to_string(getpid()) + ".samples";
+        sample_log_.open(path, std::ios::app);
+        if (!sample_log_) return omni::make_error("--sample-log " + o_.sample_log + ": cannot write " + path);
+        return omni::Status::success();
     }
-    std::string step_indices;   // this rank's indices in the step, as text
-    const DataSpec data{o.seed, o.dataset_size};
+
+    // After ranks were lost: every survivor reloads the newest checkpoint.
+    omni::Status rewind() {
+        if (o_.ckpt.empty()) return omni::make_error("ranks were lost and there is no --ckpt to rewind to");
+        auto r = load_newest();
+        if (!r) return omni::make_error("rewind: " + r.error());
+        if (!r.value()) return omni::make_error("ranks were lost before the first checkpoint in " + o_.ckpt);
+        if (rt_.rank() == 0)
+            std::cerr << kProg << ": ranks lost; rewound to step " << s_.step << " with world "
+                      << rt_.world() << "\n";
+        return reopen_metrics();
+    }
+
     // Every rank writes its shard, then rank 0 commits once all are written.
-    auto checkpoint = [&]() -> omni::Status {
-        s.generation = rt.generation();
-        s.ledger_json = rt.ledger()->serialise();
-        s.data_epoch = rt.ledger()->epoch();
-        s.data_seed = rt.ledger()->config().seed;
-        const int rank = static_cast<int>(rt.rank()), world = static_cast<int>(rt.world());
-        if (auto st = save_shard(o.ckpt, s, rank, world); !st) return st;
-        if (auto st = rt.comm().barrier(); !st) return st;
+    omni::Status checkpoint() {
+        s_.generation = rt_.generation();
+        s_.ledger_json = rt_.ledger()->serialise();
+        s_.data_epoch = rt_.ledger()->epoch();
+        s_.data_seed = rt_.ledger()->config().seed;
+        const int rank = static_cast<int>(rt_.rank()), world = static_cast<int>(rt_.world());
+        if (auto st = save_shard(o_.ckpt, s_, rank, world); !st) return st;
+        if (auto st = rt_.comm().barrier(); !st) return st;
         if (rank == 0)
-            if (auto c = commit_state(o.ckpt, s, world); !c) return omni::Error{c.error()};
-        return rt.comm().barrier();
-    };
+            if (auto c = commit_state(o_.ckpt, s_, world); !c) return omni::Error{c.error()};
+        return rt_.comm().barrier();
+    }
 
     // The job stops because ranks were lost and too few are left: the lost ranks' optimizer
-    // shards are gone, so the newest periodic checkpoint is the state to restart from.
-    auto stopped_after_loss = [&](const std::string &reason) {
-        if (rt.rank() == 0) {
+    // shards are gone, so the newest periodic checkpoint is the state to restart from. Its
+    // step comes from the checkpoint list (the manifests), without reading the checkpoint.
+    int stopped_after_loss(const std::string &reason) {
+        if (rt_.rank() == 0) {
             std::string newest = "none";
-            if (!o.ckpt.empty()) {
-                TrainState c;
-                auto r = load_latest(o.ckpt, 0, 1, c);
-                if (r && r.value()) newest = "step " + std::to_string(c.step) + " in " + o.ckpt;
-            }
-            std::cerr << kProg << ": stopped at step " << s.step << " (" << reason
+            if (!o_.ckpt.empty())
+                if (auto l = omni::ckpt::list(o_.ckpt))
+                    for (const auto &e : l.value())
+                        if (e.latest) newest = "step " + std::to_string(e.step) + " in " + o_.ckpt;
+            std::cerr << kProg << ": stopped at step " << s_.step << " (" << reason
                       << "): fewer units than the elastic minimum are left; newest checkpoint: "
                       << newest << "\n";
         }
         return kExitBelowMin;
-    };
+    }
 
-    while (s.step < o.steps) {
-        const auto *ledger = rt.ledger();
+    // The step's micro-batches on this rank, the exact sums across ranks, the optimizer step
+    // and the parameters gathered. An error return is fatal; r.comm says whether a peer died.
+    omni::Status compute_step(StepResult &r) {
+        const auto *ledger = rt_.ledger();
         Accum acc;
-        // Which samples the step consumed, summed over ranks (count, sum and sum of squares of
-        // the indices, wrapping): the metrics let a test check that every sample of an epoch
-        // was used exactly once whatever the resizes.
-        std::int64_t seen[3] = {0, 0, 0};
-        step_indices.clear();
         for (std::uint32_t m = 0; m < ledger->grad_accum(); ++m) {
-            auto idx = ledger->micro_batch(rt.rank(), m);
-            if (!idx) return fail(idx.error());
+            auto idx = ledger->micro_batch(rt_.rank(), m);
+            if (!idx) return omni::Error{idx.error()};
             const std::vector<std::uint64_t> &ix = idx.value();
-            accumulate(s.params, data, ix.data(), ix.size(), acc);
+            accumulate(s_.params, data_, ix.data(), ix.size(), acc);
             for (std::uint64_t i : ix) {
-                if (sample_log.is_open()) step_indices += " " + std::to_string(i);
-                seen[0] += 1;
-                seen[1] = static_cast<std::int64_t>(static_cast<std::uint64_t>(seen[1]) + i);
-                seen[2] = static_cast<std::int64_t>(static_cast<std::uint64_t>(seen[2]) + i * i);
+                if (sample_log_.is_open()) r.indices += " " + std::to_string(i);
+                r.seen[0] += 1;
+                r.seen[1] = static_cast<std::int64_t>(static_cast<std::uint64_t>(r.seen[1]) + i);
+                r.seen[2] = static_cast<std::int64_t>(static_cast<std::uint64_t>(r.seen[2]) + i * i);
             }
         }
-        if (o.pace_ms) usleep(static_cast<useconds_t>(o.pace_ms * 1000));
+        if (o_.pace_ms) usleep(static_cast<useconds_t>(o_.pace_ms * 1000));
         // Exact: integer sums do not depend on how the batch was split among ranks.
-        omni::Status cs;
-        for (auto [buf, n] : {std::pair{acc.v.data(), acc.v.size()}, std::pair{seen, std::size_t(3)}})
-            if (cs) cs = rt.comm().allreduce(buf, n, omni::launcher::DType::i64, omni::launcher::ReduceOp::sum);
-        const auto grad = mean_gradient(acc, o.global_batch);
-        const double loss = mean_loss(acc, o.global_batch);
-        const double lr = s.lr.at(s.step);
-        if (cs) {
-            s.adam.update(s.params.data(), grad, lr, s.step + 1);
-            cs = gather_params(rt.comm(), s.params);
+        for (auto [buf, n] : {std::pair{acc.v.data(), acc.v.size()}, std::pair{r.seen, std::size_t(3)}})
+            if (r.comm) r.comm = rt_.comm().allreduce(buf, n, omni::launcher::DType::i64, omni::launcher::ReduceOp::sum);
+        const auto grad = mean_gradient(acc, o_.global_batch);
+        r.loss = mean_loss(acc, o_.global_batch);
+        r.lr = s_.lr.at(s_.step);
+        r.clamped = acc.clamped;
+        if (r.comm) {
+            s_.adam.update(s_.params.data(), grad, r.lr, s_.step + 1);
+            r.comm = gather_params(rt_.comm(), s_.params);
         }
-        if (!cs) {
-            if (rt.standalone()) return fail(cs.error());
-            // A peer died inside the step. The survivors meet at the next boundary, where the
-            // coordinator (told by omni-launch, or by the boundary timeout) answers REWIND.
-            std::cerr << kProg << ": rank " << rt.rank() << ": step " << s.step + 1 << ": "
-                      << cs.error() << "; asking the coordinator\n";
-            auto b = rt.boundary(s.step + 1);
-            if (!b) return fail(b.error());
-            if (b.value().outcome == Outcome::Stop) return stopped_after_loss(b.value().reason);
-            if (b.value().outcome == Outcome::Left) return 0;
-            if (b.value().outcome != Outcome::Rewind)
-                return fail(std::string("after a failed collective the coordinator answered ") +
-                            omni::launcher::to_string(b.value().outcome));
-            if (auto st = rewind(); !st) return fail(st.error());
-            continue;
+        return omni::Status::success();
+    }
+
+    // A peer died inside the step. The survivors meet at the next boundary, where the
+    // coordinator (told by omni-launch, or by the boundary timeout) answers REWIND.
+    Next after_failed_step(const omni::Status &comm) {
+        using omni::launcher::Outcome;
+        if (rt_.standalone()) return stop(fail(comm.error()));
+        std::cerr << kProg << ": rank " << rt_.rank() << ": step " << s_.step + 1 << ": "
+                  << comm.error() << "; asking the coordinator\n";
+        auto b = rt_.boundary(s_.step + 1);
+        if (!b) return stop(fail(b.error()));
+        if (b.value().outcome == Outcome::Stop) return stop(stopped_after_loss(b.value().reason));
+        if (b.value().outcome == Outcome::Left) return stop(0);
+        if (b.value().outcome != Outcome::Rewind)
+            return stop(fail(std::string("after a failed collective the coordinator answered ") +
+                             omni::launcher::to_string(b.value().outcome)));
+        if (auto st = rewind(); !st) return stop(fail(st.error()));
+        return Next::train;
+    }
+
+    // The step's line in --sample-log and --metrics.
+    omni::Status record_step(const StepResult &r) {
+        if (sample_log_.is_open()) {
+            sample_log_ << s_.step << " " << rt_.generation() << r.indices << "\n" << std::flush;
+            if (!sample_log_) return omni::make_error("--sample-log " + o_.sample_log + ": write failed");
         }
-        ++s.step;
-        if (sample_log.is_open()) {
-            sample_log << s.step << " " << rt.generation() << step_indices << "\n" << std::flush;
-            if (!sample_log) return fail("--sample-log " + o.sample_log + ": write failed");
+        if (!metrics_.is_open()) return omni::Status::success();
+        char line[384];
+        std::snprintf(line, sizeof line,
+                      "{\"step\": %" PRIu64 ", \"loss\": %.17g, \"lr\": %.17g, \"world\": %u, "
+                      "\"generation\": %" PRIu64 ", \"samples\": %" PRIu64 ", \"clamped\": %" PRIu64
+                      ", \"step_samples\": [%" PRId64 ", %" PRIu64 ", %" PRIu64 "]}\n",
+                      s_.step, r.loss, r.lr, rt_.world(), rt_.generation(), s_.step * o_.global_batch,
+                      r.clamped, r.seen[0], static_cast<std::uint64_t>(r.seen[1]),
+                      static_cast<std::uint64_t>(r.seen[2]));
+        if (o_.timestamps) {  // wall clock, for benchmarks; off by default so runs compare bytewise
+            const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                std::chrono::system_clock::now().time_since_epoch()).count();
+            std::string l(line);
+            l.insert(l.size() - 2, ", \"time_ms\": " + std::to_string(now));
+            metrics_ << l << std::flush;
+        } else {
+            metrics_ << line << std::flush;
         }
-        if (metrics.is_open()) {
-            char line[384];
-            std::snprintf(line, sizeof line,
-                          "{\"step\": %" PRIu64 ", \"loss\": %.17g, \"lr\": %.17g, \"world\": %u, "
-                          "\"generation\": %" PRIu64 ", \"samples\": %" PRIu64 ", \"clamped\": %" PRIu64
-                          ", \"step_samples\": [%" PRId64 ", %" PRIu64 ", %" PRIu64 "]}\n",
-                          s.step, loss, lr, rt.world(), rt.generation(), s.step * o.global_batch,
-                          acc.clamped, seen[0], static_cast<std::uint64_t>(seen[1]),
-                          static_cast<std::uint64_t>(seen[2]));
-            if (o.timestamps) {  // wall clock, for benchmarks; off by default so runs compare bytewise
-                const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                    std::chrono::system_clock::now().time_since_epoch()).count();
-                std::string l(line);
-                l.insert(l.size() - 2, ", \"time_ms\": " + std::to_string(now));
-                metrics << l << std::flush;
-            } else {
-                metrics << line << std::flush;
-            }
-        }
-        auto b = rt.boundary(s.step);
-        if (!b) return fail(b.error());
+        return omni::Status::success();
+    }
+
+    // The runtime's decision at the end of the step, the same on every rank.
+    Next after_boundary() {
+        using omni::launcher::Outcome;
+        auto b = rt_.boundary(s_.step);
+        if (!b) return stop(fail(b.error()));
         switch (b.value().outcome) {
             case Outcome::Continue:
-                break;
+                return Next::train;
             case Outcome::Reshaped:
-                s.adam.range = shard_range(kParams, static_cast<int>(rt.rank()), static_cast<int>(rt.world()));
-                if (auto st = reopen_metrics(); !st) return fail(st.error());
-                if (rt.rank() == 0)
-                    std::cerr << kProg << ": step " << s.step << ": world " << b.value().previous_world
-                              << " -> " << rt.world() << " (" << b.value().reason << ")\n";
-                break;
+                reshard_optimizer();
+                if (auto st = reopen_metrics(); !st) return stop(fail(st.error()));
+                if (rt_.rank() == 0)
+                    std::cerr << kProg << ": step " << s_.step << ": world " << b.value().previous_world
+                              << " -> " << rt_.world() << " (" << b.value().reason << ")\n";
+                return Next::train;
             case Outcome::Rewind:
-                if (auto st = rewind(); !st) return fail(st.error());
-                continue;  // no periodic checkpoint for a step just reloaded
+                if (auto st = rewind(); !st) return stop(fail(st.error()));
+                return Next::train_without_checkpoint;  // the step was just reloaded
             case Outcome::Stop:
-                if (b.value().reason == "below-min") return stopped_after_loss(b.value().reason);
-                if (!o.ckpt.empty())
-                    if (auto st = checkpoint(); !st) return fail("checkpoint: " + st.error());
-                return 0;
+                if (b.value().reason == "below-min") return stop(stopped_after_loss(b.value().reason));
+                if (!o_.ckpt.empty())
+                    if (auto st = checkpoint(); !st) return stop(fail("checkpoint: " + st.error()));
+                return stop(0);
             case Outcome::Left:
-                return 0;
+                return stop(0);
         }
-        const bool periodic = o.ckpt_every && s.step % o.ckpt_every == 0;
-        // SIGTERM: a standalone rank stops here; under omni-launch the launcher turns it into a
-        // STOP decision that every rank receives at the same step.
-        const bool term = g_term && rt.standalone();
-        if (!o.ckpt.empty() && (periodic || term))
-            if (auto st = checkpoint(); !st) return fail("checkpoint: " + st.error());
-        if (term) {
-            std::cerr << kProg << ": SIGTERM: stopped at step " << s.step
-                      << (o.ckpt.empty() ? " (no --ckpt: state not saved)\n" : ", checkpoint written\n");
-            return 128 + SIGTERM;
-        }
+        return Next::train;
     }
-    return 0;
+
+    // The periodic checkpoint, and SIGTERM: a standalone rank stops here; under omni-launch
+    // the launcher turns it into a STOP decision that every rank receives at the same step.
+    std::optional<int> periodic_checkpoint_or_term() {
+        const bool periodic = o_.ckpt_every && s_.step % o_.ckpt_every == 0;
+        const bool term = g_term && rt_.standalone();
+        if (!o_.ckpt.empty() && (periodic || term))
+            if (auto st = checkpoint(); !st) return fail("checkpoint: " + st.error());
+        if (!term) return std::nullopt;
+        std::cerr << kProg << ": SIGTERM: stopped at step " << s_.step
+                  << (o_.ckpt.empty() ? " (no --ckpt: state not saved)\n" : ", checkpoint written\n");
+        return 128 + SIGTERM;
+    }
+
+    Next stop(int code) {
+        exit_code_ = code;
+        return Next::exit;
+    }
+
+    const Options &o_;
+    omni::launcher::Runtime &rt_;
+    const DataSpec data_;
+    TrainState s_;
+    std::ofstream metrics_, sample_log_;
+    int exit_code_ = 0;
+};
+
+// Under omni-launch the runtime joins the job's coordinator (world, rank, resizes); without
+// one (no OMNI_COORD_*) it is a single standalone rank.
+int run(const Options &o) {
+    auto rtr = omni::launcher::Runtime::from_environment();
+    if (!rtr) return fail(rtr.error());
+    Trainer t(o, *rtr.value());
+    return t.run();
 }
 
 }  // namespace
