@@ -89,7 +89,15 @@ float init_value(std::size_t i, std::uint32_t which) {
 
 }  // namespace
 
+// One line per phase on stderr, for restart-vs-resize's breakdown of a restart:
+// "state_rank: phase NAME rank R time_ms T" (wall clock, as the metrics' time_ms).
+void phase(const char *name, std::int64_t rank, std::int64_t t) {
+    std::fprintf(stderr, "%s: phase %s rank %" PRId64 " time_ms %" PRId64 "\n", kProg, name, rank, t);
+    std::fflush(stderr);
+}
+
 int main(int argc, char **argv) {
+    const std::int64_t t_process = now_ms();
     Options o;
     std::string err;
     if (!parse(argc, argv, o, err)) {
@@ -112,6 +120,9 @@ int main(int argc, char **argv) {
     // survivors' pause, so m and v get their initial values only when nobody sends them.
     auto started = rt.start();
     if (!started) return fail(started.error());
+    const std::int64_t me = rt.rank();
+    phase("process-start", me, t_process);
+    phase("runtime-started", me, now_ms());
     std::uint64_t step = started.value().step;
     if (!started.value().joined) {
         const ShardRange r = rt.shard_range(P);
@@ -139,6 +150,7 @@ int main(int argc, char **argv) {
                 if (sr.size())
                     if (auto st = r.read(name, {sr.begin}, {sr.size()}, vec->data(), sr.size() * sizeof(float)); !st)
                         return fail(st.error());
+            phase("checkpoint-loaded", me, now_ms());
         }
     }
 
@@ -198,7 +210,11 @@ int main(int argc, char **argv) {
                 if (!open_metrics()) return fail("--metrics " + o.metrics + ": " + std::strerror(errno));
                 break;
             case Outcome::Stop:
+                phase("stop-decided", me, now_ms());
                 if (auto st = checkpoint(); !st) return fail("checkpoint: " + st.error());
+                phase("checkpoint-committed", me, now_ms());
+                if (metrics) std::fclose(metrics);
+                phase("exit", me, now_ms());
                 return 0;
             case Outcome::Left: return 0;
             case Outcome::Rewind: return fail("ranks were lost: a benchmark run does not recover");
