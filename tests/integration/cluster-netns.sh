@@ -6,10 +6,11 @@
 . "$(dirname "$0")/lib.sh"
 need_root
 dir=$work/cluster
+# At exit, whatever happened: stop the cluster (its own errors are not this test's result).
 trap '"$omni_cluster" --dir "$dir" down >/dev/null 2>&1 || true; cleanup_work' EXIT
 
 # What the cluster made on this machine, by the names down must remove (P: the port base).
-leftovers() {  # leftovers P
+leftovers() {  # leftovers P; '|| true': grep finding nothing (exit 1) is the good case
   ip netns list 2>/dev/null | awk '{ print "netns " $1 }' | grep -E "^netns omni$1-" || true
   ip -o link show 2>/dev/null | awk -F': ' '{ print "link " $2 }' | grep -E "^link (ob$1|ov$1[^ ]*)" || true
   local p
@@ -49,6 +50,7 @@ expect_eq "the controller" "$(scontrol ping | grep -o 'Slurmctld(primary) at [^ 
 # listens here (another cluster, in local mode, may).
 ours=$(cat "$dir"/run/*.pid | tr -dc '0-9\n' | sed 's/^/pid=/; s/$/,/' | paste -sd'|')
 [ -n "$ours" ] || fail "no pid files in $dir/run"
+# grep -c prints 0 and exits 1 when nothing matches: that is the expected answer.
 expect_eq "this cluster's daemons listening in this machine's namespace" \
   "$(ss -Htlnp | grep -cE "$ours" || true)" 0
 # ... and there they do: slurmctld in the controller's namespace.
@@ -62,6 +64,7 @@ grep -q "^hosts     netns: ctl $net.1" "$work/status.out" || fail "status does n
 
 # A crash: every daemon killed, the namespaces and bridge left behind. The next up cleans up
 # and comes back.
+# munged's pid file may name a process already gone; the crash is checked just below.
 kill -KILL $(cat "$dir"/run/*.pid) 2>/dev/null || true
 sleep 0.5
 [ -n "$(leftovers "$base")" ] || fail "the crash left nothing to clean (the test cannot see what down removes)"
