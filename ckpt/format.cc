@@ -9,7 +9,7 @@
 #include <cinttypes>
 #include <cstdio>
 
-#include "omni/parse.h"
+#include "common/parse.h"
 
 namespace omni {
 namespace ckpt {

@@ -18,9 +18,9 @@
 #include <map>
 #include <set>
 
+#include "bounded_map.h"
 #include "fsio.h"
 #include "h5.h"
-#include "bounded_map.h"
 #include "hash.h"
 #include "ref_shard.h"
 

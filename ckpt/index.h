@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "format.h"
-#include "ref_shard.h"
 #include "omni/ckpt_cpp.h"
 #include "omni/result.h"
+#include "ref_shard.h"
 
 namespace omni {
 namespace ckpt {

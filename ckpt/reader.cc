@@ -21,14 +21,14 @@
 #include <unordered_set>
 
 #include "box.h"
-#include "snapshot/cow.h"
 #include "format.h"
 #include "fsio.h"
 #include "h5.h"
 #include "hash.h"
 #include "index.h"
-#include "stream.h"
 #include "omni/ckpt_cpp.h"
+#include "snapshot/cow.h"
+#include "stream.h"
 
 namespace omni {
 namespace ckpt {

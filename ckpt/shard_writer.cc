@@ -19,10 +19,10 @@
 #include "h5.h"
 #include "hash.h"
 #include "index.h"
-#include "ref_shard.h"
-#include "stream.h"
-#include "snapshot/write_track.h"
 #include "omni/ckpt_cpp.h"
+#include "ref_shard.h"
+#include "snapshot/write_track.h"
+#include "stream.h"
 #include "writer_internal.h"
 
 namespace omni {

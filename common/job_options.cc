@@ -1,10 +1,10 @@
 // The --omni-* job options: parsing, cross-option validation and the OMNI_* environment.
-// See include/omni/job_options.h for the contract.
-#include "omni/job_options.h"
+// See common/job_options.h for the contract.
+#include "common/job_options.h"
 
 #include <algorithm>
 
-#include "omni/parse.h"
+#include "common/parse.h"
 
 namespace omni {
 namespace {

@@ -1,5 +1,5 @@
-// Strict parsers for user input; see include/omni/parse.h for the contract.
-#include "omni/parse.h"
+// Strict parsers for user input; see common/parse.h for the contract.
+#include "common/parse.h"
 
 #include <algorithm>
 #include <limits>

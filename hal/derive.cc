@@ -4,7 +4,7 @@
 #include <map>
 #include <numeric>
 
-#include "omni/hal_model.h"
+#include "hal/model.h"
 
 namespace omni::hal {
 namespace {

@@ -3,7 +3,7 @@
 #ifndef OMNI_HAL_DEVICE_QUERY_H
 #define OMNI_HAL_DEVICE_QUERY_H
 
-#include "omni/hal_model.h"
+#include "hal/model.h"
 
 namespace omni::hal {
 

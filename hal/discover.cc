@@ -8,7 +8,7 @@
 #include <cstring>
 #include <map>
 
-#include "omni/hal_model.h"
+#include "hal/model.h"
 
 namespace omni::hal {
 namespace {

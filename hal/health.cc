@@ -4,8 +4,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "omni/hal_health.h"
-#include "omni/parse.h"
+#include "common/parse.h"
+#include "hal/health.h"
 
 namespace omni::hal {
 namespace {

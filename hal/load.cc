@@ -16,7 +16,7 @@
 
 #include "config.h"
 #include "device_query.h"
-#include "omni/hal_model.h"
+#include "hal/model.h"
 
 namespace omni::hal {
 namespace {

@@ -19,11 +19,11 @@
 #include <vector>
 
 #include "config.h"
-#include "omni/hal_health.h"
-#include "omni/hal_model.h"
-#include "omni/hal_output.h"
-#include "omni/hal_topofile.h"
-#include "omni/parse.h"
+#include "hal/health.h"
+#include "hal/model.h"
+#include "hal/output.h"
+#include "hal/topofile.h"
+#include "common/parse.h"
 
 namespace po = boost::program_options;
 using namespace omni::hal;

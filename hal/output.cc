@@ -1,10 +1,10 @@
-// Text and JSON renderings of the node model; see include/omni/hal_output.h.
+// Text and JSON renderings of the node model; see hal/output.h.
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "omni/hal_output.h"
+#include "hal/output.h"
 
 namespace omni::hal {
 namespace {

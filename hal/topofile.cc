@@ -1,4 +1,4 @@
-// The site topology file: writer and strict reader; see include/omni/hal_topofile.h.
+// The site topology file: writer and strict reader; see hal/topofile.h.
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -7,8 +7,8 @@
 #include <set>
 #include <sstream>
 
-#include "omni/hal_topofile.h"
-#include "omni/parse.h"
+#include "common/parse.h"
+#include "hal/topofile.h"
 
 namespace omni::hal {
 namespace {

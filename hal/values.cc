@@ -3,8 +3,8 @@
 #include <cstdio>
 #include <tuple>
 
-#include "omni/hal_model.h"
-#include "omni/parse.h"
+#include "common/parse.h"
+#include "hal/model.h"
 
 namespace omni::hal {
 namespace {

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <set>
 
-#include "omni/parse.h"
+#include "common/parse.h"
 
 namespace omni_spank {
 

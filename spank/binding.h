@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "omni/hal_topofile.h"
+#include "hal/topofile.h"
 #include "omni/result.h"
 
 namespace omni_spank {

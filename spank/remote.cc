@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "binding.h"
-#include "omni/hal_model.h"
+#include "hal/model.h"
 #include "state.h"
 
 namespace omni_spank {

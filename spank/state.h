@@ -10,8 +10,8 @@ extern "C" {
 
 #include <string>
 
-#include "omni/hal_topofile.h"
-#include "omni/job_options.h"
+#include "common/job_options.h"
+#include "hal/topofile.h"
 
 namespace omni_spank {
 

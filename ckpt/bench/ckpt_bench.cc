@@ -72,12 +72,12 @@
 #include <thread>
 #include <vector>
 
-#include "../format.h"
-#include "../fsio.h"
-#include "../hash.h"
-#include "../test/test_util.h"
+#include "ckpt/format.h"
+#include "ckpt/fsio.h"
+#include "ckpt/hash.h"
+#include "ckpt/test/test_util.h"
+#include "common/parse.h"
 #include "omni/ckpt_cpp.h"
-#include "omni/parse.h"
 
 namespace po = boost::program_options;
 using namespace omni::ckpt;

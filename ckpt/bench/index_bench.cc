@@ -21,9 +21,9 @@
 #include <thread>
 #include <vector>
 
-#include "../fsio.h"
+#include "ckpt/fsio.h"
+#include "common/parse.h"
 #include "omni/ckpt_cpp.h"
-#include "omni/parse.h"
 
 namespace po = boost::program_options;
 using namespace omni::ckpt;

@@ -12,10 +12,10 @@
 
 #include "config.h"
 
-#include "../format.h"
-#include "../index.h"
+#include "ckpt/format.h"
+#include "ckpt/index.h"
+#include "common/parse.h"
 #include "omni/ckpt_cpp.h"
-#include "omni/parse.h"
 #include "progress.h"
 
 namespace po = boost::program_options;

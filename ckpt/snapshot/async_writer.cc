@@ -16,13 +16,13 @@
 #include <new>
 #include <set>
 
-#include "omni/ckpt_cpp.h"
+#include "ckpt/format.h"
+#include "ckpt/h5.h"
+#include "ckpt/index.h"
+#include "ckpt/writer_internal.h"
 #include "cow.h"
-#include "../format.h"
-#include "../h5.h"
-#include "../index.h"
+#include "omni/ckpt_cpp.h"
 #include "write_track.h"
-#include "../writer_internal.h"
 
 namespace omni {
 namespace ckpt {

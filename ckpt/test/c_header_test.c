@@ -8,7 +8,7 @@
 
 static int check(int rc, const char *what) {
     if (rc != 0) {
-        fprintf(stderr, "%s: %s\n", what, omni_ckpt_errmsg());
+        fprintf(stderr, "%s: %s\n", what, omni_ckpt_last_error());
         exit(1);
     }
     return rc;

@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "../format.h"
-#include "../fsio.h"
-#include "../index.h"
+#include "ckpt/format.h"
+#include "ckpt/fsio.h"
+#include "ckpt/index.h"
 #include "omni/ckpt_cpp.h"
 #include "test_util.h"
 

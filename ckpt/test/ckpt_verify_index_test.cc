@@ -15,10 +15,10 @@
 #include <thread>
 #include <vector>
 
-#include "../format.h"
-#include "../fsio.h"
-#include "../h5.h"
-#include "../index.h"
+#include "ckpt/format.h"
+#include "ckpt/fsio.h"
+#include "ckpt/h5.h"
+#include "ckpt/index.h"
 #include "omni/ckpt_cpp.h"
 #include "test_util.h"
 

@@ -4,9 +4,9 @@
 #include <cstdint>
 #include <string>
 
-#include "../format.h"
-#include "../hash.h"
-#include "../ref_shard.h"
+#include "ckpt/format.h"
+#include "ckpt/hash.h"
+#include "ckpt/ref_shard.h"
 #include "omni/ckpt_cpp.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t *data, std::size_t size) {

@@ -24,8 +24,8 @@
 #include <string>
 #include <vector>
 
+#include "common/parse.h"
 #include "omni/ckpt_cpp.h"
-#include "omni/parse.h"
 #include "test_util.h"
 
 using namespace omni::ckpt;

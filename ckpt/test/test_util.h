@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "../fsio.h"
+#include "ckpt/fsio.h"
 #include "omni/ckpt_cpp.h"
 
 namespace omni {

@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "omni/job_options.h"
+#include "common/job_options.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t *data, std::size_t size) {
     std::string_view text(reinterpret_cast<const char *>(data), size);

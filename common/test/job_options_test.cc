@@ -1,11 +1,11 @@
-// Unit tests for the --omni-* option parser and validator (include/omni/job_options.h).
+// Unit tests for the --omni-* option parser and validator (common/job_options.h).
 // Expected values are worked out by hand in the comments.
 #include <gtest/gtest.h>
 
 #include <map>
 #include <string>
 
-#include "omni/job_options.h"
+#include "common/job_options.h"
 
 using namespace omni;
 

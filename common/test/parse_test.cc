@@ -1,9 +1,9 @@
-// Unit tests for the strict input parsers (include/omni/parse.h).
+// Unit tests for the strict input parsers (common/parse.h).
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "omni/parse.h"
+#include "common/parse.h"
 
 using omni::parse_choice;
 using omni::parse_key_values;

@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "omni/hal_model.h"
-#include "omni/parse.h"
+#include "common/parse.h"
+#include "hal/model.h"
 
 namespace {
 

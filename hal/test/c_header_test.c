@@ -3,22 +3,21 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "omni/hal.h"
+#include "hal/hal.h"
 
 int main(int argc, char **argv) {
     const char *file = argc > 1 ? argv[1] : OMNI_FIXTURES "/power8gpudistances.xml";
     omni_hal_node *node = NULL;
-    char err[256];
-    if (omni_hal_load(file, &node, err, sizeof err) != OMNI_HAL_OK) {
-        fprintf(stderr, "FAIL: %s\n", err);
+    if (omni_hal_load(file, &node) != OMNI_OK) {
+        fprintf(stderr, "FAIL: %s\n", omni_hal_last_error());
         return 1;
     }
     enum omni_hal_domain_kind kind;
     char buf[64];
     int ok = omni_hal_gpu_count(node) == 4 &&
-             omni_hal_domain_kind_parse("nvlink", &kind, err, sizeof err) == OMNI_HAL_OK &&
+             omni_hal_domain_kind_parse("nvlink", &kind) == OMNI_OK &&
              omni_hal_domain_count(node, kind) == 2 &&
-             omni_hal_gpu_path(node, 2, 3, buf, sizeof buf) == OMNI_HAL_OK && strcmp(buf, "NV2") == 0;
+             omni_hal_gpu_path(node, 2, 3, buf, sizeof buf) == OMNI_OK && strcmp(buf, "NV2") == 0;
     omni_hal_free(node);
     puts(ok ? "PASS: C API from C" : "FAIL: unexpected answers");
     return ok ? 0 : 1;

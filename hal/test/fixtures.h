@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "omni/hal_model.h"
+#include "hal/model.h"
 
 namespace omni::hal::test {
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <string_view>
 
-#include "omni/hal_model.h"
-#include "omni/hal_topofile.h"
+#include "hal/model.h"
+#include "hal/topofile.h"
 
 using namespace omni::hal;
 

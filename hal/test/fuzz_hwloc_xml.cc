@@ -10,9 +10,9 @@
 #include <cstdlib>
 #include <string>
 
-#include "omni/hal_health.h"
-#include "omni/hal_model.h"
-#include "omni/hal_output.h"
+#include "hal/health.h"
+#include "hal/model.h"
+#include "hal/output.h"
 
 using namespace omni::hal;
 

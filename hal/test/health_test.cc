@@ -10,7 +10,7 @@
 #include <set>
 
 #include "fixtures.h"
-#include "omni/hal_health.h"
+#include "hal/health.h"
 
 using namespace omni::hal;
 using namespace omni::hal::test;

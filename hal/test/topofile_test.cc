@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "fixtures.h"
-#include "omni/hal_topofile.h"
+#include "hal/topofile.h"
 
 using namespace omni::hal;
 using namespace omni::hal::test;

@@ -12,7 +12,7 @@
 #include <sstream>
 
 #include "fixtures.h"
-#include "omni/hal_model.h"
+#include "hal/model.h"
 
 using namespace omni::hal;
 using namespace omni::hal::test;

@@ -1,7 +1,7 @@
 // Value parsers of the node model: BDFs, CPU lists, domain kinds, gres types.
 #include <gtest/gtest.h>
 
-#include "omni/hal_model.h"
+#include "hal/model.h"
 
 using namespace omni::hal;
 

@@ -4,9 +4,14 @@
  * omni/ckpt_cpp.h; the on-disk format in omni-ckpt(5).
  *
  * Conventions, for every function below:
- *  - returns 0 on success and -1 on failure; on failure omni_ckpt_errmsg() returns a message
- *    naming the checkpoint, tensor and file involved (valid until the next call on the same
- *    thread). No function throws or aborts on bad input;
+ *  - the error idiom of omni/status.h: returns OMNI_OK (0) on success or a negative
+ *    omni_status, and omni_ckpt_last_error() then returns a message naming the checkpoint,
+ *    tensor and file involved (valid until the next call on the same thread). The codes:
+ *    OMNI_EINVAL a bad argument (NULL, out of range, not a value of its enum);
+ *    OMNI_EIO the checkpoint's files could not be written or read, or what they hold is not
+ *    valid (a malformed or inconsistent checkpoint, a name or range it does not hold);
+ *    OMNI_ERANGE a caller's buffer too small; OMNI_ENOMEM; OMNI_EINTERNAL a bug.
+ *    No function throws or aborts on bad input;
  *  - pointers are borrowed for the duration of the call only, except where noted;
  *  - shapes are arrays of `ndim` uint64_t (1 <= ndim <= 8), row-major, dimension 0 first;
  *  - handles are not thread-safe: use one handle from one thread at a time (different handles
@@ -26,6 +31,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "omni/status.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -37,7 +44,7 @@ typedef enum {
     OMNI_CKPT_INT64 = 3,
     OMNI_CKPT_UINT8 = 4,
     /* Not a dtype. It makes every int a value of the type, so that a wrong value from a
-     * caller is refused with an error (-1) instead of being undefined behaviour inside the
+     * caller is refused with OMNI_EINVAL instead of being undefined behaviour inside the
      * library, which is C++; the same in the other enums below. */
     OMNI_CKPT_DTYPE_FORCE_INT = 0x7fffffff
 } omni_ckpt_dtype;
@@ -69,7 +76,7 @@ typedef struct omni_ckpt_async omni_ckpt_async;
 typedef struct omni_ckpt_reader omni_ckpt_reader;
 
 /* The message of the last failure on this thread ("" if none). */
-const char *omni_ckpt_errmsg(void);
+const char *omni_ckpt_last_error(void);
 
 /* ---- writing ---- */
 

@@ -12,9 +12,9 @@
  * consumes stream positions [k*B, (k+1)*B), independent of d. Inside a step, rank r owns the
  * contiguous slice [r*B/d, (r+1)*B/d) and walks it in GA micro-batches of b samples.
  *
- * Conventions: every function returns OMNI_OK (0) or a negative omni_status; on failure
- * omni_last_error() describes what was wrong (per thread). No function throws, calls exit()
- * or keeps a pointer it was given. Handles are not thread-safe; use one per thread or lock.
+ * Conventions: the error idiom of omni/status.h: every function returns OMNI_OK (0) or a
+ * negative omni_status, and omni_last_error() says what was wrong (per thread). No function
+ * throws, calls exit() or keeps a pointer it was given. Handles are not thread-safe; use one per thread or lock.
  * Link with -lomni.
  */
 #ifndef OMNI_OMNI_H
@@ -23,20 +23,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "omni/status.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef enum omni_status {
-    OMNI_OK = 0,
-    OMNI_EINVAL = -1,   /* an argument is invalid (out of range, NULL, not integral) */
-    OMNI_ENOMEM = -2,   /* out of memory */
-    OMNI_ERANGE = -3,   /* an output buffer is too small; the size needed is reported */
-    OMNI_EFORMAT = -4,  /* serialised state is malformed or from an incompatible version */
-    OMNI_EINTERNAL = -5, /* a bug: please report with omni_last_error() */
-    OMNI_ESTATE = -6,   /* called in the wrong state (not initialised, before omni_start, ...) */
-    OMNI_ECOMM = -7     /* the coordinator or a peer failed: refused, timed out, lost */
-} omni_status;
 
 /* The message of the last failed call on this thread ("" when none). Valid until the next
  * libomni call on this thread. */
@@ -52,7 +43,7 @@ const char *omni_last_error(void);
  *         d.kind: CONTINUE go on | RESHAPED go on (rank, world, shards, GA are new) |
  *                 REWIND reload the last checkpoint, then go on | STOP or LEFT: omni_finalize, exit 0.
  *
- * Environment (set by omni-launch; see launcher/runtime_env.h for every rule):
+ * Environment (set by omni-launch; see launcher/runtime/env.h for every rule):
  *   OMNI_COORD_ADDR, OMNI_COORD_SECRET (or OMNI_JOB_DIR)   the coordinator and the job secret.
  *     None of them and at most one process: standalone, world 1, no resizes.
  *   OMNI_UNIT_ID, OMNI_UNIT_SLOT   this rank's unit and slot; when absent,

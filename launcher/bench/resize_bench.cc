@@ -21,10 +21,10 @@
 
 #include <unistd.h>
 
-#include "client.h"
-#include "coordinator.h"
+#include "coord/client.h"
+#include "coord/coordinator.h"
 #include "omni/ckpt_cpp.h"
-#include "runtime.h"
+#include "runtime/runtime.h"
 
 using namespace omni::launcher;
 using Clock = std::chrono::steady_clock;

@@ -20,9 +20,9 @@
 #include <string>
 #include <vector>
 
+#include "common/parse.h"
 #include "omni/ckpt_cpp.h"
-#include "omni/parse.h"
-#include "runtime.h"
+#include "runtime/runtime.h"
 
 using namespace omni::launcher;
 namespace ck = omni::ckpt;

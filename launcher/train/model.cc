@@ -1,5 +1,5 @@
 // Reference trainer model; see model.h for why gradients are summed in fixed point.
-#include "model.h"
+#include "train/model.h"
 
 #include <cmath>
 

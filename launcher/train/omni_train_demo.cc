@@ -30,16 +30,16 @@
 #include <string>
 #include <vector>
 
+#include "common/job_options.h"
+#include "common/parse.h"
 #include "omni/ckpt_cpp.h"
-#include "omni/job_options.h"
-#include "omni/parse.h"
 
-#include "../comm.h"
-#include "../ledger.h"
-#include "../runtime.h"
-#include "model.h"
-#include "optim.h"
-#include "state_io.h"
+#include "comm/comm.h"
+#include "runtime/ledger.h"
+#include "runtime/runtime.h"
+#include "train/model.h"
+#include "train/optim.h"
+#include "train/state_io.h"
 
 namespace po = boost::program_options;
 using namespace omni::train;
@@ -455,7 +455,7 @@ int main(int argc, char **argv) {
         "In a job submitted with --omni-global-batch, --omni-micro-batch or --omni-ckpt, the\n"
         "job's values (OMNI_GLOBAL_BATCH, OMNI_MICRO_BATCH, OMNI_CKPT_DIR, OMNI_CKPT_EVERY)\n"
         "are the defaults of --global-batch, --micro-batch, --ckpt and --ckpt-every.\n\nOptions");
-    // Integers are read as text and parsed strictly (omni/parse.h): boost's unsigned parser
+    // Integers are read as text and parsed strictly (common/parse.h): boost's unsigned parser
     // takes "-3" as 2^64 - 3, which made --steps -3 train without end.
     struct UintOption {
         const char *name;

@@ -1,5 +1,5 @@
 // Reference trainer optimizer; see optim.h.
-#include "optim.h"
+#include "train/optim.h"
 
 #include <cmath>
 

@@ -1,8 +1,8 @@
 // Reference trainer checkpoint I/O; see state_io.h.
-#include "state_io.h"
+#include "train/state_io.h"
 
-#include "model.h"
 #include "omni/ckpt_cpp.h"
+#include "train/model.h"
 
 namespace omni::train {
 

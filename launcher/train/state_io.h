@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "omni/result.h"
-#include "optim.h"
+#include "train/optim.h"
 
 namespace omni::train {
 

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "binding.h"
-#include "omni/hal_model.h"
+#include "hal/model.h"
 
 using omni::hal::SiteNode;
 using omni_spank::Binding;

@@ -26,8 +26,8 @@ extern "C" {
 
 #include <gtest/gtest.h>
 
-#include "omni/hal.h"
-#include "omni/hal_topofile.h"
+#include "hal/hal.h"
+#include "hal/topofile.h"
 
 namespace {
 

@@ -14,8 +14,8 @@
 #include <thread>
 #include <vector>
 
-#include "../../launcher/bf16.h"
-#include "../../launcher/comm_nccl.h"
+#include "comm/bf16.h"
+#include "comm/nccl.h"
 
 using namespace omni::launcher;
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# omni-launch when things go wrong, on a 3-node cluster (test/toy_rank as the ranks):
+# omni-launch when things go wrong, on a 3-node cluster (launch/test/toy_rank as the ranks):
 #  1. a rank that crashes (exit 3 at step 5): its unit is reported lost, the others go on as
 #     an unplanned shrink 3 -> 2 and finish, so omni-launch and the job end with status 0
 #     (the job recovered; the failure is in the log and the events); with --min-units 3 the
@@ -9,7 +9,7 @@
 . "$(dirname "$0")/lib.sh"
 launch=$top_build/launcher/omni-launch
 ctl=$top_build/launcher/omni-ctl
-toy=$top_build/launcher/test/toy_rank
+toy=$top_build/launcher/launch/test/toy_rank
 need_built "$launch" "$ctl" "$toy"
 # Every node its own host (network and UTS namespaces): ranks reach the coordinator across hosts.
 cluster_acquire 3 0 netns

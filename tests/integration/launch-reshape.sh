@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# omni-launch in a 4-node batch job (one core per node): 4 units of 1 rank (test/toy_rank, which speaks only the
+# omni-launch in a 4-node batch job (one core per node): 4 units of 1 rank (launch/test/toy_rank, which speaks only the
 # coordinator protocol) run ~150 boundaries; from inside the job, omni-ctl reshapes to 2
 # units, then to 3 (a joining srun step with a fresh unit id). Checks: the events file shows
 # initial 0 -> 4, planned 4 -> 2, planned 2 -> 3 and the end; the job and omni-launch exit 0;
@@ -11,7 +11,7 @@
 . "$(dirname "$0")/lib.sh"
 launch=$top_build/launcher/omni-launch
 ctl=$top_build/launcher/omni-ctl
-toy=$top_build/launcher/test/toy_rank
+toy=$top_build/launcher/launch/test/toy_rank
 need_built "$launch" "$ctl" "$toy"
 cluster_acquire 4 0 netns
 cd "$work"

@@ -3,11 +3,11 @@
 # unit from PMIx (no OMNI_UNIT_ID set: unit = PMIx rank), find the coordinator through
 # OMNI_JOB_DIR, form generation 1, and go through a planned 4 -> 2 reshape: units 2 and 3
 # LEFT, units 0 and 1 RESHAPED with their optimizer shard re-partitioned and GA 12/(1*2) = 6,
-# then STOP. Every rank checks its allreduce and its shard itself (test/runtime_probe).
+# then STOP. Every rank checks its allreduce and its shard itself (launcher/runtime/test/runtime_probe).
 . "$(dirname "$0")/lib.sh"
 cluster_acquire 2 0
-probe=$top_build/launcher/test/runtime_probe
-serve=$top_build/launcher/test/runtime_coord_serve
+probe=$top_build/launcher/runtime/test/runtime_probe
+serve=$top_build/launcher/runtime/test/runtime_coord_serve
 need_built "$probe" "$serve"
 
 cd "$work"

@@ -22,10 +22,10 @@
 #include <thread>
 #include <vector>
 
-#include "../cow.h"
-#include "../../fsio.h"
+#include "ckpt/fsio.h"
+#include "ckpt/snapshot/cow.h"
+#include "ckpt/test/test_util.h"
 #include "omni/ckpt_cpp.h"
-#include "../../test/test_util.h"
 
 using namespace omni::ckpt;
 namespace t = omni::ckpt::test;

@@ -16,11 +16,11 @@
 #include <string>
 #include <vector>
 
-#include "../../hash.h"
-#include "../write_track.h"
+#include "ckpt/hash.h"
+#include "ckpt/snapshot/write_track.h"
+#include "ckpt/test/test_util.h"
 #include "omni/ckpt.h"
 #include "omni/ckpt_cpp.h"
-#include "../../test/test_util.h"
 
 using namespace omni::ckpt;
 namespace t = omni::ckpt::test;
@@ -523,42 +523,42 @@ TEST(WriteTrack, TheCApiSwitch) {
         omni_ckpt_writer *w = nullptr;
         ASSERT_EQ(omni_ckpt_writer_open(dir.path().c_str(), step, 0, nullptr,
                                         base.empty() ? nullptr : base.c_str(), &w), 0)
-            << omni_ckpt_errmsg();
+            << omni_ckpt_last_error();
         ASSERT_EQ(omni_ckpt_writer_track_writes(w, 1), 0);
         ASSERT_EQ(omni_ckpt_writer_add_tensor(w, "b", OMNI_CKPT_UINT8, 1, shape, off, shape, m.data(),
                                               OMNI_CKPT_DETECT), 0)
-            << omni_ckpt_errmsg();
-        ASSERT_EQ(omni_ckpt_writer_finish(w), 0) << omni_ckpt_errmsg();
+            << omni_ckpt_last_error();
+        ASSERT_EQ(omni_ckpt_writer_finish(w), 0) << omni_ckpt_last_error();
         omni_ckpt_writer_free(w);
         omni_ckpt_meta meta{};
         meta.step = step;
         meta.world_size = 1;
         char path[4096];
         ASSERT_EQ(omni_ckpt_commit(dir.path().c_str(), 1, nullptr, &meta, path, sizeof path), 0)
-            << omni_ckpt_errmsg();
+            << omni_ckpt_last_error();
         base = path;
     }
     // The second checkpoint found the slice clean (no hash) and referenced the first.
     EXPECT_GE(tracker_or_skip()->counters().clean, 1u);
-    EXPECT_EQ(omni_ckpt_writer_track_writes(nullptr, 1), -1);
+    EXPECT_EQ(omni_ckpt_writer_track_writes(nullptr, 1), OMNI_EINVAL);
 
     // The asynchronous writer: the unwritten slice is not snapshotted.
     omni_ckpt_async *a = nullptr;
     ASSERT_EQ(omni_ckpt_async_create(&a), 0);
     ASSERT_EQ(omni_ckpt_async_track_writes(a, 1), 0);
-    ASSERT_EQ(omni_ckpt_async_begin(a, dir.path().c_str(), 3, 0, nullptr, base.c_str()), 0) << omni_ckpt_errmsg();
+    ASSERT_EQ(omni_ckpt_async_begin(a, dir.path().c_str(), 3, 0, nullptr, base.c_str()), 0) << omni_ckpt_last_error();
     ASSERT_EQ(omni_ckpt_async_add_tensor(a, "b", OMNI_CKPT_UINT8, 1, shape, off, shape, m.data(),
                                          OMNI_CKPT_DETECT), 0)
-        << omni_ckpt_errmsg();
+        << omni_ckpt_last_error();
     omni_ckpt_async_stats st{};
     ASSERT_EQ(omni_ckpt_async_get_stats(a, &st), 0);
     EXPECT_EQ(st.slices_referenced, 1u);
     EXPECT_EQ(st.bytes_referenced, kSlice);
     EXPECT_EQ(st.slices_copied, 0u);
     ASSERT_EQ(omni_ckpt_async_submit(a), 0);
-    ASSERT_EQ(omni_ckpt_async_wait(a), 0) << omni_ckpt_errmsg();
+    ASSERT_EQ(omni_ckpt_async_wait(a), 0) << omni_ckpt_last_error();
     omni_ckpt_async_free(a);
-    EXPECT_EQ(omni_ckpt_async_track_writes(nullptr, 1), -1);
+    EXPECT_EQ(omni_ckpt_async_track_writes(nullptr, 1), OMNI_EINVAL);
 }
 
 namespace {

@@ -1,0 +1,458 @@
+// The coordinator service; see coordinator.h.
+#include "coord/coordinator.h"
+
+#include <chrono>
+#include <map>
+#include <set>
+
+#include <zmq.hpp>
+
+#include "coord/conn_auth.h"
+#include "coord/log.h"
+#include "coord/secret.h"
+#include "coord/wire.h"
+
+namespace omni::launcher {
+namespace {
+
+constexpr const char *kComponent = "omni-coordinator";
+constexpr std::int64_t kPollMs = 100;  // bounds how long stop() waits for the thread
+
+std::int64_t now_ms() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+
+std::string view(const zmq::message_t &m) { return std::string(m.data<char>(), m.size()); }
+
+}  // namespace
+
+struct Coordinator::Impl {
+    struct Waiting {  // a join/boundary request waiting for its decision
+        std::string routing;
+        std::uint64_t rid;
+    };
+    struct KvWaiter {  // a kv_get/kv_wait waiting for keys
+        std::string routing;
+        std::uint64_t rid;
+        std::uint64_t generation;
+        std::string first_key;  // kv_get answers with its value
+        bool want_value;
+        std::int64_t deadline;
+        // The keys not set yet (each in kv_wanted). Only these are kept, so a waiter's
+        // memory is bounded by max_waiting_keys, however many keys it named.
+        std::set<std::string> missing;
+    };
+
+    CoordinatorConfig cfg;
+    zmq::context_t ctx{1};
+    zmq::socket_t sock{ctx, zmq::socket_type::router};
+    zmq::socket_t zap{ctx, zmq::socket_type::rep};  // conn_auth.h
+    zmq::socket_t monitor;                          // sock's failed handshakes
+    Protocol protocol;
+    KvStore kv;
+    std::map<std::string, Waiting, std::less<>> waiting;
+    // Waiters by number, and the waiters missing each (generation, key): a kv_set wakes only
+    // those waiting for its key, so its cost does not grow with every key everybody awaits.
+    std::map<std::uint64_t, KvWaiter> kv_waiters;
+    std::map<std::pair<std::uint64_t, std::string>, std::set<std::uint64_t>> kv_wanted;
+    std::uint64_t next_waiter = 0;
+    std::size_t kv_waiting_keys = 0;  // the sum of every waiter's missing keys
+    RateLimit log_limit{20, 1000};
+    std::uint64_t generation_seen = 0;
+    CoordinatorCounters *counters = nullptr;  // owned by the Coordinator
+
+    explicit Impl(const CoordinatorConfig &c) : cfg(c), protocol(c.protocol), kv(c.kv) {}
+
+    void send(const std::string &routing, const std::string &header, const std::string *value = nullptr) {
+        // Never block the service on one slow or vanished peer: ROUTER drops what it cannot
+        // route, and a full pipe drops the reply (the client times out and retries).
+        try {
+            if (!sock.send(zmq::buffer(routing), zmq::send_flags::sndmore | zmq::send_flags::dontwait))
+                return;
+            if (value) {
+                sock.send(zmq::buffer(header), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+                sock.send(zmq::buffer(*value), zmq::send_flags::dontwait);
+            } else {
+                sock.send(zmq::buffer(header), zmq::send_flags::dontwait);
+            }
+        } catch (const zmq::error_t &e) {
+            log_line(LogLevel::Warning, kComponent, std::string("send: ") + e.what());
+        }
+    }
+
+    void log_limited(LogLevel level, const std::string &msg) {
+        std::uint64_t suppressed = 0;
+        if (!log_limit.allow(now_ms(), suppressed)) return;
+        log_line(level, kComponent,
+                 suppressed ? msg + " (" + std::to_string(suppressed) + " similar lines suppressed)"
+                            : msg);
+    }
+
+    void deliver(const std::vector<Delivery> &out) {
+        // One decision, serialised once, goes to every rank of the generation.
+        std::map<const Decision *, std::string> dumped;
+        for (const auto &d : out) {
+            auto &text = dumped[d.decision.get()];
+            if (text.empty()) {
+                text = decision_to_json(*d.decision).dump();
+                log_decision(*d.decision);
+            }
+            auto it = waiting.find(d.to);
+            if (it == waiting.end()) continue;  // it will repeat its request and get last_
+            send(it->second.routing, "{\"decision\":" + text + ",\"ok\":true,\"rid\":" +
+                                         std::to_string(it->second.rid) + ",\"v\":" +
+                                         std::to_string(kWireVersion) + "}");
+            waiting.erase(it);
+        }
+        retire_generations();
+    }
+
+    void log_decision(const Decision &d) {
+        if (d.kind == DecisionKind::Continue) return;
+        std::string msg = std::string(to_string(d.kind)) + " at generation " +
+                          std::to_string(d.generation) + " step " + std::to_string(d.step) +
+                          " (" + d.reason + ")";
+        if (d.kind == DecisionKind::Reshaped)
+            msg += ": generation " + std::to_string(d.next.generation) + ", world " +
+                   std::to_string(d.next.world) + ", " + std::to_string(d.joining.size()) +
+                   " joining, " + std::to_string(d.leaving.size()) + " leaving, " +
+                   std::to_string(d.lost.size()) + " lost";
+        log_line(d.kind == DecisionKind::Stop || d.rewind ? LogLevel::Warning : LogLevel::Info,
+                 kComponent, msg);
+    }
+
+    // Keeps the store to the current and the previous generation: a straggler of g-1 may
+    // still read, nothing older is ever needed.
+    void retire_generations() {
+        std::uint64_t g = protocol.generation();
+        if (g == generation_seen) return;
+        generation_seen = g;
+        if (g < 2) return;
+        kv.drop_below(g - 1);
+        for (auto it = kv_waiters.begin(); it != kv_waiters.end();) {
+            if (it->second.generation < g - 1) {
+                send(it->second.routing, error_reply(it->second.rid, "generation " +
+                                                                         std::to_string(it->second.generation) +
+                                                                         " was retired"));
+                it = remove_waiter(it);
+            } else {
+                ++it;
+            }
+        }
+    }
+
+    // Parks a kv_get/kv_wait whose keys are not all set, within the bounds on waiters and
+    // on the keys they wait for together (each waiting key costs memory until it is set).
+    Status add_waiter(KvWaiter w, const std::vector<std::string> &keys) {
+        for (const auto &k : keys)
+            if (!kv.get(w.generation, k)) w.missing.insert(k);
+        if (kv_waiters.size() >= cfg.max_waiters) return make_error("too many waiting kv requests");
+        if (w.missing.size() > cfg.max_waiting_keys - std::min(kv_waiting_keys, cfg.max_waiting_keys))
+            return make_error("too many keys waited for (" + std::to_string(kv_waiting_keys) +
+                              " already, at most " + std::to_string(cfg.max_waiting_keys) + ")");
+        const std::uint64_t n = next_waiter++;
+        for (const auto &k : w.missing) kv_wanted[{w.generation, k}].insert(n);
+        kv_waiting_keys += w.missing.size();
+        kv_waiters.emplace(n, std::move(w));
+        return Status::success();
+    }
+
+    std::map<std::uint64_t, KvWaiter>::iterator remove_waiter(std::map<std::uint64_t, KvWaiter>::iterator it) {
+        for (const auto &k : it->second.missing) {
+            auto w = kv_wanted.find({it->second.generation, k});
+            if (w == kv_wanted.end()) continue;
+            w->second.erase(it->first);
+            if (w->second.empty()) kv_wanted.erase(w);
+        }
+        kv_waiting_keys -= it->second.missing.size();
+        return kv_waiters.erase(it);
+    }
+
+    Status check_kv_generation(std::uint64_t g) const {
+        std::uint64_t cur = protocol.generation();
+        std::uint64_t lo = cur > 1 ? cur - 1 : 0;
+        if (g < lo || g > cur + 1)
+            return make_error("kv generation " + std::to_string(g) + " is outside " +
+                              std::to_string(lo) + ".." + std::to_string(cur + 1));
+        return Status::success();
+    }
+
+    // `key` of `generation` was set: answers the waiters it was the last missing key of.
+    void wake_kv(std::uint64_t generation, const std::string &key) {
+        auto wanted = kv_wanted.find({generation, key});
+        if (wanted == kv_wanted.end()) return;
+        const std::set<std::uint64_t> ids = std::move(wanted->second);
+        kv_wanted.erase(wanted);
+        for (std::uint64_t id : ids) {
+            auto it = kv_waiters.find(id);
+            if (it == kv_waiters.end()) continue;
+            it->second.missing.erase(key);
+            --kv_waiting_keys;
+            if (!it->second.missing.empty()) continue;
+            answer_kv(it->second);
+            kv_waiters.erase(it);
+        }
+    }
+
+    void answer_kv(const KvWaiter &w) {
+        if (w.want_value) {
+            send(w.routing, ok_reply(w.rid), kv.get(w.generation, w.first_key));
+        } else {
+            send(w.routing, ok_reply(w.rid));
+        }
+    }
+
+    void handle(const std::string &routing, const std::string &peer, const std::string &header,
+                const std::string *value) {
+        const std::string_view value_view = value ? std::string_view(*value) : std::string_view();
+        auto parsed = parse_request(header, value ? &value_view : nullptr);
+        if (!parsed) {
+            // Counted before the reply goes out, so a client that saw the reply sees the count.
+            counters->malformed++;
+            log_limited(LogLevel::Warning, "malformed request from " + peer + ": " + parsed.error());
+            send(routing, error_reply(0, parsed.error()));
+            return;
+        }
+        Request &r = parsed.value();
+        if (!secrets_equal(r.secret, cfg.secret)) {
+            counters->refused++;
+            log_limited(LogLevel::Warning,
+                        std::string("refused ") + to_string(r.op) + " from " + peer + ": " +
+                            (r.secret.empty() ? "no job secret" : "wrong job secret"));
+            send(routing, error_reply(r.rid, "refused: missing or wrong job secret"));
+            return;
+        }
+        const std::int64_t now = now_ms();
+        auto reply_status = [&](const Status &st) {
+            send(routing, st ? ok_reply(r.rid) : error_reply(r.rid, st.error()));
+        };
+        switch (r.op) {
+        case Op::Join:
+        case Op::Boundary: {
+            auto res = r.op == Op::Join ? protocol.join(r.id, r.unit, r.slot, now)
+                                        : protocol.boundary(r.id, r.generation, r.step, now, r.batch);
+            if (!res) {
+                send(routing, error_reply(r.rid, res.error()));
+                return;
+            }
+            waiting[r.id] = Waiting{routing, r.rid};  // a repeat replaces an older request
+            deliver(res.value());
+            return;
+        }
+        case Op::Lost: {
+            auto res = protocol.lost(r.id, now);
+            if (!res) {
+                send(routing, error_reply(r.rid, res.error()));
+                return;
+            }
+            log_line(LogLevel::Warning, kComponent, "rank '" + r.id + "' reported lost");
+            waiting.erase(r.id);
+            send(routing, ok_reply(r.rid));
+            deliver(res.value());
+            return;
+        }
+        case Op::Ready:
+            reply_status(protocol.ready(r.id, r.generation, now));
+            return;
+        case Op::Reshape: {
+            auto st = protocol.request_reshape(r.units, now);
+            if (!st) {
+                send(routing, error_reply(r.rid, st.error()));
+                return;
+            }
+            log_line(LogLevel::Info, kComponent,
+                     "planned reshape to " + std::to_string(r.units) + " units requested");
+            auto s = protocol.status();
+            send(routing, ok_reply(r.rid, {{"target_units", r.units}, {"units", s.units},
+                                           {"generation", s.generation}}));
+            return;
+        }
+        case Op::Stop: {
+            auto res = protocol.request_stop(r.reason);
+            if (!res) {
+                send(routing, error_reply(r.rid, res.error()));
+                return;
+            }
+            log_line(LogLevel::Info, kComponent, "stop requested: " + r.reason);
+            send(routing, ok_reply(r.rid));
+            deliver(res.value());
+            return;
+        }
+        case Op::Status: {
+            auto j = status_to_json(protocol.status());
+            j["kv"] = {{"keys", kv.keys()}, {"bytes", kv.bytes()}};
+            send(routing, ok_reply(r.rid, {{"status", std::move(j)}}));
+            return;
+        }
+        case Op::KvSet: {
+            if (auto st = check_kv_generation(r.generation); !st) return reply_status(st);
+            auto st = kv.set(r.generation, r.keys.front(), r.value);
+            reply_status(st);
+            if (st) wake_kv(r.generation, r.keys.front());
+            return;
+        }
+        case Op::KvGet:
+        case Op::KvWait: {
+            if (auto st = check_kv_generation(r.generation); !st) return reply_status(st);
+            KvWaiter w{routing, r.rid, r.generation, r.keys.front(), r.op == Op::KvGet, now + r.timeout_ms, {}};
+            if (kv.has_all(r.generation, r.keys)) return answer_kv(w);
+            if (r.timeout_ms == 0)
+                return send(routing, error_reply(r.rid, "key '" + r.keys.front() + "' not found"));
+            if (auto st = add_waiter(std::move(w), r.keys); !st) return send(routing, error_reply(r.rid, st.error()));
+            return;
+        }
+        }
+    }
+
+    void expire(std::int64_t now) {
+        deliver(protocol.tick(now));
+        for (auto it = kv_waiters.begin(); it != kv_waiters.end();) {
+            if (now >= it->second.deadline) {
+                send(it->second.routing, error_reply(it->second.rid, "timeout waiting for key(s) in generation " +
+                                                                         std::to_string(it->second.generation)));
+                it = remove_waiter(it);
+            } else {
+                ++it;
+            }
+        }
+    }
+
+    std::int64_t poll_timeout(std::int64_t now) const {
+        std::int64_t t = kPollMs;
+        if (auto d = protocol.next_deadline()) t = std::min(t, std::max<std::int64_t>(0, *d - now));
+        for (const auto &[n, w] : kv_waiters) t = std::min(t, std::max<std::int64_t>(0, w.deadline - now));
+        return t;
+    }
+
+    // A peer's handshake: admitted only with the job secret as its PLAIN password.
+    bool answer_zap() {
+        auto req = read_zap_request(zap);
+        if (!req) return false;
+        const bool admit = req->mechanism == "PLAIN" && secrets_equal(req->password, cfg.secret);
+        if (!admit) {
+            counters->refused++;
+            log_limited(LogLevel::Warning, "refused a connection from " + req->address + ": " +
+                                               (req->password.empty() ? "no job secret" : "wrong job secret"));
+        }
+        send_zap_reply(zap, *req, admit);
+        return true;
+    }
+
+    // A handshake that failed before ZAP was asked (a peer that does not speak PLAIN).
+    bool note_failed_handshake() {
+        auto h = read_handshake_failure(monitor);
+        if (!h) return false;
+        if (!h->auth) {  // auth failures were counted and logged by answer_zap
+            counters->refused++;
+            log_limited(LogLevel::Warning, "refused a connection on " + h->endpoint +
+                                               ": no job secret (ZeroMQ handshake error " +
+                                               std::to_string(h->code) + ")");
+        }
+        return true;
+    }
+
+    // Reads one whole multipart message; returns false when none is waiting.
+    bool receive_one() {
+        std::size_t count = 0;
+        auto parts = recv_message(sock, 3, &count);  // extra parts are dropped
+        if (count == 0) return false;
+        counters->requests++;
+        std::string peer = "unknown peer";
+        if (parts.size() >= 2) {
+            try {
+                peer = parts[1].gets("Peer-Address");
+            } catch (const zmq::error_t &) {
+            }
+        }
+        std::string routing = view(parts[0]);
+        if (count < 2 || count > 3) {
+            counters->malformed++;
+            log_limited(LogLevel::Warning, "malformed request from " + peer + ": " +
+                                               std::to_string(count - 1) + " frames");
+            send(routing, error_reply(0, "a request has one or two frames"));
+            return true;
+        }
+        std::string header = view(parts[1]);
+        std::string value;
+        if (count == 3) value = view(parts[2]);
+        handle(routing, peer, header, count == 3 ? &value : nullptr);
+        return true;
+    }
+
+    void run(std::atomic<bool> &stopping) {
+        try {
+            while (!stopping) {
+                std::int64_t now = now_ms();
+                zmq::pollitem_t items[] = {{static_cast<void *>(sock), 0, ZMQ_POLLIN, 0},
+                                           {static_cast<void *>(zap), 0, ZMQ_POLLIN, 0},
+                                           {static_cast<void *>(monitor), 0, ZMQ_POLLIN, 0}};
+                zmq::poll(items, 3, std::chrono::milliseconds(poll_timeout(now)));
+                // Bounded batches, so timers run even under a flood of requests or connections.
+                for (int i = 0; i < 256 && answer_zap(); ++i) {
+                }
+                for (int i = 0; i < 256 && note_failed_handshake(); ++i) {
+                }
+                for (int i = 0; i < 256 && receive_one(); ++i) {
+                }
+                expire(now_ms());
+            }
+        } catch (const std::exception &e) {
+            log_line(LogLevel::Error, kComponent, std::string("service stopped: ") + e.what());
+        }
+    }
+};
+
+Coordinator::Coordinator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Result<std::unique_ptr<Coordinator>> Coordinator::start(const CoordinatorConfig &cfg) {
+    if (auto st = check_secret_format(cfg.secret); !st) return Error{st.error()};
+    if (auto st = validate(cfg.protocol); !st) return Error{st.error()};
+    if (cfg.bind.empty()) return make_error("coordinator: no endpoint to bind to");
+    if (cfg.bind.size() > 16) return make_error("coordinator: more than 16 endpoints");
+    std::vector<Endpoint> eps;
+    for (const auto &b : cfg.bind) {
+        auto e = parse_endpoint(b, true);
+        if (!e) return Error{e.error()};
+        eps.push_back(e.value());
+    }
+    try {
+        auto impl = std::make_unique<Impl>(cfg);
+        auto &s = impl->sock;
+        s.set(zmq::sockopt::linger, 0);
+        // Per frame: the largest header or value a request may carry; bigger ones make
+        // libzmq drop the connection before the data is buffered.
+        s.set(zmq::sockopt::maxmsgsize,
+              static_cast<std::int64_t>(std::max(kMaxHeaderBytes, kMaxValueBytes)));
+        s.set(zmq::sockopt::rcvhwm, 64);
+        s.set(zmq::sockopt::sndhwm, 1024);
+        require_credentials(s, impl->zap);
+        impl->monitor = monitor_handshakes(impl->ctx, s, "inproc://omni-coordinator-monitor");
+        std::unique_ptr<Coordinator> c(new Coordinator(std::move(impl)));
+        for (const auto &e : eps) {
+            try {
+                c->impl_->sock.bind(e.zmq());
+            } catch (const zmq::error_t &err) {
+                return make_error("coordinator: bind " + e.zmq() + ": " + err.what());
+            }
+            c->endpoints_.push_back(c->impl_->sock.get(zmq::sockopt::last_endpoint));
+        }
+        c->impl_->counters = &c->counters_;
+        c->thread_ = std::thread([raw = c.get()] { raw->impl_->run(raw->stopping_); });
+        log_line(LogLevel::Info, kComponent, "listening on " + c->endpoints_.front() +
+                                                 (c->endpoints_.size() > 1 ? " (and more)" : ""));
+        return c;
+    } catch (const std::exception &e) {
+        return make_error(std::string("coordinator: ") + e.what());
+    }
+}
+
+void Coordinator::stop() {
+    stopping_ = true;
+    if (thread_.joinable()) thread_.join();
+}
+
+Coordinator::~Coordinator() { stop(); }
+
+}  // namespace omni::launcher

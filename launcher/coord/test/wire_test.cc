@@ -1,0 +1,209 @@
+// The coordinator's wire format: strict request parsing, round trips, endpoints.
+#include <gtest/gtest.h>
+
+#include "coord/wire.h"
+
+using namespace omni::launcher;
+using omni::Result;
+
+namespace {
+const std::string kSecret(64, 'a');
+
+Result<Request> parse(const std::string &header) { return parse_request(header, nullptr); }
+
+std::string err(const std::string &header) {
+    auto r = parse(header);
+    EXPECT_FALSE(r) << header;
+    return r ? std::string() : r.error();
+}
+}  // namespace
+
+TEST(Wire, ParsesEveryOp) {
+    auto r = parse(R"({"v":1,"op":"join","rid":7,"secret":")" + kSecret +
+                   R"(","id":"node1.1234","unit":3,"slot":1})");
+    ASSERT_TRUE(r) << r.error();
+    EXPECT_EQ(r.value().op, Op::Join);
+    EXPECT_EQ(r.value().rid, 7u);
+    EXPECT_EQ(r.value().secret, kSecret);
+    EXPECT_EQ(r.value().id, "node1.1234");
+    EXPECT_EQ(r.value().unit, 3u);
+    EXPECT_EQ(r.value().slot, 1u);
+    auto b = parse(R"({"v":1,"op":"boundary","rid":1,"id":"x","generation":4,"step":99,)"
+                   R"("global_batch":96,"micro_batch":4})");
+    ASSERT_TRUE(b) << b.error();
+    EXPECT_EQ(b.value().secret, "");  // missing secret: parsed, refused by the service
+    EXPECT_EQ(b.value().generation, 4u);
+    EXPECT_EQ(b.value().step, 99u);
+    EXPECT_EQ(b.value().batch.global_batch, 96u);
+    EXPECT_EQ(b.value().batch.micro_batch, 4u);
+    auto nb = parse(R"({"v":1,"op":"boundary","rid":1,"id":"x","generation":4,"step":99})");
+    ASSERT_FALSE(nb);
+    EXPECT_EQ(nb.error(), "op boundary: field 'global_batch' is missing");
+    auto w = parse(R"({"v":1,"op":"kv_wait","rid":1,"generation":2,"keys":["rank_0","1/a"],"timeout_ms":500})");
+    ASSERT_TRUE(w) << w.error();
+    EXPECT_EQ(w.value().keys, (std::vector<std::string>{"rank_0", "1/a"}));
+    EXPECT_EQ(w.value().timeout_ms, 500);
+    std::string_view value("\0\1binary", 8);
+    auto s = parse_request(R"({"v":1,"op":"kv_set","rid":1,"generation":1,"key":"k"})", &value);
+    ASSERT_TRUE(s) << s.error();
+    EXPECT_EQ(s.value().value, std::string("\0\1binary", 8));
+}
+
+TEST(Wire, RoundTripThroughRequestHeader) {
+    Request r;
+    r.op = Op::Reshape;
+    r.rid = 42;
+    r.secret = kSecret;
+    r.units = 6;
+    auto back = parse(request_header(r));
+    ASSERT_TRUE(back) << back.error();
+    EXPECT_EQ(back.value().op, Op::Reshape);
+    Request bd;
+    bd.op = Op::Boundary;
+    bd.id = "r0";
+    bd.generation = 2;
+    bd.step = 7;
+    bd.batch = {48, 2};
+    auto bback = parse(request_header(bd));
+    ASSERT_TRUE(bback) << bback.error();
+    EXPECT_EQ(bback.value().batch, (BatchGeometry{48, 2}));
+    EXPECT_EQ(back.value().units, 6u);
+    EXPECT_EQ(back.value().rid, 42u);
+    Request g;
+    g.op = Op::KvGet;
+    g.generation = 3;
+    g.keys = {"rank_2"};
+    g.timeout_ms = 100;
+    auto gb = parse(request_header(g));
+    ASSERT_TRUE(gb) << gb.error();
+    EXPECT_EQ(gb.value().keys, std::vector<std::string>{"rank_2"});
+    EXPECT_EQ(gb.value().generation, 3u);
+    Request y;
+    y.op = Op::Ready;
+    y.id = "u1s0-77@node2";
+    y.generation = 5;
+    auto yb = parse(request_header(y));
+    ASSERT_TRUE(yb) << yb.error();
+    EXPECT_EQ(yb.value().op, Op::Ready);
+    EXPECT_EQ(yb.value().id, "u1s0-77@node2");
+    EXPECT_EQ(yb.value().generation, 5u);
+    // ready needs both fields and nothing else.
+    EXPECT_NE(err(R"({"v":1,"op":"ready","rid":1,"id":"x"})").find("generation"), std::string::npos);
+    EXPECT_NE(err(R"({"v":1,"op":"ready","rid":1,"id":"x","generation":1,"step":2})").find("step"),
+              std::string::npos);
+}
+
+TEST(Wire, StatusCarriesTheChangePause) {
+    ProtocolStatus s;
+    EXPECT_TRUE(status_to_json(s).at("change_pause_ms").is_null());
+    s.change_pause_ms = 23;
+    EXPECT_EQ(status_to_json(s).at("change_pause_ms").get<std::int64_t>(), 23);
+}
+
+TEST(Wire, RejectsMalformedRequests) {
+    err("");
+    err("not json");
+    err("[1,2]");
+    err(R"({"op":"status","rid":1})");                        // no version
+    EXPECT_NE(err(R"({"v":2,"op":"status","rid":1})").find("version"), std::string::npos);
+    EXPECT_NE(err(R"({"v":1,"op":"explode","rid":1})").find("unknown op"), std::string::npos);
+    EXPECT_NE(err(R"({"v":1,"op":"status","rid":1,"extra":1})").find("extra"), std::string::npos);
+    err(R"({"v":1,"op":"status","rid":-1})");
+    err(R"({"v":1,"op":"status","rid":1.5})");
+    err(R"({"v":1,"op":"status","rid":1,"secret":5})");
+    err(R"({"v":1,"op":"status","rid":1,"secret":")" + std::string(65, 'a') + "\"}");
+    EXPECT_NE(err(R"({"v":1,"op":"join","rid":1,"id":"a b","unit":0,"slot":0})").find("member id"),
+              std::string::npos);
+    err(R"({"v":1,"op":"join","rid":1,"id":"a","unit":4294967296,"slot":0})");  // > uint32
+    EXPECT_NE(err(R"({"v":1,"op":"join","rid":1,"id":"a","unit":0})").find("'slot'"), std::string::npos);
+    err(R"({"v":1,"op":"kv_get","rid":1,"generation":1,"key":"bad key","timeout_ms":0})");
+    err(R"({"v":1,"op":"kv_get","rid":1,"generation":1,"key":"k","timeout_ms":86400001})");
+    err(R"({"v":1,"op":"kv_wait","rid":1,"generation":1,"keys":[],"timeout_ms":0})");
+    err(R"({"v":1,"op":"kv_wait","rid":1,"generation":1,"keys":[1],"timeout_ms":0})");
+    err(R"({"v":1,"op":"kv_wait","rid":1,"generation":1,"timeout_ms":0})");
+    std::string many = R"({"v":1,"op":"kv_wait","rid":1,"generation":1,"timeout_ms":0,"keys":[)";
+    for (std::size_t i = 0; i <= kMaxWaitKeys; ++i) many += (i ? ",\"k\"" : "\"k\"");
+    err(many + "]}");
+    err(R"({"v":1,"op":"stop","rid":1,"reason":""})");
+    // kv_set needs its value frame; other ops must not have one.
+    EXPECT_NE(err(R"({"v":1,"op":"kv_set","rid":1,"generation":1,"key":"k"})").find("value frame"),
+              std::string::npos);
+    std::string_view v("x");
+    EXPECT_FALSE(parse_request(R"({"v":1,"op":"status","rid":1})", &v));
+    std::string big(kMaxValueBytes + 1, 'x');
+    std::string_view bv(big);
+    EXPECT_FALSE(parse_request(R"({"v":1,"op":"kv_set","rid":1,"generation":1,"key":"k"})", &bv));
+    EXPECT_FALSE(parse(std::string(kMaxHeaderBytes + 1, ' ')));
+    // Deep nesting within the size limit must not crash.
+    EXPECT_FALSE(parse(std::string(100000, '[') + std::string(100000, ']')));
+}
+
+TEST(Wire, DecisionRoundTrip) {
+    Decision d;
+    d.kind = DecisionKind::Reshaped;
+    d.generation = 3;
+    d.step = 120;
+    d.reason = "planned";
+    d.next.generation = 4;
+    d.next.world = 2;
+    d.next.units = {0, 9};
+    d.next.members = {{"a", 0, 0, 0}, {"z", 9, 0, 1}};
+    d.leaving = {"m"};
+    d.joining = {"z"};
+    d.leaving_units = {4};
+    d.joining_units = {9};
+    d.lost = {"m"};
+    auto back = decision_from_json(decision_to_json(d));
+    ASSERT_TRUE(back) << back.error();
+    EXPECT_EQ(back.value().kind, DecisionKind::Reshaped);
+    EXPECT_EQ(back.value().step, 120u);
+    EXPECT_EQ(back.value().next.units, d.next.units);
+    EXPECT_EQ(back.value().leaving_units, d.leaving_units);
+    EXPECT_EQ(back.value().joining_units, d.joining_units);
+    EXPECT_EQ(back.value().lost, d.lost);
+    // Members come back without ids, rebuilt from the units: unit 0 -> rank 0, unit 9 -> 1.
+    ASSERT_EQ(back.value().next.members.size(), 2u);
+    EXPECT_EQ(back.value().next.members[1], (Member{"", 9, 0, 1}));
+    EXPECT_EQ(back.value().next.rank_of(9, 0), 1u);
+    EXPECT_EQ(back.value().next.rank_of(9, 1), std::nullopt);  // unit size 1
+    EXPECT_EQ(back.value().next.rank_of(4, 0), std::nullopt);  // not in the layout
+    // Nothing per rank travels: the reply does not grow with member ids.
+    EXPECT_EQ(decision_to_json(d).dump().find("\"z\""), std::string::npos);
+    auto j = decision_to_json(d);
+    j["next"]["world"] = 3;  // members do not match the world size
+    EXPECT_FALSE(decision_from_json(j));
+    EXPECT_FALSE(decision_from_json(nlohmann::json::array()));
+    // CONTINUE announcing the next layout carries it; a routine CONTINUE carries none.
+    d.kind = DecisionKind::Continue;
+    d.reason = "announced";
+    auto ann = decision_from_json(decision_to_json(d));
+    ASSERT_TRUE(ann) << ann.error();
+    EXPECT_EQ(ann.value().kind, DecisionKind::Continue);
+    EXPECT_EQ(ann.value().next.world, 2u);
+    EXPECT_EQ(ann.value().next.rank_of(9, 0), 1u);
+    d.next = Layout{};
+    EXPECT_EQ(decision_to_json(d).count("next"), 0u);
+    auto routine = decision_from_json(decision_to_json(d));
+    ASSERT_TRUE(routine) << routine.error();
+    EXPECT_EQ(routine.value().next.world, 0u);
+}
+
+TEST(Wire, Endpoints) {
+    auto e = parse_endpoint("tcp://127.0.0.1:5555", false);
+    ASSERT_TRUE(e) << e.error();
+    EXPECT_EQ(e.value().ip, "127.0.0.1");
+    EXPECT_EQ(e.value().port, 5555);
+    EXPECT_EQ(e.value().zmq(), "tcp://127.0.0.1:5555");
+    auto eph = parse_endpoint("tcp://10.1.2.3:0", true);
+    ASSERT_TRUE(eph);
+    EXPECT_EQ(eph.value().zmq(), "tcp://10.1.2.3:*");
+    EXPECT_FALSE(parse_endpoint("tcp://10.1.2.3:0", false));
+    EXPECT_FALSE(parse_endpoint("tcp://0.0.0.0:5555", true));   // wildcard
+    EXPECT_FALSE(parse_endpoint("tcp://*:5555", true));
+    EXPECT_FALSE(parse_endpoint("tcp://localhost:5555", false));  // names could resolve elsewhere
+    EXPECT_FALSE(parse_endpoint("tcp://127.0.0.1:65536", false));
+    EXPECT_FALSE(parse_endpoint("tcp://127.0.0.01:1", false));
+    EXPECT_FALSE(parse_endpoint("ipc:///tmp/x", false));
+    EXPECT_FALSE(parse_endpoint("tcp://127.0.0.1", false));
+    EXPECT_FALSE(parse_endpoint("tcp://127.0.0.1:+5", false));
+}

@@ -1,0 +1,393 @@
+// The coordinator's wire format; see wire.h.
+#include "coord/wire.h"
+
+#include <algorithm>
+#include <set>
+
+#include <arpa/inet.h>
+
+#include "common/parse.h"
+
+namespace omni::launcher {
+namespace {
+
+using nlohmann::json;
+
+struct OpSpec {
+    Op op;
+    const char *name;
+    std::vector<const char *> fields;  // besides v, op, rid, secret
+};
+
+const std::vector<OpSpec> &op_specs() {
+    static const std::vector<OpSpec> specs = {
+        {Op::Join, "join", {"id", "unit", "slot"}},
+        {Op::Boundary, "boundary", {"id", "generation", "step", "global_batch", "micro_batch"}},
+        {Op::Lost, "lost", {"id"}},
+        {Op::Ready, "ready", {"id", "generation"}},
+        {Op::Reshape, "reshape", {"units"}},
+        {Op::Stop, "stop", {"reason"}},
+        {Op::Status, "status", {}},
+        {Op::KvSet, "kv_set", {"generation", "key"}},
+        {Op::KvGet, "kv_get", {"generation", "key", "timeout_ms"}},
+        {Op::KvWait, "kv_wait", {"generation", "keys", "timeout_ms"}},
+    };
+    return specs;
+}
+
+Result<std::uint64_t> get_uint(const json &j, const char *field, std::uint64_t max) {
+    auto it = j.find(field);
+    if (it == j.end()) return make_error(std::string("field '") + field + "' is missing");
+    if (!it->is_number_unsigned())
+        return make_error(std::string("field '") + field + "' must be an unsigned integer");
+    auto v = it->get<std::uint64_t>();
+    if (v > max)
+        return make_error(std::string("field '") + field + "' is " + std::to_string(v) +
+                          ", above " + std::to_string(max));
+    return v;
+}
+
+Result<std::string> get_string(const json &j, const char *field, std::size_t max_len) {
+    auto it = j.find(field);
+    if (it == j.end()) return make_error(std::string("field '") + field + "' is missing");
+    if (!it->is_string()) return make_error(std::string("field '") + field + "' must be a string");
+    const auto &s = it->get_ref<const std::string &>();
+    if (s.size() > max_len)
+        return make_error(std::string("field '") + field + "' is longer than " +
+                          std::to_string(max_len) + " bytes");
+    return s;
+}
+
+bool printable(std::string_view s) {
+    return std::all_of(s.begin(), s.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
+}
+
+}  // namespace
+
+const char *to_string(Op op) {
+    for (const auto &s : op_specs())
+        if (s.op == op) return s.name;
+    return "?";
+}
+
+Status check_kv_key(std::string_view key) {
+    if (key.empty() || key.size() > kMaxKeyLength)
+        return make_error("key must be 1.." + std::to_string(kMaxKeyLength) + " characters");
+    for (char c : key) {
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '.' || c == '_' || c == ':' || c == '/' || c == '@' || c == '-';
+        if (!ok) return make_error("key: only letters, digits and . _ : / @ - are allowed");
+    }
+    return Status::success();
+}
+
+Result<Request> parse_request(std::string_view header, const std::string_view *value) {
+    if (header.size() > kMaxHeaderBytes)
+        return make_error("request header is longer than " + std::to_string(kMaxHeaderBytes) +
+                          " bytes");
+    // Depth is bounded by the size limit; nlohmann's recursive parser copes with 256 KiB of
+    // nesting brackets, which the fuzzer exercises.
+    json j = json::parse(header.begin(), header.end(), nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object()) return make_error("request header is not a JSON object");
+
+    Request r;
+    auto ver = get_uint(j, "v", 1000);
+    if (!ver) return Error{ver.error()};
+    if (ver.value() != kWireVersion)
+        return make_error("protocol version " + std::to_string(ver.value()) +
+                          " is not supported (expected " + std::to_string(kWireVersion) + ")");
+    auto rid = get_uint(j, "rid", UINT64_MAX);
+    if (!rid) return Error{rid.error()};
+    r.rid = rid.value();
+    // A missing secret is not a parse error: the service refuses it (and logs it) like a
+    // wrong one.
+    if (j.contains("secret")) {
+        auto secret = get_string(j, "secret", kSecretHexLength);
+        if (!secret) return Error{secret.error()};
+        r.secret = secret.value();
+    }
+    auto opname = get_string(j, "op", 32);
+    if (!opname) return Error{opname.error()};
+    const OpSpec *spec = nullptr;
+    for (const auto &s : op_specs())
+        if (opname.value() == s.name) spec = &s;
+    if (!spec) {
+        std::string shown = opname.value();
+        if (!printable(shown)) shown = "(unprintable)";
+        return make_error("unknown op '" + shown + "'");
+    }
+    r.op = spec->op;
+
+    std::set<std::string> allowed = {"v", "op", "rid", "secret"};
+    for (const char *f : spec->fields) allowed.insert(f);
+    for (auto it = j.begin(); it != j.end(); ++it) {
+        if (!allowed.count(it.key())) {
+            std::string shown = it.key().substr(0, 64);
+            if (!printable(shown)) shown = "(unprintable)";
+            return make_error(std::string("op ") + spec->name + ": unexpected field '" + shown + "'");
+        }
+    }
+    auto fail = [&](const std::string &msg) {
+        return make_error(std::string("op ") + spec->name + ": " + msg);
+    };
+    for (const char *f : spec->fields) {
+        std::string_view name(f);
+        if (name == "id") {
+            auto v = get_string(j, f, kMaxMemberIdLength);
+            if (!v) return fail(v.error());
+            if (auto st = check_member_id(v.value()); !st) return fail(st.error());
+            r.id = v.value();
+        } else if (name == "unit" || name == "slot" || name == "units") {
+            auto v = get_uint(j, f, UINT32_MAX);
+            if (!v) return fail(v.error());
+            (name == "unit" ? r.unit : name == "slot" ? r.slot : r.units) =
+                static_cast<std::uint32_t>(v.value());
+        } else if (name == "generation" || name == "step") {
+            auto v = get_uint(j, f, std::uint64_t(1) << 62);
+            if (!v) return fail(v.error());
+            (name == "generation" ? r.generation : r.step) = v.value();
+        } else if (name == "global_batch" || name == "micro_batch") {
+            auto v = get_uint(j, f, std::uint64_t(1) << 62);
+            if (!v) return fail(v.error());
+            (name == "global_batch" ? r.batch.global_batch : r.batch.micro_batch) = v.value();
+        } else if (name == "timeout_ms") {
+            auto v = get_uint(j, f, kMaxWaitMs);
+            if (!v) return fail(v.error());
+            r.timeout_ms = static_cast<std::int64_t>(v.value());
+        } else if (name == "reason") {
+            auto v = get_string(j, f, 64);
+            if (!v) return fail(v.error());
+            if (v.value().empty() || !printable(v.value()))
+                return fail("field 'reason' must be 1..64 printable characters");
+            r.reason = v.value();
+        } else if (name == "key") {
+            auto v = get_string(j, f, kMaxKeyLength);
+            if (!v) return fail(v.error());
+            if (auto st = check_kv_key(v.value()); !st) return fail(st.error());
+            r.keys.push_back(v.value());
+        } else if (name == "keys") {
+            auto kit = j.find("keys");
+            if (kit == j.end()) return fail("field 'keys' is missing");
+            const auto &k = *kit;
+            if (!k.is_array() || k.empty() || k.size() > kMaxWaitKeys)
+                return fail("field 'keys' must be an array of 1.." +
+                            std::to_string(kMaxWaitKeys) + " keys");
+            for (const auto &e : k) {
+                if (!e.is_string()) return fail("field 'keys' must hold strings");
+                const auto &s = e.get_ref<const std::string &>();
+                if (auto st = check_kv_key(s); !st) return fail(st.error());
+                r.keys.push_back(s);
+            }
+        }
+    }
+    if (r.op == Op::KvSet) {
+        if (!value) return fail("the value frame is missing");
+        if (value->size() > kMaxValueBytes)
+            return fail("the value is longer than " + std::to_string(kMaxValueBytes) + " bytes");
+        r.value = std::string(*value);
+    } else if (value) {
+        return fail("unexpected second frame");
+    }
+    return r;
+}
+
+std::string request_header(const Request &r) {
+    json j = {{"v", kWireVersion}, {"op", to_string(r.op)}, {"rid", r.rid}, {"secret", r.secret}};
+    switch (r.op) {
+    case Op::Join: j["id"] = r.id; j["unit"] = r.unit; j["slot"] = r.slot; break;
+    case Op::Boundary:
+        j["id"] = r.id;
+        j["generation"] = r.generation;
+        j["step"] = r.step;
+        j["global_batch"] = r.batch.global_batch;
+        j["micro_batch"] = r.batch.micro_batch;
+        break;
+    case Op::Lost: j["id"] = r.id; break;
+    case Op::Ready: j["id"] = r.id; j["generation"] = r.generation; break;
+    case Op::Reshape: j["units"] = r.units; break;
+    case Op::Stop: j["reason"] = r.reason; break;
+    case Op::Status: break;
+    case Op::KvSet:
+        j["generation"] = r.generation;
+        j["key"] = r.keys.empty() ? std::string() : r.keys.front();
+        break;
+    case Op::KvGet:
+        j["generation"] = r.generation;
+        j["key"] = r.keys.empty() ? std::string() : r.keys.front();
+        j["timeout_ms"] = r.timeout_ms;
+        break;
+    case Op::KvWait:
+        j["generation"] = r.generation;
+        j["keys"] = r.keys;
+        j["timeout_ms"] = r.timeout_ms;
+        break;
+    }
+    return j.dump();
+}
+
+json decision_to_json(const Decision &d) {
+    // Compact on purpose: the same decision goes to every rank, so its size is paid world
+    // times. Units, not members: a rank finds its new rank from (unit, slot) with
+    // Layout::rank_of, so no list of every rank's id travels (at 4096 ranks that list would
+    // be ~128 KiB per reply, 512 MiB per reshape).
+    json j = {{"kind", to_string(d.kind)},       {"generation", d.generation},
+              {"step", d.step},                  {"reason", d.reason},
+              {"rewind", d.rewind},              {"lost", d.lost},
+              {"leaving_units", d.leaving_units}, {"joining_units", d.joining_units}};
+    // RESHAPED: the new generation; CONTINUE with a next: the one announced for the next
+    // boundary (ranks prepare for it).
+    if (d.kind == DecisionKind::Reshaped || (d.kind == DecisionKind::Continue && d.next.world > 0))
+        j["next"] = {{"generation", d.next.generation}, {"world", d.next.world},
+                     {"units", d.next.units}};
+    return j;
+}
+
+namespace {
+
+Result<std::vector<std::uint32_t>> unit_list(const json &j, const char *name) {
+    auto it = j.find(name);
+    if (it == j.end() || !it->is_array() || it->size() > kMaxUnits)
+        return make_error(std::string("decision: '") + name + "' missing or too long");
+    std::vector<std::uint32_t> out;
+    for (const auto &e : *it) {
+        if (!e.is_number_unsigned() || e.get<std::uint64_t>() > UINT32_MAX)
+            return make_error(std::string("decision: '") + name + "' holds a bad unit id");
+        out.push_back(e.get<std::uint32_t>());
+    }
+    return out;
+}
+
+}  // namespace
+
+Result<Decision> decision_from_json(const json &j) {
+    // Replies come from the coordinator that holds the secret; still, a rank must not crash
+    // on a malformed reply, so every access is checked (json::value/at would throw).
+    if (!j.is_object()) return make_error("decision: not an object");
+    Decision d;
+    auto kind = j.find("kind");
+    if (kind == j.end() || !kind->is_string()) return make_error("decision: 'kind' missing");
+    if (*kind == "continue") d.kind = DecisionKind::Continue;
+    else if (*kind == "reshaped") d.kind = DecisionKind::Reshaped;
+    else if (*kind == "stop") d.kind = DecisionKind::Stop;
+    else return make_error("decision: unknown kind");
+    auto g = get_uint(j, "generation", UINT64_MAX), s = get_uint(j, "step", UINT64_MAX);
+    if (!g || !s) return make_error("decision: bad generation or step");
+    d.generation = g.value();
+    d.step = s.value();
+    auto reason = get_string(j, "reason", 64);
+    if (!reason) return make_error("decision: " + reason.error());
+    d.reason = reason.value();
+    auto rw = j.find("rewind");
+    if (rw == j.end() || !rw->is_boolean()) return make_error("decision: 'rewind' missing");
+    d.rewind = rw->get<bool>();
+    auto lost = j.find("lost");
+    if (lost == j.end() || !lost->is_array()) return make_error("decision: 'lost' missing");
+    for (const auto &e : *lost) {
+        if (!e.is_string()) return make_error("decision: 'lost' holds a non-string");
+        d.lost.push_back(e.get<std::string>());
+    }
+    auto leaving = unit_list(j, "leaving_units"), joining = unit_list(j, "joining_units");
+    if (!leaving) return Error{leaving.error()};
+    if (!joining) return Error{joining.error()};
+    d.leaving_units = std::move(leaving).value();
+    d.joining_units = std::move(joining).value();
+    auto n = j.find("next");
+    if (d.kind == DecisionKind::Reshaped || (d.kind == DecisionKind::Continue && n != j.end())) {
+        if (n == j.end() || !n->is_object()) return make_error("decision: 'next' missing");
+        auto ng = get_uint(*n, "generation", UINT64_MAX), w = get_uint(*n, "world", kMaxWorld);
+        if (!ng || !w) return make_error("decision: bad next generation or world");
+        auto units = unit_list(*n, "units");
+        if (!units) return Error{units.error()};
+        d.next.generation = ng.value();
+        d.next.world = static_cast<std::uint32_t>(w.value());
+        d.next.units = std::move(units).value();
+        if (d.next.units.empty() || d.next.world % d.next.units.size() != 0 ||
+            d.next.world / d.next.units.size() > kMaxUnitSizeRanks)
+            return make_error("decision: world is not a multiple of the unit count");
+        // The members, ids aside, follow from the units (protocol.h: rank = position *
+        // unit_size + slot).
+        const std::uint32_t unit_size = d.next.world / static_cast<std::uint32_t>(d.next.units.size());
+        d.next.members.reserve(d.next.world);
+        for (std::uint32_t r = 0; r < d.next.world; ++r)
+            d.next.members.push_back({std::string(), d.next.units[r / unit_size], r % unit_size, r});
+    }
+    return d;
+}
+
+json status_to_json(const ProtocolStatus &s) {
+    json j = {{"phase", to_string(s.phase)},
+              {"generation", s.generation},
+              {"units", s.units},
+              {"world", s.world},
+              {"unit_size", s.unit_size},
+              {"min_units", s.min_units},
+              {"max_units", s.max_units},
+              {"target_units", s.target_units ? json(*s.target_units) : json(nullptr)},
+              {"boundary_step", s.boundary_step ? json(*s.boundary_step) : json(nullptr)},
+              {"arrived", s.arrived},
+              {"last_step", s.last_step},
+              {"pending_joiners", s.pending_joiners},
+              {"lost", s.lost},
+              {"unit_ids", s.layout.units}};
+    json members = json::array();  // status goes to one client: here ids are worth it
+    for (const auto &m : s.layout.members)
+        members.push_back({{"id", m.id}, {"unit", m.unit}, {"slot", m.slot}, {"rank", m.rank}});
+    j["members"] = std::move(members);
+    auto summary = [](const std::optional<Decision> &d) -> json {
+        if (!d) return nullptr;
+        json out = {{"kind", to_string(d->kind)}, {"generation", d->generation},
+                    {"step", d->step}, {"reason", d->reason}};
+        if (d->kind == DecisionKind::Reshaped) {
+            out["next_generation"] = d->next.generation;
+            out["next_world"] = d->next.world;
+        }
+        return out;
+    };
+    j["last_decision"] = summary(s.last_decision);
+    j["last_change"] = summary(s.last_change);
+    j["change_pause_ms"] = s.change_pause_ms ? json(*s.change_pause_ms) : json(nullptr);
+    return j;
+}
+
+std::string Endpoint::zmq() const {
+    return "tcp://" + ip + ":" + (port ? std::to_string(port) : std::string("*"));
+}
+
+Result<Endpoint> parse_endpoint(std::string_view text, bool for_bind) {
+    auto bad = [&](const std::string &why) {
+        std::string shown(text.substr(0, 80));
+        if (!printable(shown)) shown = "(unprintable)";
+        return make_error("coordinator endpoint '" + shown + "': " + why);
+    };
+    constexpr std::string_view scheme = "tcp://";
+    if (text.size() > 64 || text.substr(0, scheme.size()) != scheme)
+        return bad("expected tcp://IPV4:PORT");
+    std::string_view rest = text.substr(scheme.size());
+    auto colon = rest.rfind(':');
+    if (colon == std::string_view::npos) return bad("expected tcp://IPV4:PORT");
+    Endpoint e;
+    e.ip = std::string(rest.substr(0, colon));
+    struct in_addr addr;
+    if (::inet_pton(AF_INET, e.ip.c_str(), &addr) != 1)
+        return bad("'" + e.ip + "' is not an IPv4 address");
+    if (addr.s_addr == INADDR_ANY) return bad("the wildcard address is not allowed");
+    auto port = parse_uint(rest.substr(colon + 1), for_bind ? 0 : 1, 65535, "port");
+    if (!port) return bad(port.error());
+    e.port = static_cast<std::uint16_t>(port.value());
+    return e;
+}
+
+std::string ok_reply(std::uint64_t rid, json body) {
+    body["v"] = kWireVersion;
+    body["rid"] = rid;
+    body["ok"] = true;
+    return body.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string error_reply(std::uint64_t rid, std::string_view message) {
+    // dump() with a replacement handler: error messages may quote bytes that are not UTF-8.
+    json j = {{"v", kWireVersion}, {"rid", rid}, {"ok", false}, {"error", std::string(message)}};
+    return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace omni::launcher

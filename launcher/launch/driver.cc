@@ -1,0 +1,533 @@
+// omni-launch's supervisor; see launch/driver.h.
+#include "launch/driver.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <optional>
+#include <set>
+#include <thread>
+
+#include <signal.h>
+#include <string.h>
+
+#include "coord/client.h"
+#include "coord/log.h"
+#include "coord/secret.h"
+#include "launch/events.h"
+#include "launch/proc.h"
+
+namespace omni::launcher {
+namespace {
+
+constexpr const char *kComponent = "omni-launch";
+constexpr std::int64_t kStatusTimeoutMs = 2000;
+constexpr std::int64_t kCoordinatorGoneMs = 30000;  // status failing this long: give up
+constexpr std::int64_t kStopGraceExtraMs = 30000;   // after a STOP: boundary timeout + this
+constexpr std::int64_t kKillAfterTermMs = 15000;    // SIGTERM to srun, then SIGKILL
+
+std::int64_t mono_ms() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+std::int64_t unix_ms() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+}
+
+// What the supervisor needs from a status reply.
+struct Snapshot {
+    std::string phase;
+    std::uint64_t generation = 0;
+    std::uint32_t units = 0, world = 0;
+    std::optional<std::uint32_t> target;
+    std::optional<std::uint64_t> boundary_step;
+    std::vector<std::uint32_t> unit_ids;
+    std::vector<std::pair<std::string, std::uint32_t>> members;  // id, unit
+    std::vector<std::string> pending;
+    std::string change_kind, change_reason;
+    std::uint64_t change_generation = 0, change_step = 0;
+    std::uint64_t last_step = 0;  // the last decided boundary
+    std::optional<std::int64_t> change_pause_ms;  // the current generation's, once known
+};
+
+Result<Snapshot> parse_snapshot(const nlohmann::json &s) {
+    try {
+        Snapshot out;
+        out.phase = s.at("phase").get<std::string>();
+        out.generation = s.at("generation").get<std::uint64_t>();
+        out.units = s.at("units").get<std::uint32_t>();
+        out.world = s.at("world").get<std::uint32_t>();
+        if (!s.at("target_units").is_null()) out.target = s.at("target_units").get<std::uint32_t>();
+        if (!s.at("boundary_step").is_null()) out.boundary_step = s.at("boundary_step").get<std::uint64_t>();
+        out.unit_ids = s.at("unit_ids").get<std::vector<std::uint32_t>>();
+        for (const auto &m : s.at("members"))
+            out.members.emplace_back(m.at("id").get<std::string>(), m.at("unit").get<std::uint32_t>());
+        out.last_step = s.at("last_step").get<std::uint64_t>();
+        out.pending = s.at("pending_joiners").get<std::vector<std::string>>();
+        if (auto it = s.find("change_pause_ms"); it != s.end() && !it->is_null())
+            out.change_pause_ms = it->get<std::int64_t>();
+        const auto &lc = s.at("last_change");
+        if (lc.is_object()) {
+            out.change_kind = lc.at("kind").get<std::string>();
+            out.change_reason = lc.at("reason").get<std::string>();
+            out.change_generation = lc.at("generation").get<std::uint64_t>();
+            out.change_step = lc.at("step").get<std::uint64_t>();
+        }
+        return out;
+    } catch (const nlohmann::json::exception &e) {
+        return make_error(std::string("coordinator status: ") + e.what());
+    }
+}
+
+struct Step {
+    std::string name;
+    pid_t pid = -1;
+    std::vector<std::uint32_t> units;
+    bool joiner = false;
+    bool admitted = false;      // one of its units was in a generation
+    bool running = true;
+    bool terminated = false;    // omni-launch sent SIGTERM
+    bool killed = false;        // omni-launch sent SIGKILL
+    int exit_code = 0;
+    bool failed = false;        // a failure of the ranks (see reap())
+};
+
+class Driver {
+public:
+    Driver(const DriverConfig &cfg, const std::atomic<int> &signals, const std::atomic<int> &last_signal)
+        : cfg_(cfg), signals_(signals), last_signal_(last_signal) {}
+
+    int run();
+
+private:
+    Status launch(const std::vector<std::uint32_t> &units, bool joiner);
+    void reap();
+    void observe(const Snapshot &s);
+    void report_dead_ranks(const Step &st, const Snapshot *s);
+    void maybe_grow(const Snapshot &s);
+    void record(GenerationEvent e);
+    void settle_pending(const Snapshot *s, std::int64_t now);
+    void begin_shutdown(const std::string &why);
+    int exit_status() const;
+    void enforce_shutdown();
+    bool any_running() const;
+    Status send(Request req);
+
+    const DriverConfig &cfg_;
+    const std::atomic<int> &signals_;
+    const std::atomic<int> &last_signal_;
+    std::unique_ptr<CoordinatorClient> client_;
+    std::optional<EventLog> events_;
+    std::vector<Step> steps_;
+    std::uint32_t next_unit_ = 0;
+    int own_failure_ = 0;    // omni-launch's own: the coordinator stopped answering
+    // Observed state.
+    std::uint64_t seen_generation_ = 0;
+    std::uint32_t seen_world_ = 0;
+    std::vector<std::uint32_t> seen_units_;
+    bool stop_recorded_ = false;
+    std::map<std::uint64_t, std::int64_t> boundary_seen_ms_;  // step -> first seen in progress
+    // A change whose pause the ranks have not all reported yet, and since when it waits.
+    std::optional<GenerationEvent> pending_;
+    std::int64_t pending_since_ = 0;
+    std::int64_t launched_ms_ = 0;
+    std::optional<std::uint32_t> grow_failed_target_;
+    std::optional<Snapshot> last_snapshot_;
+    // Shutdown.
+    int signals_handled_ = 0;
+    std::optional<std::int64_t> shutdown_deadline_;  // then SIGTERM the steps
+    std::optional<std::int64_t> kill_deadline_;      // then SIGKILL them
+};
+
+Status Driver::send(Request req) {
+    auto r = client_->call(std::move(req), kStatusTimeoutMs);
+    if (!r) return Error{r.error()};
+    return Status::success();
+}
+
+Status Driver::launch(const std::vector<std::uint32_t> &units, bool joiner) {
+    for (auto unit : units) {
+        StepSpec spec;
+        spec.extra = cfg_.options.srun_args;
+        spec.self = cfg_.self;
+        spec.program = cfg_.options.program;
+        spec.tasks = cfg_.settings.unit_size;
+        spec.nodes = unit_nodes(cfg_.settings.unit_size, cfg_.alloc);
+        spec.name = "omni-u" + std::to_string(unit);
+        auto argv = srun_argv(spec);
+        auto env = environment_with({{kEnvCoordAddr, cfg_.endpoint},
+                                     {kEnvCoordSecret, cfg_.secret},
+                                     {kEnvJobDir, cfg_.job_dir},
+                                     {kEnvUnitSize, std::to_string(cfg_.settings.unit_size)},
+                                     {kEnvLaunchUnits, std::to_string(unit)}},
+                                    step_env_removed());
+        log_line(LogLevel::Info, kComponent,
+                 std::string(joiner ? "joining" : "initial") + " unit " + std::to_string(unit) +
+                     ": " + shell_join(argv));
+        auto pid = spawn(argv, env);
+        if (!pid) return Error{pid.error()};
+        Step st;
+        st.name = spec.name;
+        st.pid = pid.value();
+        st.units = {unit};
+        st.joiner = joiner;
+        steps_.push_back(std::move(st));
+    }
+    return Status::success();
+}
+
+bool Driver::any_running() const {
+    return std::any_of(steps_.begin(), steps_.end(), [](const Step &s) { return s.running; });
+}
+
+void Driver::report_dead_ranks(const Step &st, const Snapshot *s) {
+    if (!s) return;
+    std::set<std::uint32_t> units(st.units.begin(), st.units.end());
+    std::vector<std::string> ids;
+    for (const auto &[id, unit] : s->members)
+        if (units.count(unit)) ids.push_back(id);
+    // Joiners not yet admitted: known by the ids omni-launch suggested (OMNI_MEMBER_ID).
+    for (auto unit : st.units)
+        for (std::uint32_t slot = 0; slot < cfg_.settings.unit_size; ++slot) {
+            std::string id = member_id(unit, slot);
+            if (std::find(s->pending.begin(), s->pending.end(), id) != s->pending.end()) ids.push_back(id);
+        }
+    for (const auto &id : ids) {
+        Request r;
+        r.op = Op::Lost;
+        r.id = id;
+        if (auto stt = send(std::move(r)); !stt)
+            log_line(LogLevel::Warning, kComponent, "reporting rank '" + id + "' lost: " + stt.error());
+    }
+    if (!ids.empty())
+        log_line(LogLevel::Warning, kComponent,
+                 std::to_string(ids.size()) + " rank(s) of step " + st.name + " reported lost");
+}
+
+void Driver::reap() {
+    for (auto &st : steps_) {
+        if (!st.running) continue;
+        auto ws = try_reap(st.pid);
+        if (!ws) continue;
+        st.running = false;
+        st.exit_code = exit_code_of(*ws);
+        const bool ours = st.terminated || st.killed;
+        // A step omni-launch ended itself before any of its units joined a generation
+        // (joiners left over when the job ended) is not a failure of the ranks.
+        const bool counts = st.exit_code != 0 && !(ours && !st.admitted);
+        log_line(st.exit_code == 0 || !counts ? LogLevel::Info : LogLevel::Warning, kComponent,
+                 "step " + st.name + " (units [" + format_unit_list(st.units) + "]) ended, exit " +
+                     std::to_string(st.exit_code) + (ours ? " (stopped by omni-launch)" : ""));
+        st.failed = counts;
+        if (st.exit_code != 0) {
+            report_dead_ranks(st, last_snapshot_ ? &*last_snapshot_ : nullptr);
+            if (st.joiner && !st.admitted && !ours && last_snapshot_ && last_snapshot_->target) {
+                grow_failed_target_ = last_snapshot_->target;
+                log_line(LogLevel::Error, kComponent,
+                         "joining step " + st.name + " failed before its units joined; the grow to " +
+                             std::to_string(*grow_failed_target_) +
+                             " units is not retried (request it again with omni-ctl reshape)");
+            }
+        }
+    }
+}
+
+void Driver::record(GenerationEvent e) {
+    e.unix_ms = unix_ms();
+    e.job = cfg_.alloc.job_id;
+    e.resolution_ms = kPollMs;
+    log_line(e.reason == "lost" ? LogLevel::Warning : LogLevel::Info, kComponent, event_summary(e));
+    if (auto st = events_->append(event_to_json(e)); !st)
+        log_line(LogLevel::Error, kComponent, st.error());
+}
+
+// A change's event waits for its pause as the ranks measured it (the coordinator's
+// change_pause_ms: from the decision until every rank of the new generation reported ready).
+// It is recorded with omni-launch's own estimate instead when that cannot come any more: the
+// generation changed again, a later boundary was decided (every rank reports ready before
+// its next boundary), the job stopped, or kReadyWaitMs passed (a rank died in the change).
+void Driver::settle_pending(const Snapshot *s, std::int64_t now) {
+    constexpr std::int64_t kReadyWaitMs = 10000;
+    if (!pending_) return;
+    if (s && s->generation == pending_->generation && s->change_pause_ms) {
+        pending_->pause_ms = *s->change_pause_ms;
+        pending_->pause_source = "ranks";
+    } else if (s && s->generation == pending_->generation && s->phase == "running" &&
+               s->last_step <= pending_->step && now - pending_since_ < kReadyWaitMs) {
+        return;  // still waiting
+    }
+    record(std::move(*pending_));
+    pending_.reset();
+}
+
+void Driver::observe(const Snapshot &s) {
+    const std::int64_t now = mono_ms();
+    settle_pending(&s, now);
+    if (s.boundary_step && !boundary_seen_ms_.count(*s.boundary_step))
+        boundary_seen_ms_[*s.boundary_step] = now;
+    for (auto &st : steps_)
+        for (auto u : st.units)
+            if (std::find(s.unit_ids.begin(), s.unit_ids.end(), u) != s.unit_ids.end()) st.admitted = true;
+    if (s.generation != seen_generation_ && s.generation > 0) {
+        GenerationEvent e;
+        e.old_generation = seen_generation_;
+        e.generation = s.generation;
+        e.old_world = seen_world_;
+        e.new_world = s.world;
+        e.old_units = seen_units_;
+        e.new_units = s.unit_ids;
+        e.detail = s.change_reason;
+        e.step = s.change_step;
+        e.reason = event_reason("reshaped", s.change_reason, seen_generation_);
+        if (seen_generation_ == 0) {
+            e.pause_ms = now - launched_ms_;
+            e.pause_source = "launch";
+        } else if (auto it = boundary_seen_ms_.find(s.change_step); it != boundary_seen_ms_.end()) {
+            e.pause_ms = now - it->second;
+        }
+        if (s.generation > seen_generation_ + 1 && seen_generation_ > 0)
+            log_line(LogLevel::Warning, kComponent,
+                     "generations " + std::to_string(seen_generation_ + 1) + ".." +
+                         std::to_string(s.generation - 1) + " passed between two polls");
+        if (seen_generation_ == 0) {
+            record(std::move(e));
+        } else {
+            pending_ = std::move(e);
+            pending_since_ = now;
+            settle_pending(&s, now);  // already known when the ranks were quick
+        }
+        seen_generation_ = s.generation;
+        seen_world_ = s.world;
+        seen_units_ = s.unit_ids;
+        boundary_seen_ms_.erase(boundary_seen_ms_.begin(), boundary_seen_ms_.upper_bound(s.change_step));
+    }
+    if (s.phase == "stopped" && !stop_recorded_) {
+        settle_pending(nullptr, now);
+        GenerationEvent e;
+        e.old_generation = seen_generation_;
+        e.generation = seen_generation_;
+        e.old_world = seen_world_;
+        e.new_world = 0;
+        e.old_units = seen_units_;
+        e.reason = "stop";
+        e.detail = s.change_reason.empty() ? "stopped" : s.change_reason;
+        e.step = s.change_step;
+        if (auto it = boundary_seen_ms_.find(s.change_step); it != boundary_seen_ms_.end())
+            e.pause_ms = now - it->second;
+        const std::string why = "the coordinator decided STOP (" + e.detail + ")";
+        record(std::move(e));
+        stop_recorded_ = true;
+        begin_shutdown(why);
+    }
+}
+
+void Driver::maybe_grow(const Snapshot &s) {
+    if (s.phase != "running" || !s.target || *s.target <= s.units || shutdown_deadline_) return;
+    if (grow_failed_target_ && *grow_failed_target_ == *s.target) return;
+    std::uint32_t outstanding = 0;  // launched joiner units not yet in a generation
+    for (const auto &st : steps_)
+        if (st.joiner && st.running)
+            for (auto u : st.units)
+                if (std::find(s.unit_ids.begin(), s.unit_ids.end(), u) == s.unit_ids.end()) ++outstanding;
+    if (s.units + outstanding >= *s.target) return;
+    std::uint32_t need = *s.target - s.units - outstanding;
+    // Unit ids are never reused (a joiner must not be mistaken for a unit that left), and
+    // ranks accept ids below kMaxUnits only.
+    if (std::uint64_t(next_unit_) + need > kMaxUnits) {
+        grow_failed_target_ = s.target;
+        log_line(LogLevel::Error, kComponent,
+                 "cannot grow: this job has used all " + std::to_string(kMaxUnits) + " unit ids");
+        return;
+    }
+    std::vector<std::uint32_t> units;
+    for (std::uint32_t i = 0; i < need; ++i) units.push_back(next_unit_++);  // ids never reused
+    log_line(LogLevel::Info, kComponent,
+             "reshape to " + std::to_string(*s.target) + " units requested: starting " +
+                 std::to_string(need) + " joining unit(s)");
+    if (auto st = launch(units, true); !st) {
+        grow_failed_target_ = s.target;
+        log_line(LogLevel::Error, kComponent, "cannot start joining units: " + st.error());
+    }
+}
+
+void Driver::begin_shutdown(const std::string &why) {
+    if (shutdown_deadline_) return;
+    shutdown_deadline_ = mono_ms() + cfg_.options.boundary_timeout_ms + kStopGraceExtraMs;
+    log_line(LogLevel::Info, kComponent, why + "; waiting for the ranks to exit");
+}
+
+void Driver::enforce_shutdown() {
+    const std::int64_t now = mono_ms();
+    if (shutdown_deadline_ && now >= *shutdown_deadline_ && !kill_deadline_) {
+        for (auto &st : steps_)
+            if (st.running) {
+                log_line(LogLevel::Warning, kComponent, "terminating step " + st.name + " (still running)");
+                ::kill(st.pid, SIGTERM);
+                st.terminated = true;
+            }
+        kill_deadline_ = now + kKillAfterTermMs;
+    }
+    if (kill_deadline_ && now >= *kill_deadline_) {
+        for (auto &st : steps_)
+            if (st.running && !st.killed) {
+                log_line(LogLevel::Warning, kComponent, "killing srun of step " + st.name);
+                ::kill(st.pid, SIGKILL);
+                st.killed = true;
+            }
+    }
+}
+
+int Driver::run() {
+    auto ev = EventLog::open(cfg_.events);
+    if (!ev) {
+        log_line(LogLevel::Error, kComponent, ev.error());
+        return 1;
+    }
+    events_.emplace(std::move(ev.value()));
+    auto client = CoordinatorClient::connect(cfg_.endpoint, cfg_.secret);
+    if (!client) {
+        log_line(LogLevel::Error, kComponent, client.error());
+        return 1;
+    }
+    client_ = std::move(client.value());
+    std::vector<std::uint32_t> initial;
+    for (std::uint32_t u = 0; u < cfg_.settings.units; ++u) initial.push_back(u);
+    next_unit_ = cfg_.settings.units;
+    launched_ms_ = mono_ms();
+    if (auto st = launch(initial, false); !st) {
+        log_line(LogLevel::Error, kComponent, st.error());
+        return 1;
+    }
+    std::int64_t status_ok_ms = mono_ms();
+    for (;;) {
+        // Signals: the first one stops the job at the next boundary; another one ends the steps.
+        int sig_count = signals_.load();
+        if (sig_count > signals_handled_) {
+            const int sig = last_signal_.load();
+            const char *abbrev = sigabbrev_np(sig);
+            const std::string name = abbrev ? std::string("signal SIG") + abbrev
+                                            : "signal " + std::to_string(sig);
+            if (signals_handled_ == 0) {
+                Request r;
+                r.op = Op::Stop;
+                r.reason = name;
+                if (auto st = send(std::move(r)); !st)
+                    log_line(LogLevel::Warning, kComponent, "asking the coordinator to stop: " + st.error());
+                begin_shutdown("got " + name);
+            } else {
+                log_line(LogLevel::Warning, kComponent, "got " + name + " again: terminating the steps");
+                shutdown_deadline_ = mono_ms();
+            }
+            signals_handled_ = sig_count;
+        }
+        reap();
+        const bool last_look = !any_running();
+
+        Request q;
+        q.op = Op::Status;
+        auto rep = client_->call(std::move(q), kStatusTimeoutMs);
+        std::optional<Snapshot> snap;
+        if (rep) {
+            auto it = rep.value().body.find("status");
+            if (it != rep.value().body.end()) {
+                auto s = parse_snapshot(*it);
+                if (s) snap = std::move(s.value());
+                else log_line(LogLevel::Warning, kComponent, s.error());
+            }
+        }
+        if (last_look) {
+            // The steps are gone; one more look records a decision they acted on between
+            // two polls (a STOP, typically) before the job's end is recorded.
+            if (snap) {
+                observe(*snap);
+                last_snapshot_ = std::move(snap);
+            }
+            break;
+        }
+        if (snap) {
+            status_ok_ms = mono_ms();
+            observe(*snap);
+            maybe_grow(*snap);
+            // The ranks of every generation are gone, only joiners still wait: the training
+            // ended without a STOP, and nothing will ever admit them.
+            bool member_step_running = false;
+            for (const auto &st : steps_)
+                if (st.running && st.admitted) member_step_running = true;
+            if (snap->phase == "running" && !member_step_running && !shutdown_deadline_) {
+                log_line(LogLevel::Info, kComponent, "every rank of generation " +
+                                                         std::to_string(snap->generation) +
+                                                         " has exited; ending the job's remaining steps");
+                shutdown_deadline_ = mono_ms();
+            }
+            last_snapshot_ = std::move(snap);
+        } else if (mono_ms() - status_ok_ms > kCoordinatorGoneMs && !shutdown_deadline_) {
+            log_line(LogLevel::Error, kComponent, "the coordinator has not answered for " +
+                                                      std::to_string(kCoordinatorGoneMs / 1000) +
+                                                      " s: " + (rep ? "bad status" : rep.error()));
+            own_failure_ = 1;
+            shutdown_deadline_ = mono_ms();
+        }
+        enforce_shutdown();
+        std::this_thread::sleep_for(std::chrono::milliseconds(kPollMs));
+    }
+    const int status = exit_status();
+    settle_pending(nullptr, mono_ms());
+    if (!stop_recorded_) {
+        // The ranks finished on their own (end of training): the job's last change.
+        GenerationEvent e;
+        e.old_generation = seen_generation_;
+        e.generation = seen_generation_;
+        e.old_world = seen_world_;
+        e.old_units = seen_units_;
+        e.reason = "stop";
+        e.detail = status == 0 ? "ranks-finished" : "ranks-failed";
+        e.step = last_snapshot_ ? last_snapshot_->last_step : 0;
+        record(std::move(e));
+    }
+    log_line(status ? LogLevel::Warning : LogLevel::Info, kComponent,
+             "all steps ended; exit status " + std::to_string(status));
+    return status;
+}
+
+// The job's status is the trainer's (omni-launch(1), EXIT STATUS). A failed step whose units
+// are not in the job's last generation, while that generation has members, is one the job
+// recovered from: the survivors rewound and went on without it (it stays in the log and the
+// events file). Of the other failures, a status a rank exited with on its own comes before a
+// death by a signal: next to a SIGKILLed rank (137), survivors that stopped below the elastic
+// minimum with status 3 make the job's status 3.
+int Driver::exit_status() const {
+    std::set<std::uint32_t> last_units;
+    if (last_snapshot_)
+        for (const auto &m : last_snapshot_->members) last_units.insert(m.second);
+    int by_exit = 0, by_signal = 0;
+    for (const Step &st : steps_) {
+        if (!st.failed) continue;
+        const bool recovered = !last_units.empty() &&
+                               std::none_of(st.units.begin(), st.units.end(),
+                                            [&](std::uint32_t u) { return last_units.count(u) > 0; });
+        if (recovered) {
+            log_line(LogLevel::Warning, kComponent,
+                     "step " + st.name + " failed (exit " + std::to_string(st.exit_code) +
+                         "); the job went on without units [" + format_unit_list(st.units) + "]");
+            continue;
+        }
+        int &slot = st.exit_code < 128 ? by_exit : by_signal;
+        if (!slot) slot = st.exit_code;
+    }
+    if (by_exit) return by_exit;
+    if (by_signal) return by_signal;
+    return own_failure_;
+}
+
+}  // namespace
+
+int run_driver(const DriverConfig &cfg, const std::atomic<int> &signal_count,
+               const std::atomic<int> &last_signal) {
+    Driver d(cfg, signal_count, last_signal);
+    return d.run();
+}
+
+}  // namespace omni::launcher

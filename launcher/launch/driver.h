@@ -1,0 +1,44 @@
+// omni-launch's supervisor: launches the srun steps, watches them and the coordinator, starts
+// joiner steps for planned grows, reports dead ranks to the coordinator, records every
+// generation change and decides the exit status.
+//
+// It watches the coordinator the way any client does, through status requests (every
+// kPollMs): the coordinator's state machine stays the single source of truth, and the
+// supervisor only acts on what it reports (a grow target with too few units, a decision).
+#ifndef OMNI_LAUNCHER_LAUNCH_DRIVER_H
+#define OMNI_LAUNCHER_LAUNCH_DRIVER_H
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "launch/options.h"
+#include "launch/plan.h"
+
+namespace omni::launcher {
+
+inline constexpr std::int64_t kPollMs = 50;
+
+struct DriverConfig {
+    LaunchSettings settings;
+    LaunchOptions options;
+    Allocation alloc;
+    std::string self;       // omni-launch's own path (the per-task shim)
+    std::string job_dir;
+    std::string endpoint;   // the coordinator, as ranks reach it
+    std::string secret;
+    std::string events;     // the events file
+};
+
+// Runs the job until every step has ended; returns omni-launch's exit status: the first
+// failing step's status (srun reports its tasks' worst), else 0; 1 when the launcher itself
+// cannot go on (events file, coordinator unreachable, the first srun cannot start).
+// `signal` is set by the caller's signal handler: the first signal asks the coordinator to
+// stop the job at the next boundary, a second one terminates the steps.
+int run_driver(const DriverConfig &cfg, const std::atomic<int> &signal_count,
+               const std::atomic<int> &last_signal);
+
+}  // namespace omni::launcher
+
+#endif

@@ -1,0 +1,243 @@
+// omni-launch: runs a program as the ranks of an elastic slurm-omni job (see omni-launch(1)).
+//
+//   omni-launch [OPTIONS] -- PROGRAM [ARGS...]      in the batch script of the job
+//
+// It generates the job secret, starts the coordinator on this node's address, publishes the
+// job files (JOB_DIR/secret, JOB_DIR/coordinator), launches the ranks with srun --mpi=pmix and
+// supervises them (launch/driver.h) until they end.
+//
+// Each srun step runs omni-launch itself on every task first ("--exec-task", internal): srun
+// gives a step one environment for all its tasks, but every rank needs its own unit and slot,
+// which the shim derives from SLURM_PROCID and then execs PROGRAM.
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <string>
+
+#include <unistd.h>
+
+#include "common/job_options.h"
+#include "common/parse.h"
+#include "coord/coordinator.h"
+#include "coord/log.h"
+#include "coord/secret.h"
+#include "launch/bind.h"
+#include "launch/driver.h"
+#include "launch/options.h"
+#include "launch/plan.h"
+#include "launch/proc.h"
+
+using namespace omni::launcher;
+
+namespace {
+
+constexpr int kExitFail = 1, kExitUsage = 2, kExitCannotExec = 127;
+constexpr const char *kComponent = "omni-launch";
+constexpr std::int64_t kScontrolTimeoutMs = 10000;
+
+std::atomic<int> g_signals{0};
+std::atomic<int> g_last_signal{0};
+
+extern "C" void on_signal(int sig) {
+    g_last_signal.store(sig);
+    g_signals.fetch_add(1);
+}
+
+const char *env(const char *name) { return std::getenv(name); }
+
+// The per-task shim: OMNI_LAUNCH_UNITS + OMNI_UNIT_SIZE + SLURM_PROCID -> OMNI_UNIT_ID,
+// OMNI_UNIT_SLOT, OMNI_MEMBER_ID, then exec PROGRAM. Single-threaded, so setenv is safe.
+int exec_task(int argc, char **argv) {
+    auto fail = [](const std::string &msg) {
+        std::cerr << "omni-launch --exec-task: " << msg << "\n";
+        return kExitCannotExec;
+    };
+    if (argc < 4 || std::strcmp(argv[2], "--") != 0) return fail("usage: --exec-task -- PROGRAM [ARGS...]");
+    const char *list = env(kEnvLaunchUnits);
+    if (!list) return fail(std::string(kEnvLaunchUnits) + " is not set (this mode is internal to omni-launch)");
+    auto units = parse_unit_list(list);
+    if (!units) return fail(units.error());
+    const char *size_text = env(kEnvUnitSize);
+    auto size = omni::parse_uint(size_text ? size_text : "", 1, kMaxUnitSizeRanks, kEnvUnitSize);
+    if (!size) return fail(size.error());
+    const char *procid_text = env("SLURM_PROCID");
+    auto procid = omni::parse_uint(procid_text ? procid_text : "", 0, kMaxWorld, "SLURM_PROCID");
+    if (!procid) return fail(procid.error());
+    auto where = task_unit(units.value(), static_cast<std::uint32_t>(size.value()),
+                           static_cast<std::uint32_t>(procid.value()));
+    if (!where) return fail(where.error());
+    auto [unit, slot] = where.value();
+    if (::setenv(kEnvUnitId, std::to_string(unit).c_str(), 1) != 0 ||
+        ::setenv(kEnvUnitSlot, std::to_string(slot).c_str(), 1) != 0 ||
+        ::setenv(kEnvMemberId, member_id(unit, slot).c_str(), 1) != 0)
+        return fail(std::string("setenv: ") + std::strerror(errno));
+    ::unsetenv(kEnvLaunchUnits);
+    ::execvp(argv[3], argv + 3);
+    return fail(std::string("cannot run ") + argv[3] + ": " + std::strerror(errno));
+}
+
+void print_dry_run(const DriverConfig &cfg) {
+    std::cout << "# " << cfg.settings.units << " unit(s) of " << cfg.settings.unit_size
+              << " rank(s), range " << cfg.settings.min_units << ".." << cfg.settings.max_units
+              << "; one srun step per unit, joining units get steps of their own\n";
+    for (std::uint32_t unit = 0; unit < cfg.settings.units; ++unit) {
+        StepSpec spec;
+        spec.extra = cfg.options.srun_args;
+        spec.self = cfg.self;
+        spec.program = cfg.options.program;
+        spec.tasks = cfg.settings.unit_size;
+        spec.nodes = unit_nodes(cfg.settings.unit_size, cfg.alloc);
+        spec.name = "omni-u" + std::to_string(unit);
+        std::cout << shell_join({std::string(kEnvCoordAddr) + "=tcp://ADDR:PORT",
+                                 std::string(kEnvCoordSecret) + "=SECRET",
+                                 std::string(kEnvJobDir) + "=" + cfg.job_dir,
+                                 std::string(kEnvUnitSize) + "=" + std::to_string(cfg.settings.unit_size),
+                                 std::string(kEnvLaunchUnits) + "=" + std::to_string(unit)})
+                  << " \\\n  " << shell_join(srun_argv(spec)) << "\n";
+    }
+}
+
+int run(int argc, char **argv) {
+    auto parsed = parse_command_line(argc, argv);
+    if (parsed.exit_code == 0) {
+        std::cout << parsed.text;
+        return 0;
+    }
+    if (parsed.exit_code > 0) {
+        std::cerr << parsed.text;
+        return parsed.exit_code;
+    }
+    if (const char *lvl = env("OMNI_LOG_LEVEL"); lvl && std::strcmp(lvl, "debug") == 0)
+        set_log_level(LogLevel::Debug);
+    DriverConfig cfg;
+    cfg.options = std::move(parsed.options);
+    auto alloc = allocation_from_env(env);
+    if (!alloc) {
+        std::cerr << "omni-launch: " << alloc.error() << "\n";
+        return kExitFail;
+    }
+    cfg.alloc = alloc.value();
+    auto job = omni::job_options_from_job_env(env);
+    if (!job) {
+        std::cerr << "omni-launch: the job's OMNI_* options: " << job.error() << "\n";
+        return kExitFail;
+    }
+    const auto &jo = job.value();
+    auto settings = resolve_settings(cfg.options, cfg.alloc, jo.elastic ? jo.elastic->first : 0,
+                                     jo.elastic ? jo.elastic->second : 0,
+                                     jo.unit_given || jo.elastic ? jo.unit_size : 0);
+    if (!settings) {
+        std::cerr << "omni-launch: " << settings.error() << "\nTry 'omni-launch --help'.\n";
+        return kExitUsage;
+    }
+    cfg.settings = settings.value();
+    auto self = self_executable();
+    if (!self) {
+        std::cerr << "omni-launch: " << self.error() << "\n";
+        return kExitFail;
+    }
+    cfg.self = self.value();
+    if (!cfg.options.job_dir.empty()) {
+        cfg.job_dir = cfg.options.job_dir;
+    } else {
+        auto d = job_dir_from_env(env);
+        if (!d) {
+            if (!cfg.options.dry_run) {
+                std::cerr << "omni-launch: " << d.error() << " (or give --job-dir)\n";
+                return kExitFail;
+            }
+            cfg.job_dir = "/tmp/omni-" + std::to_string(::geteuid()) + "/job-JOBID";
+        } else {
+            cfg.job_dir = d.value();
+        }
+    }
+    if (cfg.options.dry_run) {
+        print_dry_run(cfg);
+        return 0;
+    }
+
+    std::string bind = cfg.options.bind;
+    if (bind.empty()) {
+        if (cfg.alloc.batch_node.empty()) {
+            std::cerr << "omni-launch: not inside a Slurm job (SLURMD_NODENAME is not set); give "
+                         "--bind ADDR\n";
+            return kExitFail;
+        }
+        auto ip = node_bind_address(cfg.alloc.batch_node, kScontrolTimeoutMs);
+        if (!ip) {
+            std::cerr << "omni-launch: " << ip.error() << "\n";
+            return kExitFail;
+        }
+        bind = ip.value();
+    }
+    auto secret = generate_secret();
+    if (!secret) {
+        std::cerr << "omni-launch: " << secret.error() << "\n";
+        return kExitFail;
+    }
+    cfg.secret = secret.value();
+
+    // Signals before any thread exists, so every thread inherits the handlers.
+    struct sigaction sa{};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGUSR1}) ::sigaction(sig, &sa, nullptr);
+
+    CoordinatorConfig cc;
+    cc.bind = {"tcp://" + bind + ":0"};
+    cc.secret = cfg.secret;
+    cc.protocol.unit_size = cfg.settings.unit_size;
+    cc.protocol.initial_units = cfg.settings.units;
+    cc.protocol.min_units = cfg.settings.min_units;
+    cc.protocol.max_units = cfg.settings.max_units;
+    cc.protocol.boundary_timeout_ms = cfg.options.boundary_timeout_ms;
+    cc.protocol.formation_timeout_ms = cfg.options.formation_timeout_ms;
+    cc.protocol.grow_wait_ms = cfg.options.grow_wait_ms;
+    cc.protocol.announce_planned = cfg.options.announce;
+    auto coord = Coordinator::start(cc);
+    if (!coord) {
+        std::cerr << "omni-launch: coordinator: " << coord.error() << "\n";
+        return kExitFail;
+    }
+    cfg.endpoint = coord.value()->endpoints().front();
+    // A directory made here is removed at the end if it is empty then (the events file, when
+    // it is there, stays for the user); one that existed is left as it was found.
+    bool made_job_dir = false;
+    omni::Status published = ensure_private_dir(cfg.job_dir, &made_job_dir);
+    if (published) published = publish_job_files(cfg.job_dir, cfg.secret, cfg.endpoint);
+    if (!published) {
+        std::cerr << "omni-launch: " << published.error() << "\n";
+        if (made_job_dir) ::rmdir(cfg.job_dir.c_str());
+        return kExitFail;
+    }
+    cfg.events = cfg.options.events.empty() ? cfg.job_dir + "/events.jsonl" : cfg.options.events;
+    log_line(LogLevel::Info, kComponent,
+             "coordinator " + cfg.endpoint + ", job directory " + cfg.job_dir + ", events " +
+                 cfg.events + "; " + std::to_string(cfg.settings.units) + " unit(s) of " +
+                 std::to_string(cfg.settings.unit_size) + " rank(s), range " +
+                 std::to_string(cfg.settings.min_units) + ".." + std::to_string(cfg.settings.max_units));
+    int rc = run_driver(cfg, g_signals, g_last_signal);
+    coord.value()->stop();
+    // The job is over: nobody may talk to a coordinator of this job again.
+    ::unlink((cfg.job_dir + "/" + kAddressFile).c_str());
+    ::unlink((cfg.job_dir + "/" + kSecretFile).c_str());
+    if (made_job_dir) ::rmdir(cfg.job_dir.c_str());
+    return rc;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    if (argc >= 2 && std::strcmp(argv[1], "--exec-task") == 0) return exec_task(argc, argv);
+    // Exceptions never cross into the C runtime: anything unexpected is a failure (1).
+    try {
+        return run(argc, argv);
+    } catch (const std::exception &e) {
+        std::cerr << "omni-launch: " << e.what() << "\n";
+        return kExitFail;
+    }
+}

@@ -1,0 +1,104 @@
+#!/bin/bash
+# omni-launch without Slurm: a stand-in `srun` (first in PATH) runs each step's tasks locally
+# with SLURM_PROCID set, so the supervisor (launch/driver.cc) is exercised by `make check` on
+# any machine: formation, a planned shrink 3 -> 1 and grow 1 -> 2 requested with omni-ctl,
+# the events file, the exit status, a crashing rank, usage errors. Bounded: about 15 s.
+# The same flows on a real cluster: tests/integration/launch-*.sh.
+set -u
+: "${OMNI_LAUNCH:?}" "${OMNI_CTL:?}" "${TOY_RANK:?}"
+fails=0
+check() {  # check NAME EXPECTED ACTUAL
+    if [ "$2" != "$3" ]; then echo "FAIL: $1: got '$3', expected '$2'"; fails=$((fails + 1));
+    else echo "ok: $1"; fi
+}
+tmp=$(mktemp -d /tmp/omni-launch-test.XXXXXX)
+launcher=
+cleanup() { [ -n "$launcher" ] && kill "$launcher" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
+trap cleanup EXIT
+unset OMNI_COORD_ADDR OMNI_COORD_SECRET OMNI_JOB_DIR SLURM_JOB_ID OMNI_ELASTIC_MIN OMNI_ELASTIC_MAX OMNI_UNIT_SIZE
+
+# The stand-in srun: reads -n, runs the command after the options once per task.
+mkdir "$tmp/bin"
+cat >"$tmp/bin/srun" <<'EOS'
+#!/bin/bash
+n=1
+while [ $# -gt 0 ]; do
+  case $1 in
+    -n) n=$2; shift 2 ;;
+    -N|-J) shift 2 ;;
+    -*) shift ;;
+    *) break ;;
+  esac
+done
+pids=()
+for ((i = 0; i < n; i++)); do SLURM_PROCID=$i "$@" & pids+=($!); done
+rc=0
+for p in "${pids[@]}"; do wait "$p" || { r=$?; [ $rc -eq 0 ] && rc=$r; }; done
+exit $rc
+EOS
+chmod +x "$tmp/bin/srun"
+export PATH="$tmp/bin:$PATH"
+
+"$OMNI_LAUNCH" --help >"$tmp/help" 2>&1; check "--help" 0 $?
+grep -q -- "--srun-args" "$tmp/help" || { echo "FAIL: help lists --srun-args"; fails=$((fails + 1)); }
+"$OMNI_LAUNCH" --units 2 >/dev/null 2>&1; check "no PROGRAM" 2 $?
+"$OMNI_LAUNCH" --units 0 -- true >/dev/null 2>&1; check "--units 0" 2 $?
+"$OMNI_LAUNCH" --bind 0.0.0.0 --units 1 -- true >"$tmp/err" 2>&1; check "--bind 0.0.0.0" 2 $?
+grep -q wildcard "$tmp/err" || { echo "FAIL: wildcard message"; fails=$((fails + 1)); }
+"$OMNI_LAUNCH" --units 2 --srun-args '--ntasks=3' -- true >"$tmp/err" 2>&1; check "reserved srun option" 2 $?
+grep -q -- "--srun-args" "$tmp/err" || { echo "FAIL: --srun-args message"; fails=$((fails + 1)); }
+"$OMNI_LAUNCH" --units 2 -- true >"$tmp/err" 2>&1; check "outside a job without --job-dir" 1 $?
+"$OMNI_LAUNCH" --units 2 --unit-size 2 --srun-args '--gres=gpu:2' --dry-run -- ./train --lr 1 >"$tmp/dry" 2>&1
+check "--dry-run" 0 $?
+check "--dry-run lines" 2 "$(grep -c 'srun --mpi=pmix --no-kill --kill-on-bad-exit=0 --export=ALL -J omni-u[01] -n 2 --gres=gpu:2 .*--exec-task -- ./train --lr 1$' "$tmp/dry")"
+
+# Reshape 3 -> 1 -> 2 with omni-ctl, then the ranks finish on their own. 200 steps of 50 ms:
+# both changes must land before the last step, and on a loaded machine each poll below
+# (omni-ctl and python3) can take a few hundred milliseconds (with 80 steps this failed while
+# two test suites shared two cores).
+dir="$tmp/job"
+"$OMNI_LAUNCH" --bind 127.0.0.1 --job-dir "$dir" --units 3 --events "$tmp/ev.jsonl" \
+    -- "$TOY_RANK" 200 50 >"$tmp/run.out" 2>"$tmp/run.err" &
+launcher=$!
+export OMNI_JOB_DIR="$dir"
+wait_units() {
+    for _ in $(seq 100); do
+        "$OMNI_CTL" status --json >"$tmp/st.json" 2>/dev/null &&
+            python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); sys.exit(0 if s["phase"]=="running" and s["units"]==int(sys.argv[2]) and s["target_units"] is None else 1)' \
+                "$tmp/st.json" "$1" && return 0
+        sleep 0.05
+    done
+    return 1
+}
+wait_units 3; check "formed with 3 units" 0 $?
+check "job files are private" "600 600" "$(stat -c %a "$dir/secret" "$dir/coordinator" | tr '\n' ' ' | sed 's/ $//')"
+"$OMNI_CTL" reshape --units 1 >/dev/null; wait_units 1; check "shrunk to 1 unit" 0 $?
+"$OMNI_CTL" reshape --units 2 >/dev/null; wait_units 2; check "grew to 2 units" 0 $?
+wait "$launcher"; check "omni-launch exit" 0 $?; launcher=
+python3 - "$tmp/ev.jsonl" <<'PY' || { fails=$((fails + 1)); cat "$tmp/run.err"; }
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1])]
+got = [(e["reason"], e["old_world"], e["new_world"]) for e in ev]
+assert got == [("initial", 0, 3), ("planned", 3, 1), ("planned", 1, 2), ("stop", 2, 0)], got
+assert ev[2]["new_units"] == [0, 3], ev[2]
+assert [e["pause_source"] for e in ev[1:3]] == ["ranks", "ranks"], ev
+print("ok: events", got)
+PY
+grep -q "generation 2 -> 3: world 1 -> 2 (planned" "$tmp/run.err" || { echo "FAIL: change not logged"; fails=$((fails + 1)); }
+check "job files removed at the end" "no no" "$([ -e "$dir/secret" ] && echo yes || echo no) $([ -e "$dir/coordinator" ] && echo yes || echo no)"
+
+# A rank that crashes (unit 0 exits 3 at step 4): lost; unit 1 goes on alone and finishes,
+# so the job recovered and its status is 0.
+# These ranks do not report ready: the lost event carries omni-launch's own estimate.
+TOY_READY=0 "$OMNI_LAUNCH" --bind 127.0.0.1 --job-dir "$tmp/job2" --units 2 --events "$tmp/ev2.jsonl" \
+    -- "$TOY_RANK" 10 20 4 >/dev/null 2>"$tmp/run2.err"
+check "exit status after a crash the job recovered from" 0 $?
+check "lost event" '"lost" "poll"' "$(sed -n 2p "$tmp/ev2.jsonl" | python3 -c 'import json,sys; e=json.load(sys.stdin); print(json.dumps(e["reason"]), json.dumps(e["pause_source"]))')"
+grep -q "failed (exit 3); the job went on without units \[0\]" "$tmp/run2.err" || { echo "FAIL: recovered failure not logged"; fails=$((fails + 1)); }
+# The same with --min-units 2: nobody can go on; the status is the crashed rank's 3.
+"$OMNI_LAUNCH" --bind 127.0.0.1 --job-dir "$tmp/job3" --units 2 --min-units 2 --events "$tmp/ev3.jsonl" \
+    -- "$TOY_RANK" 10 20 4 >/dev/null 2>"$tmp/run3.err"
+check "exit status of a crash below the minimum" 3 $?
+
+[ "$fails" -eq 0 ] && echo "PASS" || echo "$fails failure(s)"
+[ "$fails" -eq 0 ]

@@ -1,0 +1,246 @@
+// Unit tests for omni-launch's pure parts: command line, settings, allocation, srun command
+// lines, the per-task unit mapping, node addresses and the events file.
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "launch/bind.h"
+#include "launch/events.h"
+#include "launch/options.h"
+#include "launch/plan.h"
+
+using namespace omni::launcher;
+
+namespace {
+
+std::map<std::string, std::string> g_env;
+const char *fake_env(const char *name) {
+    auto it = g_env.find(name);
+    return it == g_env.end() ? nullptr : it->second.c_str();
+}
+
+ParsedCommandLine parse(std::vector<std::string> args) {
+    args.insert(args.begin(), "omni-launch");
+    std::vector<const char *> argv;
+    for (auto &a : args) argv.push_back(a.c_str());
+    return parse_command_line(static_cast<int>(argv.size()), argv.data());
+}
+
+}  // namespace
+
+TEST(LaunchOptions, HelpAndProgram) {
+    auto h = parse({"--help"});
+    EXPECT_EQ(h.exit_code, 0);
+    EXPECT_NE(h.text.find("--srun-args"), std::string::npos);
+    EXPECT_NE(h.text.find("--boundary-timeout"), std::string::npos);
+    // The program's own options stay the program's, even when they look like ours.
+    auto p = parse({"--units", "4", "--", "./train", "--units", "9", "--help"});
+    ASSERT_EQ(p.exit_code, -1) << p.text;
+    EXPECT_EQ(*p.options.units, 4u);
+    EXPECT_EQ(p.options.program, (std::vector<std::string>{"./train", "--units", "9", "--help"}));
+    EXPECT_EQ(p.options.boundary_timeout_ms, 30000);
+}
+
+TEST(LaunchOptions, UsageErrorsNameTheOption) {
+    struct Case {
+        std::vector<std::string> args;
+        std::string needle;
+    };
+    for (const auto &c : std::vector<Case>{
+             {{"./train"}, "PROGRAM is required after '--'"},
+             {{"--"}, "PROGRAM is required"},
+             {{"--units", "0", "--", "x"}, "--units"},
+             {{"--units", "3x", "--", "x"}, "expected --units K"},
+             {{"--unit-size", "-1", "--", "x"}, "--unit-size"},
+             {{"--boundary-timeout", "0", "--", "x"}, "expected --boundary-timeout SECONDS"},
+             {{"--bind", "0.0.0.0", "--", "x"}, "wildcard"},
+             {{"--bind", "node1", "--", "x"}, "expected a literal IPv4 address"},
+             {{"--job-dir", "rel", "--", "x"}, "absolute path"},
+             {{"--srun-args", "-n 4", "--", "x"}, "'-n' is set by omni-launch"},
+             {{"--srun-args", "--gres='gpu:1", "--", "x"}, "unbalanced single quote"},
+             {{"--frobnicate", "--", "x"}, "frobnicate"},
+         }) {
+        auto p = parse(c.args);
+        EXPECT_EQ(p.exit_code, 2) << c.args.front();
+        EXPECT_NE(p.text.find(c.needle), std::string::npos) << p.text;
+    }
+}
+
+TEST(LaunchOptions, SettingsDefaults) {
+    LaunchOptions o;
+    Allocation a;
+    a.capacity_ranks = 8;
+    auto s = resolve_settings(o, a, 0, 0, 0);
+    ASSERT_TRUE(s) << s.error();
+    EXPECT_EQ(s.value().units, 8u);
+    EXPECT_EQ(s.value().min_units, 1u);
+    EXPECT_EQ(s.value().max_units, 8u);
+    EXPECT_EQ(s.value().unit_size, 1u);
+    // The job's OMNI_* options: units of 4 ranks, elastic 2:6.
+    s = resolve_settings(o, a, 2, 6, 4);
+    ASSERT_TRUE(s) << s.error();
+    EXPECT_EQ(s.value().units, 6u);
+    EXPECT_EQ(s.value().min_units, 2u);
+    EXPECT_EQ(s.value().max_units, 6u);
+    EXPECT_EQ(s.value().unit_size, 4u);
+    // Options win over the environment.
+    o.units = 3;
+    o.unit_size = 2;
+    s = resolve_settings(o, a, 2, 6, 4);
+    ASSERT_TRUE(s) << s.error();
+    EXPECT_EQ(s.value().units, 3u);
+    EXPECT_EQ(s.value().unit_size, 2u);
+    o.units = 7;
+    s = resolve_settings(o, a, 2, 6, 4);
+    ASSERT_FALSE(s);
+    EXPECT_NE(s.error().find("outside the elastic range 2..6"), std::string::npos) << s.error();
+    LaunchOptions none;
+    Allocation empty;
+    s = resolve_settings(none, empty, 0, 0, 0);
+    ASSERT_FALSE(s);
+    EXPECT_NE(s.error().find("give --units K"), std::string::npos);
+}
+
+TEST(LaunchPlan, AllocationFromEnv) {
+    g_env = {{"SLURM_JOB_ID", "42"}, {"SLURMD_NODENAME", "n1"}, {"SLURM_JOB_NUM_NODES", "4"}};
+    auto a = allocation_from_env(fake_env);
+    ASSERT_TRUE(a) << a.error();
+    EXPECT_EQ(a.value().job_id, 42u);
+    EXPECT_EQ(a.value().batch_node, "n1");
+    EXPECT_EQ(a.value().nodes, 4u);
+    EXPECT_EQ(a.value().capacity_ranks, 4u);  // one rank per node
+    g_env["SLURM_NTASKS"] = "8";
+    EXPECT_EQ(allocation_from_env(fake_env).value().capacity_ranks, 8u);
+    g_env.erase("SLURM_NTASKS");
+    g_env["SLURM_NTASKS_PER_NODE"] = "2";
+    EXPECT_EQ(allocation_from_env(fake_env).value().capacity_ranks, 8u);
+    g_env["SLURM_JOB_NUM_NODES"] = "four";
+    auto bad = allocation_from_env(fake_env);
+    ASSERT_FALSE(bad);
+    EXPECT_NE(bad.error().find("SLURM_JOB_NUM_NODES"), std::string::npos);
+    g_env.clear();
+}
+
+TEST(LaunchPlan, TaskUnits) {
+    std::vector<std::uint32_t> units = {4, 7};
+    auto t = task_unit(units, 2, 3);
+    ASSERT_TRUE(t);
+    EXPECT_EQ(t.value(), std::make_pair(7u, 1u));
+    EXPECT_EQ(task_unit(units, 2, 0).value(), std::make_pair(4u, 0u));
+    EXPECT_FALSE(task_unit(units, 2, 4));
+    EXPECT_EQ(format_unit_list(units), "4,7");
+    EXPECT_EQ(parse_unit_list("4,7").value(), units);
+    EXPECT_FALSE(parse_unit_list(""));
+    EXPECT_FALSE(parse_unit_list("4,,7"));
+    EXPECT_FALSE(parse_unit_list("4,"));
+    EXPECT_FALSE(parse_unit_list("x"));
+    EXPECT_EQ(member_id(3, 1), "u3.s1");
+}
+
+TEST(LaunchPlan, SrunArgsSplitting) {
+    auto w = split_srun_args("--gres=gpu:4  --cpus-per-task='2' \"--comment=a b\" x\\ y");
+    ASSERT_TRUE(w) << w.error();
+    EXPECT_EQ(w.value(), (std::vector<std::string>{"--gres=gpu:4", "--cpus-per-task=2", "--comment=a b", "x y"}));
+    EXPECT_TRUE(split_srun_args("--ntasks-per-node=2"));  // only the exact options are reserved
+    for (const char *bad : {"--ntasks=3", "-N2", "--mpi=none", "--export=NONE", "-J x", "\"open"})
+        EXPECT_FALSE(split_srun_args(bad)) << bad;
+}
+
+TEST(LaunchPlan, SrunCommandLine) {
+    StepSpec s;
+    s.extra = {"--gres=gpu:1"};
+    s.self = "/usr/bin/omni-launch";
+    s.program = {"./train", "--steps", "5"};
+    s.tasks = 2;
+    s.nodes = 1;
+    s.name = "omni-u4";
+    EXPECT_EQ(shell_join(srun_argv(s)),
+              "srun --mpi=pmix --no-kill --kill-on-bad-exit=0 --export=ALL -J omni-u4 -n 2 -N 1 "
+              "--gres=gpu:1 /usr/bin/omni-launch --exec-task -- ./train --steps 5");
+    s.nodes = 0;  // unknown: srun decides
+    EXPECT_EQ(srun_argv(s)[9], "--gres=gpu:1");
+    EXPECT_EQ(shell_join({"a b", "it's", "plain-1"}), "'a b' 'it'\\''s' plain-1");
+}
+
+TEST(LaunchPlan, UnitNodes) {
+    Allocation a;
+    a.nodes = 4;
+    a.capacity_ranks = 16;  // 4 ranks per node
+    EXPECT_EQ(unit_nodes(1, a), 1u);
+    EXPECT_EQ(unit_nodes(4, a), 1u);
+    EXPECT_EQ(unit_nodes(6, a), 2u);
+    EXPECT_EQ(unit_nodes(64, a), 4u);  // never more than the allocation
+    a.capacity_ranks = 2;              // fewer ranks than nodes: one per node
+    EXPECT_EQ(unit_nodes(3, a), 3u);
+    EXPECT_EQ(unit_nodes(1, Allocation{}), 0u);
+}
+
+TEST(LaunchBind, NodeAddrAndWildcards) {
+    std::string out =
+        "NodeName=n1 Arch=x86_64 CoresPerSocket=2 NodeAddr=127.0.0.1 NodeHostName=host Version=22.05.8\n"
+        "NodeName=n10 Arch=x86_64 NodeAddr=10.0.0.10 NodeHostName=host\n";
+    EXPECT_EQ(node_addr_from_scontrol(out, "n1").value(), "127.0.0.1");
+    EXPECT_EQ(node_addr_from_scontrol(out, "n10").value(), "10.0.0.10");
+    EXPECT_FALSE(node_addr_from_scontrol(out, "n2"));
+    EXPECT_EQ(bind_address_for("127.0.0.1").value(), "127.0.0.1");
+    EXPECT_EQ(bind_address_for("localhost").value(), "127.0.0.1");
+    auto w = bind_address_for("0.0.0.0");
+    ASSERT_FALSE(w);
+    EXPECT_NE(w.error().find("wildcard"), std::string::npos);
+    EXPECT_FALSE(bind_address_for("224.0.0.1"));
+    EXPECT_FALSE(bind_address_for("no-such-host.invalid"));
+}
+
+TEST(LaunchEvents, JsonLines) {
+    GenerationEvent e;
+    e.unix_ms = 1700000000123;
+    e.job = 7;
+    e.old_generation = 1;
+    e.generation = 2;
+    e.old_world = 4;
+    e.new_world = 2;
+    e.old_units = {0, 1, 2, 3};
+    e.new_units = {0, 1};
+    e.reason = event_reason("reshaped", "planned", 1);
+    e.detail = "planned";
+    e.step = 9;
+    e.pause_ms = 12;
+    e.resolution_ms = 50;
+    auto j = event_to_json(e);
+    EXPECT_EQ(j["time"], "2023-11-14T22:13:20.123Z");
+    EXPECT_EQ(j["reason"], "planned");
+    EXPECT_EQ(j["old_world"], 4);
+    EXPECT_EQ(j["new_units"], nlohmann::json({0, 1}));
+    EXPECT_EQ(event_summary(e), "generation 1 -> 2: world 4 -> 2 (planned, step 9, pause 12 ms)");
+    EXPECT_EQ(event_reason("reshaped", "formed", 0), "initial");
+    EXPECT_EQ(event_reason("reshaped", "lost", 3), "lost");
+    EXPECT_EQ(event_reason("stop", "below-min", 3), "stop");
+
+    char dir[] = "/tmp/launch-test.XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    std::string path = std::string(dir) + "/events.jsonl";
+    {
+        auto log = EventLog::open(path);
+        ASSERT_TRUE(log) << log.error();
+        ASSERT_TRUE(log.value().append(j));
+        ASSERT_TRUE(log.value().append({{"x", 1}}));
+    }
+    struct stat st;
+    ASSERT_EQ(stat(path.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0600u);
+    std::ifstream in(path);
+    std::string l1, l2;
+    std::getline(in, l1);
+    std::getline(in, l2);
+    EXPECT_EQ(nlohmann::json::parse(l1)["generation"], 2);
+    EXPECT_EQ(l2, "{\"x\":1}");
+    unlink(path.c_str());
+    rmdir(dir);
+    EXPECT_FALSE(EventLog::open("/nonexistent-dir/events.jsonl"));
+}

@@ -1,0 +1,529 @@
+// libomni's C API (include/omni/omni.h) over the C++ runtime. Every entry point catches
+// everything: no exception may cross into a C trainer.
+#include "omni/omni.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <new>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/c_status.h"
+#include "runtime/ledger.h"
+#include "runtime/runtime.h"
+#include "runtime/solo.h"
+
+struct omni_ledger {
+    omni::launcher::Ledger ledger;
+};
+
+namespace {
+
+thread_local std::string last_error;
+
+int fail(int code, std::string msg) {
+    return omni::capi::record(last_error, static_cast<omni_status>(code), std::move(msg));
+}
+
+// Every entry point's body runs here: no exception may unwind into C code.
+template <typename F>
+int guarded(F &&f) noexcept {
+    return omni::capi::guard(last_error, nullptr, std::forward<F>(f));
+}
+
+namespace rt {
+
+using omni::launcher::Runtime;
+
+// The process's runtime and the optimizer shards the C API owns for it (a deque: the runtime
+// keeps pointers to the vectors, so they must not move).
+struct Process {
+    std::unique_ptr<Runtime> runtime;
+    std::deque<std::vector<float>> shards;
+};
+Process *process = nullptr;
+
+Runtime *get(const char *fn) {
+    if (!process || !process->runtime) {
+        fail(OMNI_ESTATE, std::string(fn) + ": omni_init has not been called");
+        return nullptr;
+    }
+    return process->runtime.get();
+}
+
+// The communicator of r, or null with OMNI_ESTATE set: a joiner named by an announced grow
+// has none until omni_start admits it.
+omni::launcher::Communicator *comm_of(Runtime *r, const char *fn) {
+    if (r->has_comm()) return &r->comm();
+    fail(OMNI_ESTATE, std::string(fn) +
+                          (r->started() ? ": this rank left the job at a planned shrink (OMNI_LEFT) "
+                                          "and has no communicator"
+                                        : ": this rank joins at an announced change and has no "
+                                          "communicator before omni_start"));
+    return nullptr;
+}
+
+bool dtype_of(int t, omni::launcher::DType &out) {
+    if (t == OMNI_FP32) out = omni::launcher::DType::fp32;
+    else if (t == OMNI_BF16) out = omni::launcher::DType::bf16;
+    else return false;
+    return true;
+}
+
+bool op_of(int o, omni::launcher::ReduceOp &out) {
+    if (o == OMNI_SUM) out = omni::launcher::ReduceOp::sum;
+    else if (o == OMNI_AVG) out = omni::launcher::ReduceOp::avg;
+    else return false;
+    return true;
+}
+
+// start() and boundary() say whose fault a failure was.
+int fault_code(const Runtime &r) {
+    return r.last_fault() == omni::launcher::Fault::usage ? OMNI_EINVAL : OMNI_ECOMM;
+}
+
+int comm_result(const omni::Status &st) {
+    return st ? int(OMNI_OK) : fail(OMNI_ECOMM, st.error());
+}
+
+}  // namespace rt
+
+}  // namespace
+
+extern "C" {
+
+const char *omni_last_error(void) { return last_error.c_str(); }
+
+int omni_init(void) {
+    return guarded([&] {
+        using namespace omni::launcher;
+        if (rt::process) return fail(OMNI_ESTATE, "omni_init: already initialised");
+        auto pmix = PmixSession::open();
+        if (!pmix) return fail(OMNI_ECOMM, "omni_init: " + pmix.error());
+        auto opts = runtime_options_from_env([](const char *n) { return std::getenv(n); },
+                                             pmix.value()->identity());
+        if (!opts) return fail(OMNI_EINVAL, "omni_init: " + opts.error());
+        auto r = Runtime::create(opts.value());
+        if (!r) return fail(OMNI_ECOMM, "omni_init: " + r.error());
+        r.value()->keep_pmix(std::move(pmix).value());
+        auto p = std::make_unique<rt::Process>();
+        p->runtime = std::move(r).value();
+        rt::process = p.release();
+        return int(OMNI_OK);
+    });
+}
+
+int omni_finalize(void) {
+    return guarded([&] {
+        delete rt::process;
+        rt::process = nullptr;
+        return int(OMNI_OK);
+    });
+}
+
+int omni_rank(uint32_t *rank) {
+    return guarded([&] {
+        auto *r = rt::get("omni_rank");
+        if (!r) return int(OMNI_ESTATE);
+        if (rank) *rank = r->rank();
+        return int(OMNI_OK);
+    });
+}
+
+int omni_world_size(uint32_t *world) {
+    return guarded([&] {
+        auto *r = rt::get("omni_world_size");
+        if (!r) return int(OMNI_ESTATE);
+        if (world) *world = r->world();
+        return int(OMNI_OK);
+    });
+}
+
+int omni_unit(uint32_t *unit, uint32_t *slot) {
+    return guarded([&] {
+        auto *r = rt::get("omni_unit");
+        if (!r) return int(OMNI_ESTATE);
+        if (unit) *unit = r->unit();
+        if (slot) *slot = r->slot();
+        return int(OMNI_OK);
+    });
+}
+
+int omni_generation(uint64_t *generation) {
+    return guarded([&] {
+        auto *r = rt::get("omni_generation");
+        if (!r) return int(OMNI_ESTATE);
+        if (generation) *generation = r->generation();
+        return int(OMNI_OK);
+    });
+}
+
+int omni_standalone(int *standalone) {
+    return guarded([&] {
+        auto *r = rt::get("omni_standalone");
+        if (!r) return int(OMNI_ESTATE);
+        if (standalone) *standalone = r->standalone() ? 1 : 0;
+        return int(OMNI_OK);
+    });
+}
+
+const char *omni_backend(void) {
+    try {
+        if (!rt::process || !rt::process->runtime) return nullptr;
+        // A joiner before omni_start and a rank after OMNI_LEFT have no communicator.
+        if (!rt::process->runtime->has_comm()) return nullptr;
+        return rt::process->runtime->comm().backend();
+    } catch (...) {
+        return nullptr;
+    }
+}
+
+int omni_register_params(float *params, size_t count) {
+    return guarded([&] {
+        auto *r = rt::get("omni_register_params");
+        if (!r) return int(OMNI_ESTATE);
+        if (r->started()) return fail(OMNI_ESTATE, "omni_register_params: after omni_start");
+        auto st = r->register_params(params, count);
+        return st ? int(OMNI_OK) : fail(OMNI_EINVAL, "omni_register_params: " + st.error());
+    });
+}
+
+int omni_state_add(size_t length, size_t *index) {
+    return guarded([&] {
+        auto *r = rt::get("omni_state_add");
+        if (!r) return int(OMNI_ESTATE);
+        if (!index) return fail(OMNI_EINVAL, "omni_state_add: index is NULL");
+        if (r->started()) return fail(OMNI_ESTATE, "omni_state_add: after omni_start");
+        rt::process->shards.emplace_back();
+        auto i = r->register_shard(&rt::process->shards.back(), length);
+        if (!i) {
+            rt::process->shards.pop_back();
+            return fail(OMNI_EINVAL, "omni_state_add: " + i.error());
+        }
+        *index = i.value();
+        return int(OMNI_OK);
+    });
+}
+
+int omni_state_shard(size_t index, float **data, size_t *begin, size_t *count) {
+    return guarded([&] {
+        auto *r = rt::get("omni_state_shard");
+        if (!r) return int(OMNI_ESTATE);
+        if (index >= rt::process->shards.size())
+            return fail(OMNI_EINVAL, "omni_state_shard: no vector " + std::to_string(index) + " (" +
+                                         std::to_string(rt::process->shards.size()) + " added)");
+        auto &v = rt::process->shards[index];
+        if (data) *data = v.data();
+        if (begin || count) {
+            const std::size_t length = r->shard_length(index);
+            auto range = r->shard_range(length);
+            if (begin) *begin = range.begin;
+            if (count) *count = range.size();
+        }
+        return int(OMNI_OK);
+    });
+}
+
+int omni_data_configure(uint64_t dataset_size, uint64_t seed, uint64_t global_batch,
+                        uint64_t micro_batch) {
+    return guarded([&] {
+        auto *r = rt::get("omni_data_configure");
+        if (!r) return int(OMNI_ESTATE);
+        if (r->started()) return fail(OMNI_ESTATE, "omni_data_configure: after omni_start");
+        auto st = r->configure_ledger({dataset_size, global_batch, micro_batch, seed});
+        return st ? int(OMNI_OK) : fail(OMNI_EINVAL, "omni_data_configure: " + st.error());
+    });
+}
+
+int omni_data_grad_accum(uint32_t *grad_accum) {
+    return guarded([&] {
+        auto *r = rt::get("omni_data_grad_accum");
+        if (!r) return int(OMNI_ESTATE);
+        if (!r->ledger()) return fail(OMNI_ESTATE, "omni_data_grad_accum: no ledger configured");
+        if (!grad_accum) return fail(OMNI_EINVAL, "omni_data_grad_accum: NULL argument");
+        *grad_accum = r->ledger()->grad_accum();
+        return int(OMNI_OK);
+    });
+}
+
+int omni_data_micro_batch(uint32_t micro, uint64_t *indices, size_t capacity, size_t *count) {
+    return guarded([&] {
+        auto *r = rt::get("omni_data_micro_batch");
+        if (!r) return int(OMNI_ESTATE);
+        const auto *l = r->ledger();
+        if (!l) return fail(OMNI_ESTATE, "omni_data_micro_batch: no ledger configured");
+        if (!count) return fail(OMNI_EINVAL, "omni_data_micro_batch: count is NULL");
+        const uint64_t b = l->config().micro_batch;
+        *count = static_cast<size_t>(b);
+        if (capacity < b)
+            return fail(OMNI_ERANGE, "omni_data_micro_batch: capacity " +
+                                         std::to_string(capacity) + " is below the micro-batch " +
+                                         std::to_string(b));
+        if (!indices) return fail(OMNI_EINVAL, "omni_data_micro_batch: indices is NULL");
+        auto v = l->micro_batch(r->rank(), micro);
+        if (!v) return fail(OMNI_EINVAL, v.error());
+        std::memcpy(indices, v.value().data(), v.value().size() * sizeof(uint64_t));
+        return int(OMNI_OK);
+    });
+}
+
+int omni_data_save(char *buffer, size_t capacity, size_t *length) {
+    return guarded([&] {
+        auto *r = rt::get("omni_data_save");
+        if (!r) return int(OMNI_ESTATE);
+        if (!r->ledger()) return fail(OMNI_ESTATE, "omni_data_save: no ledger configured");
+        if (!length) return fail(OMNI_EINVAL, "omni_data_save: length is NULL");
+        std::string text = r->ledger()->serialise();
+        *length = text.size() + 1;
+        if (capacity < text.size() + 1)
+            return fail(OMNI_ERANGE, "omni_data_save: " + std::to_string(text.size() + 1) +
+                                         " bytes needed");
+        if (!buffer) return fail(OMNI_EINVAL, "omni_data_save: buffer is NULL");
+        std::memcpy(buffer, text.c_str(), text.size() + 1);
+        return int(OMNI_OK);
+    });
+}
+
+int omni_data_load(const char *text, size_t length) {
+    return guarded([&] {
+        auto *r = rt::get("omni_data_load");
+        if (!r) return int(OMNI_ESTATE);
+        if (!text) return fail(OMNI_EINVAL, "omni_data_load: text is NULL");
+        // Malformed text is a format error; a ledger the current world cannot take is not.
+        const std::string_view json(text, length);
+        if (auto l = omni::launcher::Ledger::load(json); !l)
+            return fail(OMNI_EFORMAT, "omni_data_load: " + l.error());
+        auto st = r->restore_ledger(json);
+        return st ? int(OMNI_OK) : fail(OMNI_EINVAL, "omni_data_load: " + st.error());
+    });
+}
+
+int omni_start(uint64_t *step, int *rewind) {
+    return guarded([&] {
+        auto *r = rt::get("omni_start");
+        if (!r) return int(OMNI_ESTATE);
+        if (r->started()) return fail(OMNI_ESTATE, "omni_start: already started");
+        auto s = r->start();
+        if (!s) return fail(rt::fault_code(*r), s.error());
+        if (step) *step = s.value().step;
+        if (rewind) *rewind = s.value().rewind ? 1 : 0;
+        return int(OMNI_OK);
+    });
+}
+
+int omni_boundary(uint64_t step, omni_decision *out) {
+    return guarded([&] {
+        using omni::launcher::Outcome;
+        auto *r = rt::get("omni_boundary");
+        if (!r) return int(OMNI_ESTATE);
+        if (!r->started()) return fail(OMNI_ESTATE, "omni_boundary: call omni_start first");
+        if (r->finished())
+            return fail(OMNI_ESTATE, "omni_boundary: this rank has stopped or left the job");
+        if (const auto *l = r->ledger(); l && l->step() + 1 != step && l->step() != step)
+            return fail(OMNI_EINVAL, "omni_boundary: step " + std::to_string(step) +
+                                         ", but the ledger has committed " +
+                                         std::to_string(l->step()) + " steps");
+        auto b = r->boundary(step);
+        if (!b) return fail(rt::fault_code(*r), b.error());
+        if (out) {
+            const auto &v = b.value();
+            omni_decision d{};
+            switch (v.outcome) {
+            case Outcome::Continue: d.kind = OMNI_CONTINUE; break;
+            case Outcome::Reshaped: d.kind = OMNI_RESHAPED; break;
+            case Outcome::Rewind: d.kind = OMNI_REWIND; break;
+            case Outcome::Stop: d.kind = OMNI_STOP; break;
+            case Outcome::Left: d.kind = OMNI_LEFT; break;
+            }
+            d.generation = v.generation;
+            d.world = v.world;
+            d.rank = v.rank;
+            d.previous_world = v.previous_world;
+            d.units_joined = static_cast<uint32_t>(v.joining_units.size());
+            d.units_left = static_cast<uint32_t>(v.leaving_units.size());
+            d.grad_accum = v.grad_accum;
+            *out = d;
+        }
+        return int(OMNI_OK);
+    });
+}
+
+int omni_allreduce(void *buffer, size_t count, int dtype, int op) {
+    return guarded([&] {
+        auto *r = rt::get("omni_allreduce");
+        if (!r) return int(OMNI_ESTATE);
+        omni::launcher::DType t;
+        omni::launcher::ReduceOp o;
+        if (!rt::dtype_of(dtype, t) || !rt::op_of(op, o))
+            return fail(OMNI_EINVAL, "omni_allreduce: unknown dtype " + std::to_string(dtype) +
+                                         " or op " + std::to_string(op));
+        if (!buffer && count) return fail(OMNI_EINVAL, "omni_allreduce: buffer is NULL");
+        auto *c = rt::comm_of(r, "omni_allreduce");
+        if (!c) return int(OMNI_ESTATE);
+        return rt::comm_result(c->allreduce(buffer, count, t, o));
+    });
+}
+
+int omni_broadcast(void *buffer, size_t count, int dtype, uint32_t root) {
+    return guarded([&] {
+        auto *r = rt::get("omni_broadcast");
+        if (!r) return int(OMNI_ESTATE);
+        omni::launcher::DType t;
+        if (!rt::dtype_of(dtype, t))
+            return fail(OMNI_EINVAL, "omni_broadcast: unknown dtype " + std::to_string(dtype));
+        if (!buffer && count) return fail(OMNI_EINVAL, "omni_broadcast: buffer is NULL");
+        if (root >= r->world())
+            return fail(OMNI_EINVAL, "omni_broadcast: root " + std::to_string(root) +
+                                         " is not a rank of " + std::to_string(r->world()));
+        auto *c = rt::comm_of(r, "omni_broadcast");
+        if (!c) return int(OMNI_ESTATE);
+        return rt::comm_result(c->broadcast(buffer, count, t, static_cast<int>(root)));
+    });
+}
+
+int omni_allgather(const void *send, void *recv, size_t count, int dtype) {
+    return guarded([&] {
+        auto *r = rt::get("omni_allgather");
+        if (!r) return int(OMNI_ESTATE);
+        omni::launcher::DType t;
+        if (!rt::dtype_of(dtype, t))
+            return fail(OMNI_EINVAL, "omni_allgather: unknown dtype " + std::to_string(dtype));
+        if ((!send || !recv) && count) return fail(OMNI_EINVAL, "omni_allgather: NULL buffer");
+        auto *c = rt::comm_of(r, "omni_allgather");
+        if (!c) return int(OMNI_ESTATE);
+        return rt::comm_result(c->allgather(send, recv, count, t));
+    });
+}
+
+int omni_reduce_scatter(const void *send, void *recv, size_t count, int dtype, int op) {
+    return guarded([&] {
+        auto *r = rt::get("omni_reduce_scatter");
+        if (!r) return int(OMNI_ESTATE);
+        omni::launcher::DType t;
+        omni::launcher::ReduceOp o;
+        if (!rt::dtype_of(dtype, t) || !rt::op_of(op, o))
+            return fail(OMNI_EINVAL, "omni_reduce_scatter: unknown dtype " +
+                                         std::to_string(dtype) + " or op " + std::to_string(op));
+        if ((!send || !recv) && count) return fail(OMNI_EINVAL, "omni_reduce_scatter: NULL buffer");
+        auto *c = rt::comm_of(r, "omni_reduce_scatter");
+        if (!c) return int(OMNI_ESTATE);
+        return rt::comm_result(c->reduce_scatter(send, recv, count, t, o));
+    });
+}
+
+int omni_set_cuda_stream(void *stream) {
+    return guarded([&] {
+        auto *r = rt::get("omni_set_cuda_stream");
+        if (!r) return int(OMNI_ESTATE);
+        auto st = r->set_cuda_stream(stream);
+        return st ? int(OMNI_OK) : fail(OMNI_EINVAL, "omni_set_cuda_stream: " + st.error());
+    });
+}
+
+int omni_barrier(void) {
+    return guarded([&] {
+        auto *r = rt::get("omni_barrier");
+        if (!r) return int(OMNI_ESTATE);
+        auto *c = rt::comm_of(r, "omni_barrier");
+        if (!c) return int(OMNI_ESTATE);
+        return rt::comm_result(c->barrier());
+    });
+}
+
+int omni_ledger_create(uint64_t dataset_size, uint64_t global_batch, uint64_t micro_batch,
+                       uint64_t seed, uint32_t dp_size, omni_ledger **out) {
+    return guarded([&] {
+        if (!out) return fail(OMNI_EINVAL, "omni_ledger_create: out is NULL");
+        *out = nullptr;
+        omni::launcher::LedgerConfig cfg{dataset_size, global_batch, micro_batch, seed};
+        auto l = omni::launcher::Ledger::create(cfg, dp_size);
+        if (!l) return fail(OMNI_EINVAL, l.error());
+        *out = new omni_ledger{std::move(l).value()};
+        return int(OMNI_OK);
+    });
+}
+
+void omni_ledger_destroy(omni_ledger *ledger) { delete ledger; }
+
+int omni_ledger_grad_accum(const omni_ledger *ledger, uint32_t *grad_accum) {
+    return guarded([&] {
+        if (!ledger || !grad_accum) return fail(OMNI_EINVAL, "omni_ledger_grad_accum: NULL argument");
+        *grad_accum = ledger->ledger.grad_accum();
+        return int(OMNI_OK);
+    });
+}
+
+int omni_ledger_position(const omni_ledger *ledger, uint64_t *step, uint64_t *epoch,
+                         uint64_t *consumed_in_epoch) {
+    return guarded([&] {
+        if (!ledger) return fail(OMNI_EINVAL, "omni_ledger_position: ledger is NULL");
+        if (step) *step = ledger->ledger.step();
+        if (epoch) *epoch = ledger->ledger.epoch();
+        if (consumed_in_epoch) *consumed_in_epoch = ledger->ledger.consumed_in_epoch();
+        return int(OMNI_OK);
+    });
+}
+
+int omni_ledger_micro_batch(const omni_ledger *ledger, uint32_t rank, uint32_t micro,
+                            uint64_t *indices, size_t capacity, size_t *count) {
+    return guarded([&] {
+        if (!ledger || !count) return fail(OMNI_EINVAL, "omni_ledger_micro_batch: NULL argument");
+        const uint64_t b = ledger->ledger.config().micro_batch;
+        *count = static_cast<size_t>(b);
+        if (capacity < b)
+            return fail(OMNI_ERANGE, "omni_ledger_micro_batch: capacity " +
+                                         std::to_string(capacity) + " is below the micro-batch " +
+                                         std::to_string(b));
+        if (!indices) return fail(OMNI_EINVAL, "omni_ledger_micro_batch: indices is NULL");
+        auto v = ledger->ledger.micro_batch(rank, micro);
+        if (!v) return fail(OMNI_EINVAL, v.error());
+        std::memcpy(indices, v.value().data(), v.value().size() * sizeof(uint64_t));
+        return int(OMNI_OK);
+    });
+}
+
+int omni_ledger_commit_step(omni_ledger *ledger) {
+    return guarded([&] {
+        if (!ledger) return fail(OMNI_EINVAL, "omni_ledger_commit_step: ledger is NULL");
+        auto st = ledger->ledger.commit_step();
+        return st ? int(OMNI_OK) : fail(OMNI_EINVAL, st.error());
+    });
+}
+
+int omni_ledger_resize(omni_ledger *ledger, uint32_t dp_size) {
+    return guarded([&] {
+        if (!ledger) return fail(OMNI_EINVAL, "omni_ledger_resize: ledger is NULL");
+        auto st = ledger->ledger.resize(dp_size);
+        return st ? int(OMNI_OK) : fail(OMNI_EINVAL, st.error());
+    });
+}
+
+int omni_ledger_save(const omni_ledger *ledger, char *buffer, size_t capacity, size_t *length) {
+    return guarded([&] {
+        if (!ledger || !length) return fail(OMNI_EINVAL, "omni_ledger_save: NULL argument");
+        std::string text = ledger->ledger.serialise();
+        *length = text.size() + 1;
+        if (capacity < text.size() + 1)
+            return fail(OMNI_ERANGE, "omni_ledger_save: " + std::to_string(text.size() + 1) +
+                                         " bytes needed");
+        if (!buffer) return fail(OMNI_EINVAL, "omni_ledger_save: buffer is NULL");
+        std::memcpy(buffer, text.c_str(), text.size() + 1);
+        return int(OMNI_OK);
+    });
+}
+
+int omni_ledger_load(const char *text, size_t length, omni_ledger **out) {
+    return guarded([&] {
+        if (!text || !out) return fail(OMNI_EINVAL, "omni_ledger_load: NULL argument");
+        *out = nullptr;
+        auto l = omni::launcher::Ledger::load(std::string_view(text, length));
+        if (!l) return fail(OMNI_EFORMAT, l.error());
+        *out = new omni_ledger{std::move(l).value()};
+        return int(OMNI_OK);
+    });
+}
+
+}  // extern "C"

@@ -1,0 +1,727 @@
+// libomni's rank-side runtime; see runtime.h for the contract and runtime/handoff.h for the
+// hand-off sequence.
+#include "runtime/runtime.h"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <future>
+#include <system_error>
+
+#include "comm/gloo_store.h"
+#include "comm/nccl.h"
+#include "coord/client.h"
+#include "coord/log.h"
+#include "runtime/solo.h"
+
+namespace omni::launcher {
+
+const char *to_string(Outcome o) {
+    switch (o) {
+    case Outcome::Continue: return "continue";
+    case Outcome::Reshaped: return "reshaped";
+    case Outcome::Rewind: return "rewind";
+    case Outcome::Stop: return "stop";
+    case Outcome::Left: return "left";
+    }
+    return "?";
+}
+
+namespace {
+
+std::string u(std::uint64_t v) { return std::to_string(v); }
+
+void log_info(const std::string &msg) { log_line(LogLevel::Info, "libomni", msg); }
+
+bool contains(const std::vector<std::uint32_t> &v, std::uint32_t x) {
+    return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+// The new rank of the lowest-ranked member that was already in the old generation: the
+// source of everything joiners receive.
+std::optional<int> first_survivor(const Decision &d) {
+    for (const Member &m : d.next.members)
+        if (!contains(d.joining_units, m.unit)) return static_cast<int>(m.rank);
+    return std::nullopt;
+}
+
+// The survivors of a planned reshape: for each new rank, its index among the members that
+// were already in the old generation (new-rank order), or -1 for a joiner; and their count.
+struct Survivors {
+    std::vector<int> index;
+    std::uint32_t count = 0;
+};
+Survivors survivors_of(const Decision &d) {
+    Survivors s;
+    for (const Member &m : d.next.members)
+        s.index.push_back(contains(d.joining_units, m.unit) ? -1 : static_cast<int>(s.count++));
+    return s;
+}
+
+// After an in-place re-partition (in_place_offset): the wanted part to the front, the rest
+// dropped. The capacity stays: a rank never holds more than it did before the reshape.
+void keep_in_place(std::vector<float> &v, const Repartition &plan, std::uint32_t me) {
+    auto off = in_place_offset(plan, me);
+    if (!off) return;
+    const std::size_t n = plan.want[me].size();
+    if (*off) std::memmove(v.data(), v.data() + *off, n * sizeof(float));
+    v.resize(n);
+}
+
+// Phase 1's plan for a vector of `len` elements: each member of the old generation `old`
+// holds its ZeRO-1 range of the old world; survivor i (new-rank order) wants
+// zero1_range(len, i, survivors); leavers want nothing.
+Repartition survivor_plan(const Decision &d, const Layout &old, const Survivors &sv, std::size_t len) {
+    const auto world = static_cast<std::uint32_t>(old.members.size());
+    Repartition plan;
+    for (const Member &m : old.members) {
+        plan.have.push_back(zero1_range(len, m.rank, world));
+        auto nr = d.next.rank_of(m.unit, m.slot);
+        plan.want.push_back(nr && sv.index[*nr] >= 0
+                                ? zero1_range(len, static_cast<std::uint32_t>(sv.index[*nr]), sv.count)
+                                : ShardRange{});
+    }
+    return plan;
+}
+
+// A buffer of n elements for vector i: the one prepare() made if it has that size (its
+// pages already in), else a new one.
+void take_spare(std::vector<std::vector<float>> &spares, std::size_t i, std::vector<float> &out,
+                std::size_t n) {
+    if (i < spares.size() && spares[i].size() == n) {
+        out = std::move(spares[i]);
+        spares[i] = {};
+    } else {
+        assign_zeroed(out, n);
+    }
+}
+
+}  // namespace
+
+Runtime::Runtime(const RuntimeOptions &o) : opts_(o) {}
+
+Runtime::~Runtime() {
+    // The communicators go before the store and the client they rendezvoused through.
+    nccl_.reset();
+    control_.reset();
+    store_.reset();
+    client_.reset();
+    pmix_.reset();
+}
+
+Result<std::unique_ptr<Runtime>> Runtime::from_environment() {
+    auto pmix = PmixSession::open();
+    if (!pmix) return Error{pmix.error()};
+    auto opts = runtime_options_from_env([](const char *n) { return std::getenv(n); },
+                                         pmix.value()->identity());
+    if (!opts) return Error{opts.error()};
+    auto rt = create(opts.value());
+    if (!rt) return Error{rt.error()};
+    rt.value()->keep_pmix(std::move(pmix).value());
+    return rt;
+}
+
+void Runtime::keep_pmix(std::unique_ptr<PmixSession> session) { pmix_ = std::move(session); }
+
+// Gloo writes to its TCP peers with plain send(): when a peer dies, the next write raises
+// SIGPIPE, whose default action kills this rank too, and a single lost rank would take its
+// neighbours down instead of letting them recover. Ignore it (the write then fails with
+// EPIPE and Gloo reports the error), unless the program installed its own handler.
+static void ignore_sigpipe() {
+    struct sigaction old {};
+    if (sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) {
+        struct sigaction ign {};
+        ign.sa_handler = SIG_IGN;
+        sigaction(SIGPIPE, &ign, nullptr);
+    }
+}
+
+Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions &options) {
+    std::unique_ptr<Runtime> rt(new Runtime(options));
+    if (options.standalone) {
+        rt->control_ = make_solo_communicator();
+        rt->generation_ = 1;
+        return rt;
+    }
+    ignore_sigpipe();
+    auto cl = CoordinatorClient::connect(options.endpoint, options.secret);
+    if (!cl) return Error{cl.error()};
+    rt->client_ = std::move(cl).value();
+    auto d = rt->client_->join(options.member_id, options.unit, options.slot,
+                               options.join_timeout_ms);
+    if (!d) return make_error("joining the coordinator at " + options.endpoint + " as unit " +
+                              u(options.unit) + " slot " + u(options.slot) + ": " + d.error());
+    const Decision &dec = d.value();
+    auto me = dec.next.rank_of(options.unit, options.slot);
+    if (dec.kind == DecisionKind::Continue && me) {
+        // An announced grow names this rank a step ahead (protocol.h): return now, with the
+        // rank and world it is to have, so that the trainer builds and registers its state
+        // during the announced step instead of in the survivors' pause; start() waits for
+        // the admission itself.
+        rt->announced_ = dec;
+        rt->rank_ = *me;
+        rt->world_ = dec.next.world;
+        rt->generation_ = dec.next.generation;
+        log_info("rank " + u(rt->rank_) + " of " + u(rt->world_) + " in generation " +
+                 u(rt->generation_) + " once the announced change applies (unit " +
+                 u(options.unit) + " slot " + u(options.slot) + ")");
+        return rt;
+    }
+    if (auto st = rt->admit(dec); !st) return Error{st.error()};
+    return rt;
+}
+
+// The coordinator's answer to a join: this rank's generation, or why there is none.
+Status Runtime::admit(const Decision &dec) {
+    if (dec.kind == DecisionKind::Stop)
+        return make_error("the job stopped before this rank was admitted (" + dec.reason + ")");
+    const auto me = dec.next.rank_of(opts_.unit, opts_.slot);
+    if (dec.kind != DecisionKind::Reshaped || !me)
+        return make_error("the coordinator's admission has no rank for unit " + u(opts_.unit) +
+                          " slot " + u(opts_.slot));
+    admission_ = dec;
+    // A joiner (admitted at a boundary, not at the formation) starts at that boundary's step.
+    if (dec.generation > 0) step_ = dec.step;
+    if (auto st = adopt(dec, *me); !st) return st;
+    log_info("rank " + u(rank_) + " of " + u(world_) + " in generation " + u(generation_) +
+             " (unit " + u(opts_.unit) + " slot " + u(opts_.slot) +
+             (dec.generation > 0 ? ", joined a running job)" : ")"));
+    return Status::success();
+}
+
+Error Runtime::usage_error(std::string message) {
+    fault_ = Fault::usage;
+    return Error{std::move(message)};
+}
+
+Status Runtime::adopt(const Decision &d, std::uint32_t new_rank,
+                      std::optional<Result<Connection>> prebuilt, bool nccl_grow) {
+    // The old NCCL communicator lives until the new one exists: a grow is made from it.
+    std::unique_ptr<Communicator> old_nccl = std::move(nccl_);
+    control_.reset();
+    store_.reset();
+    generation_ = d.next.generation;
+    world_ = d.next.world;
+    layout_ = d.next;
+    rank_ = new_rank;
+    Result<Connection> c = prebuilt ? std::move(*prebuilt)
+                                    : connect(generation_, rank_, world_, true,
+                                              nccl_grow ? old_nccl.get() : nullptr);
+    old_nccl.reset();
+    if (!c) return Error{c.error()};
+    store_ = std::move(c.value().store);
+    control_ = std::move(c.value().control);
+    nccl_ = std::move(c.value().nccl);
+#ifdef HAVE_NCCL
+    if (auto *n = dynamic_cast<NcclCommunicator *>(nccl_.get())) n->use_stream(cuda_stream_);
+#endif
+    return Status::success();
+}
+
+// Touches no member but opts_ and client_ (read), so that a survivor can build the next
+// generation's communicator on another thread while it hands state over on the current one.
+Result<Runtime::Connection> Runtime::connect(std::uint64_t generation, std::uint32_t rank,
+                                             std::uint32_t world, bool with_nccl,
+                                             Communicator *nccl_parent) const {
+    (void)with_nccl;  // without HAVE_NCCL there is only Gloo
+    (void)nccl_parent;
+    try {
+        Connection c;
+        c.store = std::make_unique<CoordinatorStore>(
+            *client_, generation, std::chrono::milliseconds(opts_.comm_timeout_ms));
+        GlooOptions go;
+        go.hostname = opts_.gloo_host;
+        go.timeout = std::chrono::milliseconds(opts_.comm_timeout_ms);
+        go.same_host_copy = opts_.same_host_copy ? SameHostCopy::on : SameHostCopy::off;
+        auto g = make_gloo_communicator(*c.store, static_cast<int>(rank), static_cast<int>(world), go);
+        if (!g) return make_error("generation " + u(generation) + ": " + g.error());
+        c.control = std::move(g).value();
+#ifdef HAVE_NCCL
+        if (opts_.backend == CommBackend::nccl && with_nccl) {
+            // A fresh NCCL communicator per generation, its unique id under this generation's
+            // keys; the Gloo one stays for the host-memory hand-off.
+            NcclOptions no;
+            no.device = opts_.cuda_device;
+            no.timeout = std::chrono::milliseconds(opts_.comm_timeout_ms);
+            auto n = make_nccl_communicator(*c.store, "nccl-unique-id", static_cast<int>(rank),
+                                            static_cast<int>(world), no, nccl_parent);
+            if (!n) return make_error("generation " + u(generation) + ": " + n.error());
+            c.nccl = std::move(n).value();
+        }
+#endif
+        return c;
+    } catch (const std::exception &e) {
+        return make_error("generation " + u(generation) + ": building the communicator: " + e.what());
+    }
+}
+
+Communicator &Runtime::comm() { return nccl_ ? *nccl_ : *control_; }
+
+Status Runtime::set_cuda_stream(void *stream) {
+#ifdef HAVE_NCCL
+    if (opts_.backend == CommBackend::nccl && !opts_.standalone) {
+        // Before start() it waits for the first communicator (adopt()).
+        cuda_stream_ = stream;
+        if (auto *n = dynamic_cast<NcclCommunicator *>(nccl_.get())) n->use_stream(stream);
+        return Status::success();
+    }
+#endif
+    if (stream)
+        return usage_error("set_cuda_stream: this rank communicates over host buffers (" +
+                           std::string(opts_.standalone ? "a single rank without a coordinator" : "gloo") +
+                           "); a CUDA stream needs OMNI_COMM_BACKEND=nccl");
+    return Status::success();
+}
+
+Status Runtime::register_params(float *data, std::size_t count) {
+    if (!data && count) return make_error("register_params: NULL buffer of " + u(count) + " floats");
+    params_ = data;
+    param_count_ = count;
+    return Status::success();
+}
+
+Result<std::size_t> Runtime::register_shard(std::vector<float> *storage, std::size_t length) {
+    if (!storage) return make_error("register_shard: storage is NULL");
+    if (shards_.size() >= kMaxShardVectors)
+        return make_error("register_shard: at most " + u(kMaxShardVectors) + " vectors");
+    if (started_) return make_error("register_shard: register before start()");
+    for (const Shard &s : shards_)
+        if (s.storage == storage) return make_error("register_shard: vector registered twice");
+    const ShardRange r = shard_range(length);
+    if (storage->size() != r.size()) assign_zeroed(*storage, r.size());
+    shards_.push_back({storage, length});
+    return shards_.size() - 1;
+}
+
+Status Runtime::configure_ledger(LedgerConfig cfg) {
+    // Before start() the job's position is step 0 for a forming job, and a joiner's ledger
+    // is replaced by the survivors' in start(); later, restore_ledger() is the way.
+    if (started_) return make_error("configure_ledger: configure before start()");
+    if (!cfg.global_batch) cfg.global_batch = opts_.job.global_batch.value_or(1);
+    if (!cfg.micro_batch) cfg.micro_batch = opts_.job.micro_batch.value_or(1);
+    auto l = Ledger::create(cfg, world_);
+    if (!l) return Error{l.error()};
+    ledger_ = std::move(l).value();
+    return Status::success();
+}
+
+Status Runtime::restore_ledger(std::string_view json) {
+    auto l = Ledger::load(json);
+    if (!l) return Error{l.error()};
+    // A configured ledger is the run's own choice of batch geometry: the checkpoint must
+    // agree on the data order, and the run's micro-batch wins.
+    auto st = ledger_ ? l.value().resume_as(ledger_->config(), world_) : l.value().resize(world_);
+    if (!st) return st;
+    ledger_ = std::move(l).value();
+    return Status::success();
+}
+
+Status Runtime::check_state_for(std::uint32_t world) const {
+    if (!ledger_) return Status::success();
+    auto ga = derive_grad_accum(ledger_->config().global_batch, ledger_->config().micro_batch,
+                                world);
+    if (!ga) return Error{ga.error()};
+    return Status::success();
+}
+
+// A joiner that create() returned early (an announced grow) waits here for its admission:
+// the change as announced, or a later one that admits its unit.
+Status Runtime::await_admission() {
+    while (announced_) {
+        auto d = client_->join(opts_.member_id, opts_.unit, opts_.slot, opts_.join_timeout_ms);
+        if (!d) return make_error("waiting for admission at the coordinator: " + d.error());
+        if (d.value().kind == DecisionKind::Continue) continue;  // announced again: wait on
+        announced_.reset();
+        // Storage registered for the announced range is resized by the hand-off if the
+        // change differs from the announcement.
+        if (auto st = admit(d.value()); !st) return st;
+    }
+    return Status::success();
+}
+
+Result<StartResult> Runtime::start() {
+    fault_ = Fault::peer;  // unless a usage error below says otherwise
+    if (started_) return usage_error("start: already started");
+    if (auto st = await_admission(); !st) return Error{st.error()};
+    StartResult r;
+    r.joined = admission_ && admission_->generation > 0;
+    r.rewind = r.joined && admission_->rewind;
+    if (r.joined && !r.rewind) {
+        if (auto st = receive_as_joiner(); !st) return Error{st.error()};
+    }
+    if (!opts_.standalone) report_ready();
+    started_ = true;
+    r.step = step_;
+    return r;
+}
+
+// Tells the coordinator that this rank's part of the change that made its generation is
+// done, so that the change's pause is known there (omni-launch's events). A failure is
+// only logged: the next boundary finds out whether the coordinator is really gone.
+void Runtime::report_ready() {
+    if (auto st = client_->ready(opts_.member_id, generation_, opts_.comm_timeout_ms); !st)
+        log_line(LogLevel::Warning, "libomni", "reporting the end of the pause: " + st.error());
+}
+
+Status Runtime::check_header(const Decision &d, const std::string &text) {
+    auto h = decode_header(text);
+    if (!h) return Error{h.error()};
+    const HandoffHeader &hd = h.value();
+    // Sizes come from our own registration; the header must agree with it.
+    if (hd.params != param_count_ || hd.shard_lengths.size() != shards_.size())
+        return usage_error("start: the survivors hold " + u(hd.params) + " parameters and " +
+                          u(hd.shard_lengths.size()) + " optimizer vectors, this rank registered " +
+                          u(param_count_) + " and " + u(shards_.size()));
+    for (std::size_t i = 0; i < shards_.size(); ++i)
+        if (hd.shard_lengths[i] != shards_[i].length)
+            return usage_error("start: optimizer vector " + u(i) + " has length " +
+                              u(hd.shard_lengths[i]) + " on the survivors, " +
+                              u(shards_[i].length) + " here");
+    if (hd.generation != generation_ || hd.step != d.step)
+        return make_error("start: hand-off for generation " + u(hd.generation) + " step " +
+                          u(hd.step) + ", expected generation " + u(generation_) + " step " +
+                          u(d.step));
+    if (hd.has_ledger) {
+        auto l = Ledger::load(hd.ledger);
+        if (!l) return make_error("start: the survivors' ledger: " + l.error());
+        if (ledger_) {
+            const LedgerConfig &a = ledger_->config(), &b = l.value().config();
+            if (a.dataset_size != b.dataset_size || a.global_batch != b.global_batch ||
+                a.micro_batch != b.micro_batch || a.seed != b.seed)
+                return usage_error("start: this rank's ledger configuration differs from the "
+                                  "survivors' (dataset, batch sizes or seed)");
+        }
+        ledger_ = std::move(l).value();
+    } else if (ledger_) {
+        return usage_error("start: this rank configured a ledger, the survivors have none");
+    }
+    step_ = hd.step;
+    return Status::success();
+}
+
+Status Runtime::receive_as_joiner() {
+    const Decision &d = *admission_;
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<std::vector<float>> none(shards_.size());
+    if (auto st = hand_over(d, none); !st) return st;
+    log_info("generation " + u(generation_) + ": received " + u(param_count_) +
+             " parameters and " + u(shards_.size()) + " optimizer vectors at step " + u(step_) +
+             " in " + std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                         std::chrono::steady_clock::now() - t0).count()) + " ms");
+    return Status::success();
+}
+
+// The buffers a survivor's hand-off will allocate (runtime/handoff.h): the phase-1 range
+// where it does not lie inside what the rank holds, and the phase-2 one likewise. Same plans
+// as gather_on_survivors() and hand_over(), sizes only.
+Status Runtime::prepare(const Decision &d) {
+    // Every member of the generation warms the connections phase 1 will use: up to 2 MiB
+    // over each pair that will move data, so that TCP has grown its window and buffers
+    // before the hand-off instead of during it (one exchange on every rank, possibly empty).
+    if (!shards_.empty() && layout_.members.size() == world_) {
+        const Repartition plan = survivor_plan(d, layout_, survivors_of(d), shards_[0].length);
+        auto mine = plan_repartition(plan, rank_);
+        if (!mine) return Error{mine.error()};
+        constexpr std::size_t kWarm = (2u << 20) / sizeof(float);
+        std::vector<PeerSend> sends;
+        std::vector<PeerRecv> recvs;
+        std::vector<std::vector<float>> sink;
+        for (const auto &mv : mine.value().sends)
+            sends.push_back({mv.peer, shards_[0].storage->data(), std::min(mv.range.size(), kWarm) * sizeof(float)});
+        for (const auto &mv : mine.value().recvs) {
+            sink.emplace_back(std::min(mv.range.size(), kWarm));
+            recvs.push_back({mv.peer, sink.back().data(), sink.back().size() * sizeof(float)});
+        }
+        // Only an optimisation: a failure (a peer that just died) is for the next boundary
+        // to find out, where it becomes a rewind instead of failing this one.
+        if (auto st = control_->exchange(sends, recvs); !st)
+            log_line(LogLevel::Warning, "libomni", "warming up for the announced change: " + st.error());
+    }
+    spare_.assign(shards_.size(), {});
+    spare_next_.assign(shards_.size(), {});
+    const auto nr = d.next.rank_of(opts_.unit, opts_.slot);
+    if (!nr) return Status::success();  // leaving: nothing to receive
+    const Survivors sv = survivors_of(d);
+    if (*nr >= sv.index.size() || sv.index[*nr] < 0) return Status::success();
+    const auto idx = static_cast<std::uint32_t>(sv.index[*nr]);
+    for (std::size_t i = 0; i < shards_.size(); ++i) {
+        const std::size_t len = shards_[i].length;
+        const ShardRange have = zero1_range(len, rank_, world_), mid = zero1_range(len, idx, sv.count);
+        if (mid.size() && !(mid.begin >= have.begin && mid.end <= have.end))
+            assign_zeroed(spare_[i], mid.size());
+        if (d.joining_units.empty()) continue;
+        const ShardRange fin = zero1_range(len, *nr, d.next.world);
+        if (fin.size() && !(fin.begin >= mid.begin && fin.end <= mid.end))
+            assign_zeroed(spare_next_[i], fin.size());
+    }
+    return Status::success();
+}
+
+Result<std::vector<std::vector<float>>> Runtime::gather_on_survivors(const Decision &d) {
+    const Survivors sv = survivors_of(d);
+    if (layout_.members.size() != world_)
+        return make_error("the old generation's layout has " + u(layout_.members.size()) +
+                          " members for a world of " + u(world_));
+    std::vector<Repartition> plans(shards_.size());
+    std::vector<std::vector<float>> held(shards_.size());
+    std::vector<RepartitionJob> jobs;
+    for (std::size_t i = 0; i < shards_.size(); ++i) {
+        plans[i] = survivor_plan(d, layout_, sv, shards_[i].length);
+        jobs.push_back({&plans[i], shards_[i].storage->data(), nullptr});
+        if (auto off = in_place_offset(plans[i], rank_)) {
+            // Without leavers every survivor keeps what it has: no copy, no new pages.
+            held[i] = std::move(*shards_[i].storage);
+            jobs.back().dst = held[i].data() + *off;
+        } else {
+            take_spare(spare_, i, held[i], plans[i].want[rank_].size());
+            jobs.back().dst = held[i].data();
+        }
+    }
+    // Every vector in one round of transfers.
+    if (auto st = repartition(*control_, jobs); !st) return Error{st.error()};
+    for (std::size_t i = 0; i < shards_.size(); ++i) keep_in_place(held[i], plans[i], rank_);
+    return held;
+}
+
+Status Runtime::hand_over(const Decision &d, std::vector<std::vector<float>> &held) {
+    auto root = first_survivor(d);
+    if (!root) return make_error("hand-off: no survivor to receive the state from");
+    Communicator &c = *control_;
+    const Survivors sv = survivors_of(d);
+    const bool joiner = sv.index[rank_] < 0;
+    std::string text;
+    if (static_cast<std::uint32_t>(*root) == rank_) {
+        HandoffHeader h;
+        h.step = d.step;
+        h.generation = generation_;
+        h.params = param_count_;
+        for (const Shard &s : shards_) h.shard_lengths.push_back(s.length);
+        h.has_ledger = ledger_.has_value();
+        if (ledger_) h.ledger = ledger_->serialise();
+        text = encode_header(h);
+    }
+    if (auto st = broadcast_bytes(c, text, *root, kMaxHandoffHeaderBytes); !st) return st;
+    // A joiner whose registration disagrees stops here; the survivors then fail on the
+    // transfers below within comm_timeout_ms (libomni(3)).
+    if (joiner)
+        if (auto st = check_header(d, text); !st) return st;
+    // Parameters: survivor i offers its 1/s of them; each joiner wants all. Optimizer
+    // vectors: from the survivor layout to the new one. All in one round of transfers.
+    std::vector<Repartition> plans(1 + shards_.size());
+    for (std::uint32_t r = 0; r < world_; ++r) {
+        const bool surv = sv.index[r] >= 0;
+        const auto idx = static_cast<std::uint32_t>(surv ? sv.index[r] : 0);
+        plans[0].have.push_back(surv ? zero1_range(param_count_, idx, sv.count) : ShardRange{});
+        plans[0].want.push_back(surv ? ShardRange{} : ShardRange{0, param_count_});
+        for (std::size_t i = 0; i < shards_.size(); ++i) {
+            plans[1 + i].have.push_back(surv ? zero1_range(shards_[i].length, idx, sv.count) : ShardRange{});
+            plans[1 + i].want.push_back(zero1_range(shards_[i].length, r, world_));
+        }
+    }
+    std::vector<RepartitionJob> jobs;
+    // A survivor's own range of the (replicated) parameters is already in place.
+    jobs.push_back({&plans[0], params_ ? params_ + plans[0].have[rank_].begin : nullptr,
+                    joiner ? params_ : nullptr});
+    // Where each vector's new range lands: in place in what this rank holds, straight into
+    // a joiner's registered storage (sized for this generation, its pages touched before it
+    // joined), or else a new buffer.
+    enum class Dest { in_place, storage, fresh };
+    std::vector<Dest> dest(shards_.size());
+    std::vector<std::vector<float>> fresh(shards_.size());
+    for (std::size_t i = 0; i < shards_.size(); ++i) {
+        const Repartition &p = plans[1 + i];
+        if (held[i].size() != p.have[rank_].size())
+            return make_error("hand-off: this rank holds " + u(held[i].size()) +
+                              " elements of optimizer vector " + u(i) + ", expected " +
+                              u(p.have[rank_].size()));
+        jobs.push_back({&p, held[i].data(), nullptr});
+        if (auto off = in_place_offset(p, rank_)) {
+            dest[i] = Dest::in_place;
+            jobs.back().dst = held[i].data() + *off;
+        } else if (joiner) {
+            dest[i] = Dest::storage;
+            if (shards_[i].storage->size() != p.want[rank_].size())
+                assign_zeroed(*shards_[i].storage, p.want[rank_].size());
+            jobs.back().dst = shards_[i].storage->data();
+        } else {
+            dest[i] = Dest::fresh;
+            take_spare(spare_next_, i, fresh[i], p.want[rank_].size());
+            jobs.back().dst = fresh[i].data();
+        }
+    }
+    if (auto st = repartition(c, jobs); !st) return make_error("parameters and optimizer state: " + st.error());
+    for (std::size_t i = 0; i < shards_.size(); ++i) {
+        if (dest[i] == Dest::in_place) {
+            keep_in_place(held[i], plans[1 + i], rank_);
+            *shards_[i].storage = std::move(held[i]);
+        } else if (dest[i] == Dest::fresh) {
+            *shards_[i].storage = std::move(fresh[i]);
+        }
+    }
+    return Status::success();
+}
+
+Result<BoundaryResult> Runtime::boundary(std::uint64_t step) {
+    fault_ = Fault::peer;  // unless a usage error below says otherwise
+    if (!started_) return usage_error("boundary: call start() first");
+    if (finished_) return usage_error("boundary: this rank has stopped or left the job");
+    if (ledger_) {
+        if (ledger_->step() + 1 == step) {
+            if (auto st = ledger_->commit_step(); !st) return usage_error(st.error());
+        } else if (ledger_->step() != step) {
+            return usage_error("boundary: step " + u(step) + ", but the ledger has committed " +
+                              u(ledger_->step()) + " steps (expected step " +
+                              u(ledger_->step() + 1) + ")");
+        }
+    }
+    BoundaryResult res;
+    res.previous_world = world_;
+    auto finish = [&](Outcome o) {
+        res.outcome = o;
+        res.generation = generation_;
+        res.world = world_;
+        res.rank = rank_;
+        res.grad_accum = ledger_ ? ledger_->grad_accum() : 0;
+        return res;
+    };
+    if (opts_.standalone) {
+        step_ = step;
+        return finish(Outcome::Continue);
+    }
+
+    // The ledger's geometry lets the coordinator keep every world one whose GA is whole.
+    BatchGeometry batch;
+    if (ledger_) batch = {ledger_->config().global_batch, ledger_->config().micro_batch};
+    auto got = client_->boundary(opts_.member_id, generation_, step, opts_.boundary_timeout_ms, batch);
+    if (!got) return make_error("boundary after step " + u(step) + ": " + got.error());
+    const Decision &d = got.value();
+    step_ = step;
+    res.reason = d.reason;
+    res.leaving_units = d.leaving_units;
+    res.joining_units = d.joining_units;
+    res.lost = d.lost;
+    if (d.kind == DecisionKind::Continue) {
+        if (d.next.world > 0) {  // a planned change announced for the next boundary
+            if (auto st = prepare(d); !st) return make_error("boundary after step " + u(step) + ": " + st.error());
+        }
+        return finish(Outcome::Continue);
+    }
+    if (d.kind == DecisionKind::Stop) {
+        finished_ = true;
+        return finish(Outcome::Stop);
+    }
+
+    const auto new_rank = d.next.rank_of(opts_.unit, opts_.slot);
+    const std::uint64_t old_generation = generation_;
+    if (!d.rewind) {
+        // Planned: refuse a world the global batch does not divide before anything moves
+        // (every rank computes the same answer, so all of them stop here together).
+        if (auto st = check_state_for(d.next.world); !st)
+            return usage_error("boundary: generation " + u(d.next.generation) + " of " +
+                              u(d.next.world) + " ranks: " + st.error());
+    }
+    // Phase times, logged with the change: where a slow resize spends its pause.
+    using Clock = std::chrono::steady_clock;
+    const auto ms_since = [](Clock::time_point t) {
+        return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count());
+    };
+    const auto t_decided = Clock::now();
+    // A survivor of a planned reshape connects to the next generation on another thread
+    // while phase 1 runs on the current communicator (rendezvous is mostly waiting).
+    // NCCL on a planned pure shrink: the survivors shrink the communicator they have
+    // (ncclCommShrink, NCCL 2.27+) instead of a fresh init; the leavers take no part.
+#ifdef HAVE_NCCL
+    const bool nccl_shrink = nccl_ && !d.rewind && d.joining_units.empty() && new_rank &&
+                             nccl_has_shrink();
+#else
+    const bool nccl_shrink = false;
+#endif
+    // NCCL on a planned pure grow: the survivors grow theirs (ncclCommGrow, NCCL 2.29+, where
+    // rank 0's library has it; make_nccl_communicator) and keep their connections.
+    const bool nccl_grow = nccl_ && !d.rewind && d.leaving_units.empty() &&
+                           !d.joining_units.empty() && new_rank;
+    std::future<Result<Connection>> next;
+    if (!d.rewind && new_rank) {
+        try {
+            next = std::async(std::launch::async,
+                              [this, g = d.next.generation, r = *new_rank, w = d.next.world,
+                               nccl = !nccl_shrink, parent = nccl_grow ? nccl_.get() : nullptr] {
+                                  return connect(g, r, w, nccl, parent);
+                              });
+        } catch (const std::system_error &) {
+            // No thread to spare: adopt() connects after phase 1 instead.
+        }
+    }
+    std::vector<std::vector<float>> held;
+    if (!d.rewind) {
+        // Phase 1 on the old communicator: leavers hand their shards to the survivors.
+        auto h = gather_on_survivors(d);
+        if (!h) return make_error("boundary: generation " + u(old_generation) + ": " + h.error());
+        held = std::move(h).value();
+    }
+    if (!new_rank) {
+        nccl_.reset();
+        control_.reset();
+        store_.reset();
+        finished_ = true;
+        log_info("unit " + u(opts_.unit) + " leaves at step " + u(step) + " (" + d.reason + ")");
+        return finish(Outcome::Left);
+    }
+#ifdef HAVE_NCCL
+    // After a loss NCCL operations may hang on the dead peer: abort instead of a clean free.
+    if (d.rewind && nccl_)
+        if (auto *n = dynamic_cast<NcclCommunicator *>(nccl_.get())) n->abort();
+#endif
+    const std::string phase1_ms = ms_since(t_decided);
+    const auto t_adopt = Clock::now();
+    std::optional<Result<Connection>> prebuilt;
+    if (next.valid()) prebuilt = next.get();
+#ifdef HAVE_NCCL
+    if (nccl_shrink && prebuilt && prebuilt->ok()) {
+        std::vector<int> leaving;
+        for (const Member &m : layout_.members)
+            if (!d.next.rank_of(m.unit, m.slot)) leaving.push_back(static_cast<int>(m.rank));
+        auto *n = dynamic_cast<NcclCommunicator *>(nccl_.get());
+        auto shrunk = n ? n->shrink(leaving, false) : Result<std::unique_ptr<Communicator>>(make_error("not NCCL"));
+        if (!shrunk) return make_error("boundary: generation " + u(d.next.generation) + ": " + shrunk.error());
+        prebuilt->value().nccl = std::move(shrunk).value();
+    }
+#endif
+    if (auto st = adopt(d, *new_rank, std::move(prebuilt), nccl_grow); !st)
+        return make_error("boundary: " + st.error());
+    const std::string comm_ms = ms_since(t_adopt);
+    const auto t_phase2 = Clock::now();
+    const bool joiners = !d.rewind && !d.joining_units.empty();
+    for (std::size_t i = 0; i < shards_.size(); ++i) {
+        if (d.rewind)
+            shards_[i].storage->assign(shard_range(shards_[i].length).size(), 0.0f);  // the checkpoint refills it
+        else if (!joiners)
+            *shards_[i].storage = std::move(held[i]);  // the survivors are the new world
+    }
+    if (ledger_) {
+        // After a rewind the trainer restores the checkpoint's ledger; until then the old one
+        // is resized where it can be so that GA is known.
+        auto st = ledger_->resize(world_);
+        if (!st && !d.rewind) return usage_error("boundary: " + st.error());
+    }
+    if (joiners) {
+        if (auto st = hand_over(d, held); !st) return make_error("boundary: " + st.error());
+    }
+    spare_.clear();  // unused ones (the change differed from the announced one)
+    spare_next_.clear();
+    report_ready();
+    log_info("generation " + u(old_generation) + " -> " + u(generation_) + " at step " +
+             u(step) + ": " + u(res.previous_world) + " -> " + u(world_) + " ranks (" +
+             d.reason + (d.rewind ? ", rewind" : "") + "); this rank is now " + u(rank_) +
+             "; took " + ms_since(t_decided) + " ms (" +
+             (d.rewind ? "new communicator " + comm_ms + " ms)"
+                       : "hand-off to survivors " + phase1_ms + " ms, then the new communicator " +
+                             comm_ms + " ms, to joiners " + ms_since(t_phase2) + " ms)"));
+    return finish(d.rewind ? Outcome::Rewind : Outcome::Reshaped);
+}
+
+}  // namespace omni::launcher

@@ -1,0 +1,206 @@
+// libomni's rank-side runtime: the C++ API that trainers in this repository use (the C API in
+// omni/omni.h is a thin layer over it).
+//
+// Life of a rank:
+//   auto rt = Runtime::from_environment();     // PMIx, OMNI_* (runtime/env.h), join
+//   rt->register_params(p, P);                 // replicated fp32 parameters (trainer-owned)
+//   rt->register_shard(&adam_m, P);            // ZeRO-1 optimizer vectors (runtime resizes them)
+//   rt->configure_ledger({D, B, b, seed});     // B, b = 0: from OMNI_GLOBAL_BATCH/MICRO_BATCH
+//   auto s = rt->start();                      // joiners receive state here; s.step = steps done
+//   loop: for micro in 0..GA-1: samples = ledger.micro_batch(rt->rank(), micro) ...
+//         allreduce gradients on rt->comm(); optimizer step on the shard; allgather params;
+//         auto b = rt->boundary(++step);       // the same answer on every rank
+//         CONTINUE: go on; RESHAPED: rank/world/shards/ledger are already the new ones;
+//         REWIND: reload the last checkpoint (restore_ledger, params, shards), go on from it;
+//         STOP or LEFT: checkpoint if wanted, exit 0.
+//
+// A runtime is one rank; it is not thread-safe (the coordinator connection belongs to the
+// thread that uses it). Several runtimes may live in one process (the tests run ranks as
+// threads). Nothing here throws; errors name what failed.
+#ifndef OMNI_LAUNCHER_RUNTIME_H
+#define OMNI_LAUNCHER_RUNTIME_H
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "comm/comm.h"
+#include "coord/protocol.h"
+#include "omni/result.h"
+#include "runtime/env.h"
+#include "runtime/handoff.h"
+#include "runtime/ledger.h"
+
+namespace omni::launcher {
+
+class CoordinatorClient;
+class CoordinatorStore;
+class PmixSession;
+
+enum class Outcome {
+    Continue,  // same generation; go on
+    Reshaped,  // a planned change: new generation, state handed off, keep training
+    Rewind,    // ranks were lost: new generation, reload the last checkpoint, then go on
+    Stop,      // the job ends: every rank of the generation gets it
+    Left       // this rank's unit was removed by a planned shrink: exit cleanly
+};
+const char *to_string(Outcome o);
+
+struct BoundaryResult {
+    Outcome outcome = Outcome::Continue;
+    std::uint64_t generation = 0;      // the generation after the decision
+    std::uint32_t world = 0, rank = 0;  // after the decision (LEFT: the old ones)
+    std::uint32_t previous_world = 0;
+    std::vector<std::uint32_t> leaving_units, joining_units;
+    std::vector<std::string> lost;      // member ids of lost ranks (REWIND)
+    std::string reason;                 // the coordinator's reason ("planned", "lost", ...)
+    std::uint32_t grad_accum = 0;       // the ledger's GA after the decision (0: no ledger)
+};
+
+// What the last failed start()/boundary() was: the caller's mistake (usage: a step out of
+// sequence with the ledger, a joiner's registration that differs from the survivors', a
+// global batch the new world does not divide) or the job's (peer: the coordinator or a peer
+// failed or timed out). The C API maps them to OMNI_EINVAL and OMNI_ECOMM.
+enum class Fault { none, usage, peer };
+
+struct StartResult {
+    std::uint64_t step = 0;  // optimizer steps already done by the job (0 on a fresh start)
+    bool joined = false;     // this rank joined a running job
+    bool rewind = false;     // joined in a generation that lost ranks: load the checkpoint
+};
+
+class Runtime {
+public:
+    // PMIx (if under srun --mpi=pmix), the environment, then create().
+    static Result<std::unique_ptr<Runtime>> from_environment();
+    // Standalone: world 1 at once. Otherwise joins the coordinator and waits (up to
+    // join_timeout_ms) to be admitted, then builds the generation's communicator. A joiner
+    // that an announced grow names returns at the announcement instead, with the rank and
+    // world it is to have (rank(), world(), generation()), so that it registers its state
+    // off the survivors' pause; its start() then waits for the admission and the
+    // communicator. No collective may be used before start().
+    static Result<std::unique_ptr<Runtime>> create(const RuntimeOptions &options);
+    // Keeps the PMIx session open as long as the runtime (from_environment and the C API).
+    void keep_pmix(std::unique_ptr<PmixSession> session);
+    ~Runtime();
+    Runtime(const Runtime &) = delete;
+    Runtime &operator=(const Runtime &) = delete;
+
+    bool standalone() const { return opts_.standalone; }
+    std::uint32_t rank() const { return rank_; }
+    std::uint32_t world() const { return world_; }
+    std::uint32_t unit() const { return opts_.unit; }
+    std::uint32_t slot() const { return opts_.slot; }
+    std::uint64_t generation() const { return generation_; }
+    std::uint64_t step() const { return step_; }
+    const std::string &member_id() const { return opts_.member_id; }
+    const RuntimeOptions &options() const { return opts_; }
+    bool started() const { return started_; }
+    bool finished() const { return finished_; }  // after STOP or LEFT
+    Fault last_fault() const { return fault_; }
+
+    // The communicator trainers use (Gloo, NCCL when OMNI_COMM_BACKEND=nccl, or the
+    // single-rank one). Valid until the next boundary() that returns RESHAPED or REWIND.
+    Communicator &comm();
+    // False only for a joiner between an early return of create() and start().
+    bool has_comm() const { return nccl_ || control_; }
+    // NCCL: comm()'s operations go on the trainer's CUDA stream (a cudaStream_t on
+    // OMNI_CUDA_DEVICE), in this and every later generation; null: the communicator's own.
+    // With Gloo or a single rank only null is valid (host buffers need no stream).
+    Status set_cuda_stream(void *stream);
+
+    // The replicated parameters (fp32, `count` elements, the trainer's memory). Joiners
+    // receive them in start(). Register before start(); again to move the buffer.
+    Status register_params(float *data, std::size_t count);
+    // An optimizer-state vector of logical length `length`, held as this rank's ZeRO-1 shard
+    // in *storage (zero1_range(length, rank, world) of it). The runtime resizes *storage at a
+    // reshape; a freshly registered one is resized (zero-filled) now. Returns its index.
+    Result<std::size_t> register_shard(std::vector<float> *storage, std::size_t length);
+    ShardRange shard_range(std::size_t length) const { return zero1_range(length, rank_, world_); }
+    // The logical length vector `index` was registered with (0 for an unknown index).
+    std::size_t shard_length(std::size_t index) const {
+        return index < shards_.size() ? shards_[index].length : 0;
+    }
+
+    // The runtime's ledger (this rank is DP rank rank() of world()). global_batch and
+    // micro_batch 0 take OMNI_GLOBAL_BATCH / OMNI_MICRO_BATCH (1 when unset). Before start().
+    Status configure_ledger(LedgerConfig cfg);
+    const Ledger *ledger() const { return ledger_ ? &*ledger_ : nullptr; }
+    // After loading a checkpoint: the saved ledger, resized to the current world. When a
+    // ledger was configured, the checkpoint's must have its dataset size, global batch and
+    // seed (else an error naming the field), and the configured micro-batch is kept
+    // (Ledger::resume_as).
+    Status restore_ledger(std::string_view json);
+
+    // Once, after registering state and before the first step, on every rank. A joiner
+    // receives step, ledger, parameters and its shards here from the survivors, who wait for
+    // it in their boundary() (up to comm_timeout_ms).
+    Result<StartResult> start();
+
+    // After optimizer step `step` (1 for the first; after a rewind, the checkpoint's step + 1
+    // and so on). Commits the ledger's step (it must be at step-1, or already at step when a
+    // failed call is repeated), then waits for the coordinator's decision and applies it.
+    Result<BoundaryResult> boundary(std::uint64_t step);
+
+private:
+    struct Shard {
+        std::vector<float> *storage;
+        std::size_t length;
+    };
+    explicit Runtime(const RuntimeOptions &o);
+    Error usage_error(std::string message);  // records Fault::usage
+    // One generation's rendezvous store and communicators.
+    struct Connection {
+        std::unique_ptr<CoordinatorStore> store;
+        std::unique_ptr<Communicator> control, nccl;
+    };
+    // with_nccl = false: Gloo only (the NCCL communicator comes from ncclCommShrink).
+    // nccl_parent: this rank's NCCL communicator on a pure grow (make_nccl_communicator).
+    Result<Connection> connect(std::uint64_t generation, std::uint32_t rank, std::uint32_t world,
+                               bool with_nccl, Communicator *nccl_parent = nullptr) const;
+    // Layout + communicator of the decision's generation (`prebuilt`: already connected;
+    // `nccl_grow`: else connect with the current NCCL communicator as the grow's parent).
+    Status adopt(const Decision &d, std::uint32_t new_rank,
+                 std::optional<Result<Connection>> prebuilt = std::nullopt, bool nccl_grow = false);
+    Status check_state_for(std::uint32_t world) const;
+    // Phase 1 of a planned reshape (runtime/handoff.h), on the old communicator: returns
+    // this rank's survivor-layout piece of each optimizer vector (empty for a leaver).
+    Result<std::vector<std::vector<float>>> gather_on_survivors(const Decision &d);
+    // Phase 2, on the new communicator, survivors and joiners alike: header, parameters to
+    // the joiners, optimizer vectors from `held` (survivor layout) into the new layout.
+    Status hand_over(const Decision &d, std::vector<std::vector<float>> &held);
+    Status check_header(const Decision &d, const std::string &text);
+    Status prepare(const Decision &d);
+    Status receive_as_joiner();
+    Status await_admission();
+    Status admit(const Decision &dec);
+    void report_ready();
+
+    RuntimeOptions opts_;
+    std::unique_ptr<PmixSession> pmix_;
+    std::unique_ptr<CoordinatorClient> client_;
+    std::unique_ptr<CoordinatorStore> store_;
+    std::unique_ptr<Communicator> control_;  // Gloo (or solo): hand-off and host collectives
+    std::unique_ptr<Communicator> nccl_;     // OMNI_COMM_BACKEND=nccl: the trainer's
+    void *cuda_stream_ = nullptr;            // set_cuda_stream(), applied to every nccl_
+    std::uint32_t rank_ = 0, world_ = 1;
+    std::uint64_t generation_ = 0, step_ = 0;
+    std::optional<Decision> admission_;  // the decision that admitted this rank
+    std::optional<Decision> announced_;  // an announced grow that names this rank, not applied yet
+    Layout layout_;                      // this rank's generation (members by rank)
+    // Buffers for an announced change (prepare()), by optimizer vector: phase 1 and phase 2.
+    std::vector<std::vector<float>> spare_, spare_next_;
+    float *params_ = nullptr;
+    std::size_t param_count_ = 0;
+    std::vector<Shard> shards_;
+    std::optional<Ledger> ledger_;
+    bool started_ = false, finished_ = false;
+    Fault fault_ = Fault::none;
+};
+
+}  // namespace omni::launcher
+
+#endif

@@ -1,0 +1,84 @@
+// Test helper for the runtime's integration test: a coordinator with no simulated ranks, for
+// real ranks started by srun.
+//
+//   runtime_coord_serve DIR UNITS RESHAPE_TO [SECONDS]
+//
+// Listens on 127.0.0.1 (the local cluster's nodes all share this host), writes DIR/secret
+// and DIR/coordinator, waits for UNITS single-rank units to form generation 1, asks for a
+// planned reshape to RESHAPE_TO units (0: none), and once that generation exists asks the
+// job to stop. Prints the endpoint, then one line per generation seen; exits 0 when the job
+// stopped, 1 on SECONDS (default 60) without that.
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include "common/parse.h"
+#include "coord/client.h"
+#include "coord/test/served_coordinator.h"
+
+using namespace omni::launcher;
+
+int main(int argc, char **argv) {
+    if (argc < 4 || argc > 5) {
+        std::fprintf(stderr, "usage: runtime_coord_serve DIR UNITS RESHAPE_TO [SECONDS]\n");
+        return 2;
+    }
+    auto units = omni::parse_uint(argv[2], 1, 64, "UNITS");
+    auto target = omni::parse_uint(argv[3], 0, 64, "RESHAPE_TO");
+    auto secs = omni::parse_uint(argc == 5 ? argv[4] : "60", 1, 3600, "SECONDS");
+    if (!units || !target || !secs) {
+        std::fprintf(stderr, "runtime_coord_serve: bad numbers\n");
+        return 2;
+    }
+    ProtocolConfig pc;
+    pc.unit_size = 1;
+    pc.initial_units = static_cast<std::uint32_t>(units.value());
+    pc.min_units = 1;
+    pc.max_units = static_cast<std::uint32_t>(std::max(units.value(), target.value()));
+    pc.boundary_timeout_ms = 20000;
+    auto served = omni::launcher::test::serve_coordinator("runtime_coord_serve", argv[1], pc);
+    if (!served) return 1;
+    const std::string endpoint = served->endpoint;
+    std::printf("%s\n", endpoint.c_str());
+    std::fflush(stdout);
+    auto ctl = CoordinatorClient::connect(endpoint, served->secret);
+    if (!ctl) return 1;
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(secs.value());
+    std::uint64_t seen = 0;
+    bool reshape_sent = target.value() == 0, stop_sent = false;
+    while (std::chrono::steady_clock::now() < end) {
+        Request st;
+        st.op = Op::Status;
+        auto s = ctl.value()->call(st, 2000);
+        if (s) {
+            const auto &j = s.value().body["status"];
+            const std::uint64_t gen = j["generation"].get<std::uint64_t>();
+            if (j["phase"] == "stopped") {
+                std::printf("stopped at generation %llu\n", static_cast<unsigned long long>(gen));
+                return 0;
+            }
+            if (gen != seen) {
+                seen = gen;
+                std::printf("generation %llu world %u\n", static_cast<unsigned long long>(gen),
+                            j["world"].get<unsigned>());
+                std::fflush(stdout);
+            }
+            Request r;
+            if (gen == 1 && !reshape_sent) {
+                r.op = Op::Reshape;
+                r.units = static_cast<std::uint32_t>(target.value());
+                reshape_sent = bool(ctl.value()->call(r, 2000));
+            } else if (gen >= 1 && reshape_sent && !stop_sent &&
+                       (target.value() == 0 || gen >= 2)) {
+                r.op = Op::Stop;
+                r.reason = "runtime_coord_serve done";
+                stop_sent = bool(ctl.value()->call(r, 2000));
+            }
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    std::fprintf(stderr, "runtime_coord_serve: the job did not stop within %s s\n",
+                 argc == 5 ? argv[4] : "60");
+    return 1;
+}
