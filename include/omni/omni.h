@@ -50,7 +50,8 @@ const char *omni_last_error(void);
  *     unit = OMNI_UNIT_BASE (default 0) + R / OMNI_UNIT_SIZE, slot = R % OMNI_UNIT_SIZE with
  *     R the PMIx rank of the srun step (else SLURM_PROCID).
  *   OMNI_UNIT_SIZE, OMNI_GLOBAL_BATCH, OMNI_MICRO_BATCH, OMNI_MP (must be 1 here).
- *   Optional: OMNI_MEMBER_ID, OMNI_GLOO_HOST, OMNI_COMM_BACKEND=gloo|nccl, OMNI_CUDA_DEVICE,
+ *   Optional: OMNI_MEMBER_ID, SLURMD_NODENAME (told to the coordinator: where the rank runs),
+ *     OMNI_GLOO_HOST, OMNI_COMM_BACKEND=gloo|nccl, OMNI_CUDA_DEVICE,
  *     OMNI_JOIN_TIMEOUT_MS, OMNI_BOUNDARY_TIMEOUT_MS, OMNI_COMM_TIMEOUT_MS.
  */
 

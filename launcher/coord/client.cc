@@ -134,12 +134,14 @@ static Result<Decision> decision_of(Result<Reply> r) {
 }
 
 Result<Decision> CoordinatorClient::join(const std::string &id, std::uint32_t unit,
-                                         std::uint32_t slot, std::int64_t timeout_ms) {
+                                         std::uint32_t slot, std::int64_t timeout_ms,
+                                         const std::string &node) {
     Request r;
     r.op = Op::Join;
     r.id = id;
     r.unit = unit;
     r.slot = slot;
+    r.node = node;
     return decision_of(call(std::move(r), timeout_ms));
 }
 

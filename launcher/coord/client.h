@@ -39,8 +39,9 @@ public:
     // An {"ok": false} reply becomes an error carrying the coordinator's message.
     Result<Reply> call(Request req, std::int64_t timeout_ms);
 
+    // `node`: where the rank runs (empty: not said).
     Result<Decision> join(const std::string &id, std::uint32_t unit, std::uint32_t slot,
-                          std::int64_t timeout_ms);
+                          std::int64_t timeout_ms, const std::string &node = {});
     // `batch`: this rank's ledger geometry (Protocol::boundary), 0/0 without a ledger.
     Result<Decision> boundary(const std::string &id, std::uint64_t generation, std::uint64_t step,
                               std::int64_t timeout_ms, BatchGeometry batch = {});

@@ -231,7 +231,7 @@ struct Coordinator::Impl {
         switch (r.op) {
         case Op::Join:
         case Op::Boundary: {
-            auto res = r.op == Op::Join ? protocol.join(r.id, r.unit, r.slot, now)
+            auto res = r.op == Op::Join ? protocol.join(r.id, r.unit, r.slot, now, r.node)
                                         : protocol.boundary(r.id, r.generation, r.step, now, r.batch);
             if (!res) {
                 send(routing, error_reply(r.rid, res.error()));
@@ -257,13 +257,16 @@ struct Coordinator::Impl {
             reply_status(protocol.ready(r.id, r.generation, now));
             return;
         case Op::Reshape: {
-            auto st = protocol.request_reshape(r.units, now);
+            auto st = protocol.request_reshape(r.units, now, r.leave);
             if (!st) {
                 send(routing, error_reply(r.rid, st.error()));
                 return;
             }
+            std::string leaving;
+            for (auto unit : r.leave) leaving += (leaving.empty() ? "" : ",") + std::to_string(unit);
             log_line(LogLevel::Info, kComponent,
-                     "planned reshape to " + std::to_string(r.units) + " units requested");
+                     "planned reshape to " + std::to_string(r.units) + " units requested" +
+                         (leaving.empty() ? std::string() : " (leaving: units " + leaving + ")"));
             auto s = protocol.status();
             send(routing, ok_reply(r.rid, {{"target_units", r.units}, {"units", s.units},
                                            {"generation", s.generation}}));

@@ -25,6 +25,16 @@ Status check_member_id(std::string_view id) {
     return Status::success();
 }
 
+Status check_node_name(std::string_view node) {
+    if (node.empty() || node.size() > kMaxNodeNameLength)
+        return make_error("node name must be 1.." + u(kMaxNodeNameLength) + " characters");
+    for (char c : node)
+        if (!id_char_ok(c) || c == ':' || c == '@')
+            return make_error("node name '" + std::string(node.substr(0, 64)) +
+                              "': only letters, digits and . _ - are allowed");
+    return Status::success();
+}
+
 const Member *Layout::find(std::string_view id) const {
     for (const auto &m : members)
         if (m.id == id) return &m;
@@ -142,8 +152,11 @@ std::vector<Delivery> Protocol::form(const std::vector<std::uint32_t> &units,
 }
 
 Result<std::vector<Delivery>> Protocol::join(std::string_view id, std::uint32_t unit,
-                                             std::uint32_t slot, std::int64_t now_ms) {
+                                             std::uint32_t slot, std::int64_t now_ms,
+                                             std::string_view node) {
     if (auto st = check_member_id(id); !st) return Error{st.error()};
+    if (!node.empty())
+        if (auto st = check_node_name(node); !st) return make_error("join: " + st.error());
     if (slot >= cfg_.unit_size)
         return make_error("join: slot " + u(slot) + " is outside 0.." + u(cfg_.unit_size - 1) +
                           " (unit size " + u(cfg_.unit_size) + ")");
@@ -172,6 +185,7 @@ Result<std::vector<Delivery>> Protocol::join(std::string_view id, std::uint32_t 
         return make_error("join: too many ranks waiting to join (" + u(pending_.size()) + ")");
     pending_.emplace(std::string(id), Pending{std::string(id), unit, slot});
     pending_slots_.emplace(std::make_pair(unit, slot), std::string(id));
+    if (!node.empty()) nodes_[std::string(id)] = std::string(node);
     if (phase_ == Phase::Forming) {
         if (forming_since_ms_ < 0) forming_since_ms_ = now_ms;
         auto complete = complete_pending_units();
@@ -315,7 +329,19 @@ std::vector<Delivery> Protocol::decide(std::int64_t now_ms) {
         d->reason = "below-min";
     } else {
         if (target_units_ && *target_units_ < units.size()) {
-            units.resize(*target_units_);  // a planned shrink removes the last units
+            // A planned shrink removes the units it names, then (none named, or some of them
+            // lost meanwhile) the last units.
+            std::size_t excess = units.size() - *target_units_;
+            std::vector<std::uint32_t> kept;
+            for (auto unit : units) {
+                if (excess > 0 && std::binary_search(target_leave_.begin(), target_leave_.end(), unit)) {
+                    --excess;
+                    continue;
+                }
+                kept.push_back(unit);
+            }
+            units = std::move(kept);
+            if (units.size() > *target_units_) units.resize(*target_units_);
             changed = true;
         } else if (target_units_ && *target_units_ > units.size()) {
             auto complete = complete_pending_units();
@@ -379,9 +405,13 @@ std::vector<Delivery> Protocol::decide(std::int64_t now_ms) {
             pending_slots_.erase({p.unit, p.slot});
             pending_.erase(id);
         }
+        for (const auto &id : d->leaving) nodes_.erase(id);
         layout_ = d->next;
         generation_began(now_ms);
-        if (target_units_ && *target_units_ == units.size()) target_units_.reset();
+        if (target_units_ && *target_units_ == units.size()) {
+            target_units_.reset();
+            target_leave_.clear();
+        }
     } else if (d->kind == DecisionKind::Continue && !d->joining_units.empty()) {
         // An announced grow: its joiners learn the rank they are to have now (an early
         // admission, protocol.h) and stay pending until the change applies.
@@ -406,7 +436,8 @@ std::vector<Delivery> Protocol::decide(std::int64_t now_ms) {
     return out;
 }
 
-Status Protocol::request_reshape(std::uint32_t units, std::int64_t now_ms) {
+Status Protocol::request_reshape(std::uint32_t units, std::int64_t now_ms,
+                                 const std::vector<std::uint32_t> &leave) {
     if (phase_ == Phase::Stopped) return make_error("reshape: the job is stopping");
     if (phase_ == Phase::Forming) return make_error("reshape: generation 1 has not formed yet");
     if (units < cfg_.min_units || units > cfg_.max_units)
@@ -422,10 +453,25 @@ Status Protocol::request_reshape(std::uint32_t units, std::int64_t now_ms) {
                           " per rank (GA = B / (b x DP)); unit counts that work: " +
                           (ok.empty() ? "none" : ok));
     }
+    std::vector<std::uint32_t> named(leave);
+    std::sort(named.begin(), named.end());
+    if (!named.empty()) {
+        if (units >= layout_.units.size() || named.size() != layout_.units.size() - units)
+            return make_error("reshape: naming " + u(named.size()) + " leaving unit(s) needs a shrink by as many; " +
+                              u(layout_.units.size()) + " -> " + u(units) + " units is not one");
+        if (std::adjacent_find(named.begin(), named.end()) != named.end())
+            return make_error("reshape: a leaving unit is named twice");
+        for (auto unit : named)
+            if (std::find(layout_.units.begin(), layout_.units.end(), unit) == layout_.units.end())
+                return make_error("reshape: unit " + u(unit) + " is not in generation " +
+                                  u(layout_.generation));
+    }
     if (units == layout_.units.size()) {
         target_units_.reset();  // cancels a planned change that has not happened yet
-    } else if (target_units_ != units) {
+        target_leave_.clear();
+    } else if (target_units_ != units || target_leave_ != named) {
         target_units_ = units;
+        target_leave_ = std::move(named);
         target_since_ms_ = now_ms;
     }
     return Status::success();
@@ -469,6 +515,7 @@ ProtocolStatus Protocol::status() const {
     s.min_units = cfg_.min_units;
     s.max_units = cfg_.max_units;
     s.target_units = target_units_;
+    s.target_leave = target_leave_;
     s.boundary_step = boundary_step_;
     s.arrived = static_cast<std::uint32_t>(arrived_.size());
     s.last_step = last_step_;
@@ -478,6 +525,10 @@ ProtocolStatus Protocol::status() const {
     if (last_change_) s.last_change = *last_change_;
     s.change_pause_ms = change_pause_ms_;
     s.layout = layout_;
+    for (const auto &m : layout_.members)
+        if (auto it = nodes_.find(m.id); it != nodes_.end()) s.nodes.emplace(m.id, it->second);
+    for (const auto &[pid, p] : pending_)
+        if (auto it = nodes_.find(pid); it != nodes_.end()) s.nodes.emplace(pid, it->second);
     return s;
 }
 

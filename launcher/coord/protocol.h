@@ -56,6 +56,9 @@ constexpr std::uint32_t kMaxWorld = 1u << 20;
 
 // Member ids: 1..128 characters from [A-Za-z0-9._:@-] (host names, job.step.task, pids).
 Status check_member_id(std::string_view id);
+// Node names as Slurm gives them (SLURMD_NODENAME): 1..64 characters from [A-Za-z0-9._-].
+constexpr std::size_t kMaxNodeNameLength = 64;
+Status check_node_name(std::string_view node);
 
 struct Member {
     std::string id;
@@ -126,6 +129,7 @@ struct ProtocolStatus {
     std::uint64_t generation = 0;
     std::uint32_t units = 0, world = 0, unit_size = 0, min_units = 0, max_units = 0;
     std::optional<std::uint32_t> target_units;    // a planned reshape not yet applied
+    std::vector<std::uint32_t> target_leave;      // the units it removes, when it names them
     std::optional<std::uint64_t> boundary_step;   // a boundary in progress
     std::uint32_t arrived = 0;                    // members at that boundary
     std::uint64_t last_step = 0;                  // last decided boundary
@@ -137,6 +141,8 @@ struct ProtocolStatus {
     // (absent until then): the pause of that change as the coordinator saw it.
     std::optional<std::int64_t> change_pause_ms;
     Layout layout;
+    // The node each rank said it runs on when it joined (absent for ranks that did not say).
+    std::map<std::string, std::string, std::less<>> nodes;
 };
 
 // A rank's data ledger as it reports it at boundaries: global batch B and micro-batch b
@@ -152,10 +158,12 @@ class Protocol {
 public:
     explicit Protocol(const ProtocolConfig &cfg);  // cfg must pass validate()
 
-    // A rank joins as (unit, slot). Before generation 1 it waits for the formation; later it
-    // waits as a joiner until a grow admits it. Repeating the same join is harmless.
+    // A rank joins as (unit, slot), running on `node` (empty: not said). Before generation
+    // 1 it waits for the formation; later it waits as a joiner until a grow admits it.
+    // Repeating the same join is harmless.
     Result<std::vector<Delivery>> join(std::string_view id, std::uint32_t unit,
-                                       std::uint32_t slot, std::int64_t now_ms);
+                                       std::uint32_t slot, std::int64_t now_ms,
+                                       std::string_view node = {});
     // A member reached the boundary after step `step` of `generation`, with the ledger
     // geometry `batch` (every member must report the same one).
     Result<std::vector<Delivery>> boundary(std::string_view id, std::uint64_t generation,
@@ -173,8 +181,12 @@ public:
     // member of the current one is an error.
     Status ready(std::string_view id, std::uint64_t generation, std::int64_t now_ms);
     // A planned reshape to `units` units (min..max, and a world the members' global batch
-    // divides into whole micro-batches), applied at a coming boundary.
-    Status request_reshape(std::uint32_t units, std::int64_t now_ms);
+    // divides into whole micro-batches), applied at a coming boundary. A shrink removes the
+    // last units unless `leave` names them: exactly (current units - `units`) distinct units
+    // of the current generation (omni-ctl shrink picks them by node). A unit of `leave` lost
+    // before the change applies counts as gone; the rest leave as asked.
+    Status request_reshape(std::uint32_t units, std::int64_t now_ms,
+                           const std::vector<std::uint32_t> &leave = {});
     // STOP at the next boundary (e.g. the launcher got SIGTERM). While forming, the job stops
     // at once and the waiting ranks get the STOP.
     Result<std::vector<Delivery>> request_stop(std::string_view reason);
@@ -213,6 +225,7 @@ private:
     std::set<std::string, std::less<>> lost_;
     // Planned changes.
     std::optional<std::uint32_t> target_units_;
+    std::vector<std::uint32_t> target_leave_;  // sorted; empty: a shrink removes the last units
     std::int64_t target_since_ms_ = 0;
     std::vector<std::uint32_t> announced_;  // units of the change announced at the last boundary
     std::optional<std::string> stop_reason_;
@@ -226,6 +239,8 @@ private:
     std::int64_t generation_since_ms_ = 0;
     std::set<std::string, std::less<>> ready_;
     std::optional<std::int64_t> change_pause_ms_;
+    // Where ranks run (join's `node`), for the members and the waiting joiners.
+    std::map<std::string, std::string, std::less<>> nodes_;
 };
 
 }  // namespace omni::launcher

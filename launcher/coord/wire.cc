@@ -16,16 +16,16 @@ using nlohmann::json;
 struct OpSpec {
     Op op;
     const char *name;
-    std::vector<const char *> fields;  // besides v, op, rid, secret
+    std::vector<const char *> fields;  // besides v, op, rid, secret; "?name": optional
 };
 
 const std::vector<OpSpec> &op_specs() {
     static const std::vector<OpSpec> specs = {
-        {Op::Join, "join", {"id", "unit", "slot"}},
+        {Op::Join, "join", {"id", "unit", "slot", "?node"}},
         {Op::Boundary, "boundary", {"id", "generation", "step", "global_batch", "micro_batch"}},
         {Op::Lost, "lost", {"id"}},
         {Op::Ready, "ready", {"id", "generation"}},
-        {Op::Reshape, "reshape", {"units"}},
+        {Op::Reshape, "reshape", {"units", "?leave"}},
         {Op::Stop, "stop", {"reason"}},
         {Op::Status, "status", {}},
         {Op::KvSet, "kv_set", {"generation", "key"}},
@@ -119,7 +119,7 @@ Result<Request> parse_request(std::string_view header, const std::string_view *v
     r.op = spec->op;
 
     std::set<std::string> allowed = {"v", "op", "rid", "secret"};
-    for (const char *f : spec->fields) allowed.insert(f);
+    for (const char *f : spec->fields) allowed.insert(f[0] == '?' ? f + 1 : f);
     for (auto it = j.begin(); it != j.end(); ++it) {
         if (!allowed.count(it.key())) {
             std::string shown = it.key().substr(0, 64);
@@ -131,6 +131,10 @@ Result<Request> parse_request(std::string_view header, const std::string_view *v
         return make_error(std::string("op ") + spec->name + ": " + msg);
     };
     for (const char *f : spec->fields) {
+        if (f[0] == '?') {
+            if (!j.contains(f + 1)) continue;  // an optional field that is absent
+            ++f;
+        }
         std::string_view name(f);
         if (name == "id") {
             auto v = get_string(j, f, kMaxMemberIdLength);
@@ -160,6 +164,21 @@ Result<Request> parse_request(std::string_view header, const std::string_view *v
             if (v.value().empty() || !printable(v.value()))
                 return fail("field 'reason' must be 1..64 printable characters");
             r.reason = v.value();
+        } else if (name == "node") {
+            auto v = get_string(j, f, kMaxNodeNameLength);
+            if (!v) return fail(v.error());
+            if (auto st = check_node_name(v.value()); !st) return fail(st.error());
+            r.node = v.value();
+        } else if (name == "leave") {
+            const auto &k = j.at("leave");
+            if (!k.is_array() || k.empty() || k.size() > kMaxUnits)
+                return fail("field 'leave' must be an array of 1.." + std::to_string(kMaxUnits) +
+                            " unit ids");
+            for (const auto &e : k) {
+                if (!e.is_number_unsigned() || e.get<std::uint64_t>() >= kMaxUnits)
+                    return fail("field 'leave' must hold unit ids below " + std::to_string(kMaxUnits));
+                r.leave.push_back(e.get<std::uint32_t>());
+            }
         } else if (name == "key") {
             auto v = get_string(j, f, kMaxKeyLength);
             if (!v) return fail(v.error());
@@ -194,7 +213,12 @@ Result<Request> parse_request(std::string_view header, const std::string_view *v
 std::string request_header(const Request &r) {
     json j = {{"v", kWireVersion}, {"op", to_string(r.op)}, {"rid", r.rid}, {"secret", r.secret}};
     switch (r.op) {
-    case Op::Join: j["id"] = r.id; j["unit"] = r.unit; j["slot"] = r.slot; break;
+    case Op::Join:
+        j["id"] = r.id;
+        j["unit"] = r.unit;
+        j["slot"] = r.slot;
+        if (!r.node.empty()) j["node"] = r.node;
+        break;
     case Op::Boundary:
         j["id"] = r.id;
         j["generation"] = r.generation;
@@ -204,7 +228,10 @@ std::string request_header(const Request &r) {
         break;
     case Op::Lost: j["id"] = r.id; break;
     case Op::Ready: j["id"] = r.id; j["generation"] = r.generation; break;
-    case Op::Reshape: j["units"] = r.units; break;
+    case Op::Reshape:
+        j["units"] = r.units;
+        if (!r.leave.empty()) j["leave"] = r.leave;
+        break;
     case Op::Stop: j["reason"] = r.reason; break;
     case Op::Status: break;
     case Op::KvSet:
@@ -330,9 +357,14 @@ json status_to_json(const ProtocolStatus &s) {
               {"lost", s.lost},
               {"unit_ids", s.layout.units}};
     json members = json::array();  // status goes to one client: here ids are worth it
-    for (const auto &m : s.layout.members)
-        members.push_back({{"id", m.id}, {"unit", m.unit}, {"slot", m.slot}, {"rank", m.rank}});
+    for (const auto &m : s.layout.members) {
+        json e = {{"id", m.id}, {"unit", m.unit}, {"slot", m.slot}, {"rank", m.rank}};
+        auto it = s.nodes.find(m.id);
+        e["node"] = it != s.nodes.end() ? json(it->second) : json(nullptr);
+        members.push_back(std::move(e));
+    }
     j["members"] = std::move(members);
+    j["target_leave"] = s.target_leave;
     auto summary = [](const std::optional<Decision> &d) -> json {
         if (!d) return nullptr;
         json out = {{"kind", to_string(d->kind)}, {"generation", d->generation},

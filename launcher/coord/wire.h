@@ -8,11 +8,11 @@
 // Header fields (every request): "v" (kWireVersion), "op", "rid" (the client's request
 // number, echoed in the reply), "secret" (the job secret, 64 lowercase hex digits).
 // Per op:
-//   join      id, unit, slot                 -> {"decision": ...} once the rank is admitted
+//   join      id, unit, slot [, node]        -> {"decision": ...} once the rank is admitted
 //   boundary  id, generation, step           -> {"decision": ...} once every member arrived
 //   lost      id                             -> {} (the launcher saw the rank die)
 //   ready     id, generation                 -> {} (the rank's pause after a change is over)
-//   reshape   units                          -> {"target_units": K}
+//   reshape   units [, leave]                -> {"target_units": K} (leave: unit ids)
 //   stop      reason                         -> {}
 //   status                                   -> {"status": ...}
 //   kv_set    generation, key  + value frame -> {}
@@ -60,7 +60,9 @@ struct Request {
     std::uint64_t generation = 0;   // boundary, ready, kv_*
     std::uint64_t step = 0;         // boundary
     BatchGeometry batch;            // boundary: the rank's ledger (0/0: none)
+    std::string node;               // join (optional): the node the rank runs on
     std::uint32_t units = 0;        // reshape
+    std::vector<std::uint32_t> leave;  // reshape (optional): the units a shrink removes
     std::string reason;             // stop
     std::vector<std::string> keys;  // kv_set/kv_get: one key; kv_wait: 1..kMaxWaitKeys
     std::int64_t timeout_ms = 0;    // kv_get, kv_wait

@@ -2,23 +2,37 @@
 //
 //   omni-ctl status [--json]        where the job stands: generation, units, world, ...
 //   omni-ctl reshape --units K      a planned resize to K units at a coming boundary
+//   omni-ctl shrink --units K | --nodes LIST
+//                                   a planned shrink that then gives the emptied nodes back
+//                                   to Slurm (scontrol update NodeList=)
 //
 // The coordinator's endpoint and the job secret come from --address / the environment
 // (OMNI_COORD_ADDR, OMNI_COORD_SECRET) or from the job's private directory (--job-dir,
 // OMNI_JOB_DIR, else /tmp/omni-UID/job-SLURM_JOB_ID). Exit: 0 success, 1 failure, 2 usage.
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
+#include <set>
 #include <string>
+#include <thread>
 
 #include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
 
+#include "common/hostlist.h"
 #include "common/parse.h"
 #include "coord/client.h"
 #include "coord/secret.h"
+#include "ctl/shrink_plan.h"
+#include "slurmjob/job.h"
 
 namespace po = boost::program_options;
 using namespace omni::launcher;
+using omni::Error;
+using omni::make_error;
+using omni::Result;
 
 namespace {
 
@@ -58,6 +72,138 @@ void print_status(const std::string &endpoint, const nlohmann::json &s) {
         std::cout << "change pause:     " << pause.dump() << " ms (decision to every rank ready)\n";
 }
 
+std::int64_t mono_ms() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+
+std::string join_units(const std::vector<std::uint32_t> &units) {
+    std::string out;
+    for (auto unit : units) out += (out.empty() ? "" : ",") + std::to_string(unit);
+    return out;
+}
+
+Result<nlohmann::json> fetch_status(CoordinatorClient &client, std::int64_t timeout_ms) {
+    Request q;
+    q.op = Op::Status;
+    auto reply = client.call(q, timeout_ms);
+    if (!reply) return Error{reply.error()};
+    auto it = reply.value().body.find("status");
+    if (it == reply.value().body.end() || !it->is_object())
+        return make_error("the coordinator's reply has no status");
+    return *it;
+}
+
+struct ShrinkArgs {
+    std::optional<std::uint32_t> units;
+    std::vector<std::string> nodes;
+    std::uint32_t job_id = 0;
+    std::int64_t request_timeout_ms = 10000;
+    std::int64_t wait_ms = 600000;
+};
+
+// omni-ctl shrink: choose (ctl/shrink_plan.h), ask the coordinator for the planned shrink
+// with those units named, wait for it to apply and for the leaving units' steps to end, then
+// give the emptied nodes back to Slurm. Each stage says what it did on stdout; a failure
+// names the stage, and leaves the job running (a shrink that applied but could not release
+// its nodes leaves them idle in the job).
+int shrink(CoordinatorClient &client, const ShrinkArgs &a) {
+    auto fail = [](const std::string &msg) {
+        std::cerr << "omni-ctl: shrink: " << msg << "\n";
+        return kExitFail;
+    };
+    auto st = fetch_status(client, a.request_timeout_ms);
+    if (!st) return fail(st.error());
+    const nlohmann::json &s = st.value();
+    ShrinkInput in;
+    std::uint64_t generation = 0;
+    try {
+        if (s.at("phase").get<std::string>() != "running")
+            return fail("the job is " + s.at("phase").get<std::string>() + ", not running");
+        if (!s.at("target_units").is_null())
+            return fail("a planned change to " + s.at("target_units").dump() +
+                        " units is pending; shrink once it has applied");
+        generation = s.at("generation").get<std::uint64_t>();
+        in.units = s.at("unit_ids").get<std::vector<std::uint32_t>>();
+        in.min_units = s.at("min_units").get<std::uint32_t>();
+        for (const auto &m : s.at("members"))
+            if (m.contains("node") && m.at("node").is_string())
+                in.placements.emplace_back(m.at("unit").get<std::uint32_t>(), m.at("node").get<std::string>());
+    } catch (const nlohmann::json::exception &e) {
+        return fail(std::string("the coordinator's status: ") + e.what());
+    }
+    auto job = load_job(a.job_id, a.request_timeout_ms);
+    if (!job) return fail(job.error());
+    if (job.value().state != "RUNNING")
+        return fail("job " + std::to_string(a.job_id) + " is " + job.value().state + ", not RUNNING");
+    in.job_nodes = job.value().nodes;
+    in.batch_host = job.value().batch_host;
+    auto plan = a.units ? plan_shrink_to(in, *a.units) : plan_shrink_nodes(in, a.nodes);
+    if (!plan) return fail(plan.error().substr(std::string("shrink: ").size()));
+    const ShrinkPlan &p = plan.value();
+    std::cout << "shrink " << in.units.size() << " -> " << p.target << " units: "
+              << (p.leave.empty() ? std::string("no unit leaves") : "units " + join_units(p.leave) + " leave")
+              << "; " << (p.release.empty() ? std::string("no node is emptied") : "nodes " + omni::join(p.release, ",") + " go back to Slurm")
+              << std::endl;
+    const std::int64_t deadline = mono_ms() + a.wait_ms;
+    if (!p.leave.empty()) {
+        Request r;
+        r.op = Op::Reshape;
+        r.units = p.target;
+        r.leave = p.leave;
+        auto reply = client.call(r, a.request_timeout_ms);
+        if (!reply) return fail(reply.error());
+        // Applied when a later generation holds none of the leaving units.
+        for (;;) {
+            auto now = fetch_status(client, a.request_timeout_ms);
+            if (now) {
+                const auto &n = now.value();
+                auto g = n.value("generation", std::uint64_t(0));
+                auto ids = n.value("unit_ids", std::vector<std::uint32_t>());
+                bool gone = std::none_of(p.leave.begin(), p.leave.end(), [&](std::uint32_t unit) {
+                    return std::find(ids.begin(), ids.end(), unit) != ids.end();
+                });
+                if (g > generation && gone) {
+                    std::cout << "generation " << g << ": " << ids.size() << " units at step "
+                              << n.value("last_step", std::uint64_t(0)) << std::endl;
+                    break;
+                }
+                if (n.value("phase", std::string()) == "stopped") return fail("the job stopped before the shrink applied");
+            }
+            if (mono_ms() > deadline)
+                return fail("the shrink did not apply within " + std::to_string(a.wait_ms / 1000) +
+                            " s (it stays requested; omni-ctl status shows it)");
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+        // Slurm ends a job's steps on the nodes a shrink releases: the leaving units' steps
+        // must have ended first, or their ranks would be killed instead of leaving.
+        std::set<std::string> names;
+        for (auto unit : p.leave) names.insert("omni-u" + std::to_string(unit));
+        for (;;) {
+            auto steps = job_step_names(a.job_id, a.request_timeout_ms);
+            if (steps && std::none_of(steps.value().begin(), steps.value().end(),
+                                      [&](const std::string &n) { return names.count(n) > 0; }))
+                break;
+            if (mono_ms() > deadline)
+                return fail("the steps of units " + join_units(p.leave) + " did not end within " +
+                            std::to_string(a.wait_ms / 1000) + " s; their nodes stay in the job");
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+    }
+    if (p.release.empty()) return kExitOk;
+    if (auto rel = release_nodes(a.job_id, p.keep, a.request_timeout_ms); !rel) return fail(rel.error());
+    auto after = load_job(a.job_id, a.request_timeout_ms);
+    if (!after) return fail(after.error());
+    for (const auto &node : p.release)
+        if (std::find(after.value().nodes.begin(), after.value().nodes.end(), node) != after.value().nodes.end())
+            return fail("node " + node + " is still in job " + std::to_string(a.job_id) + " after scontrol update");
+    std::cout << "released " << omni::join(p.release, ",") << ": job " << a.job_id << " now has "
+              << after.value().node_list << " (" << after.value().nodes.size() << " node"
+              << (after.value().nodes.size() == 1 ? "" : "s") << ")" << std::endl;
+    return kExitOk;
+}
+
 }  // namespace
 
 static int run(int argc, char **argv);
@@ -76,13 +222,21 @@ int main(int argc, char **argv) {
 static int run(int argc, char **argv) {
     po::options_description opts(
         "Usage: omni-ctl [OPTIONS] status [--json]\n"
-        "       omni-ctl [OPTIONS] reshape --units K\n\n"
+        "       omni-ctl [OPTIONS] reshape --units K\n"
+        "       omni-ctl [OPTIONS] shrink --units K | --nodes LIST [--job-id J] [--wait S]\n\n"
         "Talks to the coordinator of the current slurm-omni job (see omni-ctl(1)).\n\nOptions");
-    std::string command, units_text, address, job_dir, timeout_text = "10000";
+    std::string command, units_text, address, job_dir, timeout_text = "10000", nodes_text,
+        job_text, wait_text = "600";
     opts.add_options()
         ("help,h", "show this help and exit")
         ("json", "status: print the status as one JSON object")
-        ("units", po::value<std::string>(&units_text), "reshape: the number of elastic units wanted")
+        ("units", po::value<std::string>(&units_text),
+         "reshape, shrink: the number of elastic units wanted")
+        ("nodes", po::value<std::string>(&nodes_text),
+         "shrink: the nodes to give back to Slurm (a host list such as n[3-4]); their units leave")
+        ("job-id", po::value<std::string>(&job_text), "shrink: the Slurm job (default: $SLURM_JOB_ID)")
+        ("wait", po::value<std::string>(&wait_text),
+         "shrink: seconds to wait for the change and the leaving steps (default 600)")
         ("address", po::value<std::string>(&address),
          "coordinator endpoint tcp://IPV4:PORT (default: $OMNI_COORD_ADDR or the job directory)")
         ("job-dir", po::value<std::string>(&job_dir),
@@ -110,14 +264,42 @@ static int run(int argc, char **argv) {
         std::cerr << "omni-ctl: " << msg << "\nTry 'omni-ctl --help'.\n";
         return kExitUsage;
     };
-    if (command.empty()) return usage("a command is required: status or reshape");
-    if (command != "status" && command != "reshape")
-        return usage("unknown command '" + command + "' (expected status or reshape)");
-    if (command == "status" && vm.count("units")) return usage("--units belongs to reshape");
-    if (command == "reshape" && vm.count("json")) return usage("--json belongs to status");
+    if (command.empty()) return usage("a command is required: status, reshape or shrink");
+    if (command != "status" && command != "reshape" && command != "shrink")
+        return usage("unknown command '" + command + "' (expected status, reshape or shrink)");
+    if (command == "status" && vm.count("units")) return usage("--units belongs to reshape and shrink");
+    if (command != "status" && vm.count("json")) return usage("--json belongs to status");
+    if (command != "shrink")
+        for (const char *o : {"nodes", "job-id", "wait"})
+            if (vm.count(o)) return usage(std::string("--") + o + " belongs to shrink");
     auto timeout = omni::parse_uint(timeout_text, 1, 3600000, "--timeout");
     if (!timeout) return usage(timeout.error());
     std::uint32_t units = 0;
+    ShrinkArgs shrink_args;
+    shrink_args.request_timeout_ms = static_cast<std::int64_t>(timeout.value());
+    if (command == "shrink") {
+        if (vm.count("units") == vm.count("nodes")) return usage("shrink needs one of --units K and --nodes LIST");
+        if (vm.count("units")) {
+            auto u = omni::parse_uint(units_text, 1, kMaxUnits, "--units");
+            if (!u) return usage(u.error());
+            shrink_args.units = static_cast<std::uint32_t>(u.value());
+        } else {
+            auto n = omni::expand_hostlist(nodes_text, "--nodes", 4096);
+            if (!n) return usage(n.error());
+            if (n.value().empty()) return usage("--nodes names no node");
+            shrink_args.nodes = std::move(n).value();
+        }
+        const char *job_env = env("SLURM_JOB_ID");
+        if (!vm.count("job-id") && !job_env)
+            return usage("shrink gives nodes back to a Slurm job: run it inside the job or name it with --job-id");
+        auto j = omni::parse_uint(vm.count("job-id") ? job_text : job_env, 1, UINT32_MAX,
+                                  vm.count("job-id") ? "--job-id" : "SLURM_JOB_ID");
+        if (!j) return usage(j.error());
+        shrink_args.job_id = static_cast<std::uint32_t>(j.value());
+        auto w = omni::parse_uint(wait_text, 1, 86400, "--wait");
+        if (!w) return usage(w.error());
+        shrink_args.wait_ms = static_cast<std::int64_t>(w.value()) * 1000;
+    }
     if (command == "reshape") {
         if (!vm.count("units")) return usage("reshape needs --units K");
         auto u = omni::parse_uint(units_text, 1, kMaxUnits, "--units");
@@ -140,6 +322,7 @@ static int run(int argc, char **argv) {
         std::cerr << "omni-ctl: " << client.error() << "\n";
         return kExitFail;
     }
+    if (command == "shrink") return shrink(*client.value(), shrink_args);
     Request req;
     req.op = command == "status" ? Op::Status : Op::Reshape;
     req.units = units;

@@ -8,7 +8,7 @@
 #include <netdb.h>
 #include <sys/socket.h>
 
-#include "launch/proc.h"
+#include "slurmjob/proc.h"
 
 namespace omni::launcher {
 namespace {

@@ -15,7 +15,8 @@
 #include "coord/log.h"
 #include "coord/secret.h"
 #include "launch/events.h"
-#include "launch/proc.h"
+#include "slurmjob/job.h"
+#include "slurmjob/proc.h"
 
 namespace omni::launcher {
 namespace {
@@ -98,12 +99,13 @@ struct Step {
 class Driver {
 public:
     Driver(const DriverConfig &cfg, const std::atomic<int> &signals, const std::atomic<int> &last_signal)
-        : cfg_(cfg), signals_(signals), last_signal_(last_signal) {}
+        : cfg_(cfg), signals_(signals), last_signal_(last_signal), alloc_(cfg.alloc) {}
 
     int run();
 
 private:
     Status launch(const std::vector<std::uint32_t> &units, bool joiner);
+    void refresh_allocation(std::map<std::string, std::string> &set, std::vector<std::string> &unset);
     void reap();
     void observe(const Snapshot &s);
     void report_dead_ranks(const Step &st, const Snapshot *s);
@@ -119,6 +121,7 @@ private:
     const DriverConfig &cfg_;
     const std::atomic<int> &signals_;
     const std::atomic<int> &last_signal_;
+    Allocation alloc_;  // the job as omni-launch last read it (Slurm may change it)
     std::unique_ptr<CoordinatorClient> client_;
     std::optional<EventLog> events_;
     std::vector<Step> steps_;
@@ -148,22 +151,55 @@ Status Driver::send(Request req) {
     return Status::success();
 }
 
+// A job's nodes may have changed since it started (scontrol update, an expansion): the batch
+// step's SLURM_JOB_NODELIST and friends then describe the job as it was, and srun would refuse
+// a step on a node-count mismatch or place it on a node the job no longer has. Before it starts
+// joiners, omni-launch reads the job from Slurm and gives srun the job as it is now, as
+// scontrol's resize script would (it sources no such script). Inside no job, or when Slurm does
+// not answer, the steps get the batch step's variables as before.
+void Driver::refresh_allocation(std::map<std::string, std::string> &set, std::vector<std::string> &unset) {
+    constexpr std::int64_t kScontrolTimeoutMs = 10000;
+    if (alloc_.job_id == 0) return;
+    auto job = load_job(alloc_.job_id, kScontrolTimeoutMs);
+    if (!job) {
+        log_line(LogLevel::Warning, kComponent, job.error() + "; the new steps get the job's first allocation");
+        return;
+    }
+    const std::uint32_t nodes = static_cast<std::uint32_t>(job.value().nodes.size());
+    if (nodes != alloc_.nodes)
+        log_line(LogLevel::Info, kComponent,
+                 "job " + std::to_string(alloc_.job_id) + " now has " + std::to_string(nodes) +
+                     " node(s) (" + job.value().node_list + "), was " + std::to_string(alloc_.nodes));
+    // The allocation's ranks per node stay as they were at the start; its node count moves.
+    if (cfg_.alloc.nodes > 0 && nodes > 0) {
+        alloc_.capacity_ranks = cfg_.alloc.capacity_ranks / cfg_.alloc.nodes * nodes;
+        alloc_.nodes = nodes;
+    }
+    for (auto &[k, v] : allocation_environment(job.value(), unset)) set[k] = v;
+}
+
 Status Driver::launch(const std::vector<std::uint32_t> &units, bool joiner) {
+    std::map<std::string, std::string> job_env;
+    std::vector<std::string> job_unset;
+    if (joiner) refresh_allocation(job_env, job_unset);
     for (auto unit : units) {
         StepSpec spec;
         spec.extra = cfg_.options.srun_args;
         spec.self = cfg_.self;
         spec.program = cfg_.options.program;
         spec.tasks = cfg_.settings.unit_size;
-        spec.nodes = unit_nodes(cfg_.settings.unit_size, cfg_.alloc);
+        spec.nodes = unit_nodes(cfg_.settings.unit_size, alloc_);
         spec.name = "omni-u" + std::to_string(unit);
         auto argv = srun_argv(spec);
-        auto env = environment_with({{kEnvCoordAddr, cfg_.endpoint},
-                                     {kEnvCoordSecret, cfg_.secret},
-                                     {kEnvJobDir, cfg_.job_dir},
-                                     {kEnvUnitSize, std::to_string(cfg_.settings.unit_size)},
-                                     {kEnvLaunchUnits, std::to_string(unit)}},
-                                    step_env_removed());
+        std::map<std::string, std::string> set = job_env;
+        set[kEnvCoordAddr] = cfg_.endpoint;
+        set[kEnvCoordSecret] = cfg_.secret;
+        set[kEnvJobDir] = cfg_.job_dir;
+        set[kEnvUnitSize] = std::to_string(cfg_.settings.unit_size);
+        set[kEnvLaunchUnits] = std::to_string(unit);
+        std::vector<std::string> removed = step_env_removed();
+        removed.insert(removed.end(), job_unset.begin(), job_unset.end());
+        auto env = environment_with(set, removed);
         log_line(LogLevel::Info, kComponent,
                  std::string(joiner ? "joining" : "initial") + " unit " + std::to_string(unit) +
                      ": " + shell_join(argv));
@@ -237,7 +273,7 @@ void Driver::reap() {
 
 void Driver::record(GenerationEvent e) {
     e.unix_ms = unix_ms();
-    e.job = cfg_.alloc.job_id;
+    e.job = alloc_.job_id;
     e.resolution_ms = kPollMs;
     log_line(e.reason == "lost" ? LogLevel::Warning : LogLevel::Info, kComponent, event_summary(e));
     if (auto st = events_->append(event_to_json(e)); !st)

@@ -28,7 +28,7 @@
 #include "launch/driver.h"
 #include "launch/options.h"
 #include "launch/plan.h"
-#include "launch/proc.h"
+#include "slurmjob/proc.h"
 
 using namespace omni::launcher;
 

@@ -141,6 +141,12 @@ Result<RuntimeOptions> runtime_options_from_env(const EnvLookup &get,
     } else {
         o.member_id = default_member_id(o.unit, o.slot);
     }
+    // Slurm's name for this node, so that omni-ctl shrink can release whole nodes. A name
+    // the coordinator would refuse is an error here, where it names the variable.
+    if (const char *node = get("SLURMD_NODENAME"); node && *node) {
+        if (auto st = check_node_name(node); !st) return make_error("SLURMD_NODENAME: " + st.error());
+        o.node = node;
+    }
 
     if (const char *h = get("OMNI_GLOO_HOST")) {
         in_addr parsed{};

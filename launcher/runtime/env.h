@@ -58,6 +58,7 @@ struct RuntimeOptions {
     bool standalone = false;
     std::string endpoint, secret;  // the coordinator (not standalone)
     std::string member_id;
+    std::string node;  // SLURMD_NODENAME: where the rank runs, told to the coordinator
     std::uint32_t unit = 0, slot = 0, unit_size = 1;
     std::string gloo_host = "127.0.0.1";
     bool same_host_copy = true;  // OMNI_SAME_HOST_COPY: hand-off copies between local ranks

@@ -152,7 +152,7 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions &options) 
     if (!cl) return Error{cl.error()};
     rt->client_ = std::move(cl).value();
     auto d = rt->client_->join(options.member_id, options.unit, options.slot,
-                               options.join_timeout_ms);
+                               options.join_timeout_ms, options.node);
     if (!d) return make_error("joining the coordinator at " + options.endpoint + " as unit " +
                               u(options.unit) + " slot " + u(options.slot) + ": " + d.error());
     const Decision &dec = d.value();
@@ -332,7 +332,8 @@ Status Runtime::check_state_for(std::uint32_t world) const {
 // the change as announced, or a later one that admits its unit.
 Status Runtime::await_admission() {
     while (announced_) {
-        auto d = client_->join(opts_.member_id, opts_.unit, opts_.slot, opts_.join_timeout_ms);
+        auto d = client_->join(opts_.member_id, opts_.unit, opts_.slot, opts_.join_timeout_ms,
+                               opts_.node);
         if (!d) return make_error("waiting for admission at the coordinator: " + d.error());
         if (d.value().kind == DecisionKind::Continue) continue;  // announced again: wait on
         announced_.reset();

@@ -120,3 +120,24 @@ need_built() {
     [ -x "$p" ] || fail "$p is not built (make in $top_build, then make check)"
   done
 }
+
+# The commands of the training tests, built: $launch, $ctl, $demo, and $at_step (at-step, which
+# batch scripts use to act on a job at a given step).
+train_commands() {
+  launch=$top_build/launcher/omni-launch
+  ctl=$top_build/launcher/omni-ctl
+  demo=$top_build/launcher/omni-train-demo
+  at_step=$top_src/tests/integration/at-step
+  need_built "$launch" "$ctl" "$demo"
+}
+
+# write_static_job FILE UNITS ARGS: a batch script that trains at a fixed size, the reference
+# the elastic runs are compared with: omni-train-demo ARGS under omni-launch --units UNITS,
+# its metrics in $work/static.jsonl and its events in $work/static-events.jsonl.
+write_static_job() {
+  cat >"$1" <<EOS
+#!/bin/bash
+exec "$launch" --units $2 --events "$work/static-events.jsonl" -- "$demo" $3 --metrics "$work/static.jsonl"
+EOS
+  chmod +x "$1"
+}

@@ -10,10 +10,7 @@
 #  - a run with --min-units 3 that loses two units: after the second loss the job stops
 #    (below-min), the trainer says which checkpoint to restart from and exits 3.
 . "$(dirname "$0")/lib.sh"
-launch=$top_build/launcher/omni-launch
-ctl=$top_build/launcher/omni-ctl
-demo=$top_build/launcher/omni-train-demo
-need_built "$launch" "$ctl" "$demo"
+train_commands
 # Every node its own host (omni-cluster --hosts netns): ranks on four hosts, the coordinator
 # on the batch host's address, Gloo on each node's own.
 cluster_acquire 4 0 netns
@@ -25,10 +22,7 @@ cd "$work"
 schedule="--steps 60 --dataset-size 960 --lr 0.05 --warmup 5"
 train="$schedule --global-batch 48 --micro-batch 4"
 
-cat >static.sh <<EOS
-#!/bin/bash
-exec "$launch" --units 4 --events "$work/static-events.jsonl" -- "$demo" $train --metrics "$work/static.jsonl"
-EOS
+write_static_job static.sh 4 "$train"
 cat >elastic.sh <<EOS
 #!/bin/bash
 # Written by train-elastic.sh: the trainer under omni-launch, and omni-ctl resizing it.
@@ -36,14 +30,7 @@ set -u
 "$launch" --units 4 --events "$work/elastic-events.jsonl" --boundary-timeout 30 \\
   -- "$demo" $schedule --pace-ms 60 --metrics "$work/elastic.jsonl" --sample-log "$work/samples-elastic" &
 pid=\$!
-at_step() {  # wait until the metrics reach step \$1 (bounded)
-  for _ in \$(seq 600); do
-    s=\$(tail -n 1 "$work/elastic.jsonl" 2>/dev/null | sed -n 's/^{"step": \([0-9]*\),.*/\1/p')
-    [ -n "\$s" ] && [ "\$s" -ge "\$1" ] && return 0
-    sleep 0.05
-  done
-  echo "never reached step \$1"; return 1
-}
+at_step() { "$at_step" "$work/elastic.jsonl" "\$1"; }
 at_step 10 || exit 11
 srun --overlap -N4 --ntasks-per-node=1 bash -c 'ss -Htanp | sed "s/^/\$SLURMD_NODENAME /"' >"$work/sockets.txt"
 "$ctl" reshape --units 2 || exit 11
@@ -63,18 +50,14 @@ export OMNI_COMM_TIMEOUT_MS=5000   # survivors not next to the dead rank give up
   -- "$demo" $train --pace-ms 60 --ckpt "$work/lost-ckpt" --ckpt-every 10 --metrics "$work/lost.jsonl" \
   --sample-log "$work/samples-lost" &
 pid=\$!
-for _ in \$(seq 600); do
-  s=\$(tail -n 1 "$work/lost.jsonl" 2>/dev/null | sed -n 's/^{"step": \([0-9]*\),.*/\1/p')
-  [ -n "\$s" ] && [ "\$s" -ge 25 ] && break
-  sleep 0.05
-done
+"$at_step" "$work/lost.jsonl" 25
 victim=
 for f in \$(grep -lszxF OMNI_UNIT_ID=3 /proc/[0-9]*/environ 2>/dev/null); do
   p=\${f#/proc/}; p=\${p%/environ}
   tr '\\0' ' ' </proc/\$p/cmdline 2>/dev/null | grep -q 'omni-train-demo --steps' && victim=\$p
 done
 [ -n "\$victim" ] || { echo "no rank of unit 3 found"; exit 20; }
-echo "killing unit 3 rank pid \$victim at step \$s"
+echo "killing unit 3 rank pid \$victim at step 25 or later"
 kill -9 "\$victim"
 wait \$pid
 echo "launch-exit \$?"
@@ -89,11 +72,7 @@ export OMNI_COMM_TIMEOUT_MS=5000
   -- "$demo" $train --pace-ms 60 --ckpt "$work/belowmin-ckpt" --ckpt-every 10 --metrics "$work/belowmin.jsonl" &
 pid=\$!
 kill_unit() {  # kill_unit UNIT STEP: SIGKILL the rank of UNIT once the metrics reach STEP
-  for _ in \$(seq 600); do
-    s=\$(tail -n 1 "$work/belowmin.jsonl" 2>/dev/null | sed -n 's/^{"step": \([0-9]*\),.*/\1/p')
-    [ -n "\$s" ] && [ "\$s" -ge "\$2" ] && break
-    sleep 0.05
-  done
+  "$at_step" "$work/belowmin.jsonl" "\$2"
   for f in \$(grep -lszxF OMNI_UNIT_ID=\$1 /proc/[0-9]*/environ 2>/dev/null); do
     p=\${f#/proc/}; p=\${p%/environ}
     tr '\\0' ' ' </proc/\$p/cmdline 2>/dev/null | grep -q 'omni-train-demo --steps' && kill -9 \$p && echo "killed unit \$1"
@@ -105,7 +84,7 @@ wait \$pid
 echo "launch-exit \$?"
 exit 0
 EOS
-chmod +x static.sh elastic.sh lost.sh belowmin.sh
+chmod +x elastic.sh lost.sh belowmin.sh
 mkdir -p "$work/samples-elastic" "$work/samples-lost"
 once=$top_src/tests/integration/exactly-once.py
 out=$(timeout 240 sbatch --wait -N4 -t 5 -o "$work/static.out" --parsable static.sh) ||

@@ -48,11 +48,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t *data, std::size_t size
             const Request &q = r.value();
             Result<std::vector<Delivery>> out = std::vector<Delivery>{};
             switch (q.op) {
-            case Op::Join: out = p.join(q.id, q.unit, q.slot, now); break;
+            case Op::Join: out = p.join(q.id, q.unit, q.slot, now, q.node); break;
             case Op::Boundary: out = p.boundary(q.id, q.generation, q.step, now, q.batch); break;
             case Op::Lost: out = p.lost(q.id, now); break;
             case Op::Ready: (void)p.ready(q.id, q.generation, now); break;
-            case Op::Reshape: (void)p.request_reshape(q.units, now); break;
+            case Op::Reshape: (void)p.request_reshape(q.units, now, q.leave); break;
             case Op::Stop: out = p.request_stop(q.reason); break;
             default: break;
             }

@@ -540,3 +540,50 @@ TEST(Protocol, APartialGrowTakesOnlyUnitsThatKeepTheWorldFitting) {
     EXPECT_EQ(d->joining, (std::vector<std::string>{"j2", "j3"}));
     EXPECT_EQ(p.status().pending_joiners, (std::vector<std::string>{"j4"}));
 }
+
+TEST(Protocol, PlannedShrinkRemovesTheUnitsItNames) {
+    // Units 0..3 of one rank; omni-ctl shrink names units 1 and 3 (their nodes empty).
+    Protocol p = formed(config(1, 4, 1, 4), 4);
+    EXPECT_FALSE(p.request_reshape(2, 0, {1}));        // two must leave, one is named
+    EXPECT_FALSE(p.request_reshape(2, 0, {1, 1}));     // named twice
+    EXPECT_FALSE(p.request_reshape(2, 0, {1, 7}));     // 7 is not in generation 1
+    EXPECT_FALSE(p.request_reshape(4, 0, {1}));        // not a shrink
+    ASSERT_TRUE(p.request_reshape(2, 0, {3, 1}));
+    EXPECT_EQ(p.status().target_leave, (std::vector<std::uint32_t>{1, 3}));
+    auto d = same_decision(all_arrive(p, 1, 5, {"u0", "u1", "u2", "u3"}));
+    EXPECT_EQ(d->kind, DecisionKind::Reshaped);
+    EXPECT_EQ(d->leaving_units, (std::vector<std::uint32_t>{1, 3}));
+    EXPECT_EQ(d->next.units, (std::vector<std::uint32_t>{0, 2}));
+    EXPECT_EQ(rank_of(*d, "u2"), 1u);  // survivors keep their order
+    EXPECT_FALSE(p.status().target_units);
+    EXPECT_TRUE(p.status().target_leave.empty());
+}
+
+TEST(Protocol, ANamedUnitLostBeforeTheShrinkCountsAsGone) {
+    Protocol p = formed(config(1, 4, 1, 4), 4);
+    ASSERT_TRUE(p.request_reshape(2, 0, {2, 3}));
+    (void)ok(p.lost("u3", 1));
+    auto d = same_decision(all_arrive(p, 1, 5, {"u0", "u1", "u2"}));
+    EXPECT_EQ(d->kind, DecisionKind::Reshaped);
+    EXPECT_EQ(d->next.units, (std::vector<std::uint32_t>{0, 1}));  // 3 lost, 2 left as asked
+}
+
+TEST(Protocol, RanksSayWhereTheyRun) {
+    Protocol p(config(1, 2, 1, 3));
+    (void)ok(p.join("u0", 0, 0, 0, "n1"));
+    (void)ok(p.join("u1", 1, 0, 0));  // says nothing
+    EXPECT_FALSE(p.join("u2", 2, 0, 0, "bad node"));
+    EXPECT_FALSE(p.join("u2", 2, 0, 0, std::string(65, 'n')));
+    auto st = p.status();
+    EXPECT_EQ(st.nodes, (std::map<std::string, std::string, std::less<>>{{"u0", "n1"}}));
+    // A joiner's node shows while it waits, and goes with it when it leaves.
+    (void)ok(p.join("u2", 2, 0, 0, "n3"));
+    EXPECT_EQ(p.status().nodes.count("u2"), 1u);
+    ASSERT_TRUE(p.request_reshape(3, 0));
+    (void)all_arrive(p, 1, 1, {"u0", "u1"});
+    ASSERT_EQ(p.generation(), 2u);
+    ASSERT_TRUE(p.request_reshape(1, 0, {0, 2}));
+    (void)all_arrive(p, 2, 2, {"u0", "u1", "u2"});
+    EXPECT_EQ(p.status().layout.units, (std::vector<std::uint32_t>{1}));
+    EXPECT_TRUE(p.status().nodes.empty());
+}

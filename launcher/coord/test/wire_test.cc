@@ -207,3 +207,36 @@ TEST(Wire, Endpoints) {
     EXPECT_FALSE(parse_endpoint("tcp://127.0.0.1", false));
     EXPECT_FALSE(parse_endpoint("tcp://127.0.0.1:+5", false));
 }
+
+TEST(Wire, OptionalNodeAndLeavingUnits) {
+    auto j = parse(R"({"v":1,"op":"join","rid":1,"id":"a","unit":0,"slot":0,"node":"n3"})");
+    ASSERT_TRUE(j) << j.error();
+    EXPECT_EQ(j.value().node, "n3");
+    auto r = parse(R"({"v":1,"op":"reshape","rid":2,"units":2,"leave":[3,1]})");
+    ASSERT_TRUE(r) << r.error();
+    EXPECT_EQ(r.value().leave, (std::vector<std::uint32_t>{3, 1}));
+    // Absent optional fields stay empty, and the header round-trips both ways.
+    auto plain = parse(R"({"v":1,"op":"reshape","rid":3,"units":2})");
+    ASSERT_TRUE(plain);
+    EXPECT_TRUE(plain.value().leave.empty());
+    Request q = r.value();
+    auto back = parse(request_header(q));
+    ASSERT_TRUE(back) << back.error();
+    EXPECT_EQ(back.value().leave, q.leave);
+    q = j.value();
+    back = parse(request_header(q));
+    ASSERT_TRUE(back) << back.error();
+    EXPECT_EQ(back.value().node, "n3");
+    EXPECT_EQ(err(R"({"v":1,"op":"join","rid":1,"id":"a","unit":0,"slot":0,"node":"n 3"})"),
+              "op join: node name 'n 3': only letters, digits and . _ - are allowed");
+    EXPECT_EQ(err(R"({"v":1,"op":"join","rid":1,"id":"a","unit":0,"slot":0,"node":5})"),
+              "op join: field 'node' must be a string");
+    EXPECT_EQ(err(R"({"v":1,"op":"reshape","rid":1,"units":2,"leave":[]})"),
+              "op reshape: field 'leave' must be an array of 1..65536 unit ids");
+    EXPECT_EQ(err(R"({"v":1,"op":"reshape","rid":1,"units":2,"leave":[70000]})"),
+              "op reshape: field 'leave' must hold unit ids below 65536");
+    EXPECT_EQ(err(R"({"v":1,"op":"reshape","rid":1,"units":2,"leave":["1"]})"),
+              "op reshape: field 'leave' must hold unit ids below 65536");
+    EXPECT_EQ(err(R"({"v":1,"op":"status","rid":1,"node":"n1"})"),
+              "op status: unexpected field 'node'");
+}

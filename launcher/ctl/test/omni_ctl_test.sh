@@ -25,6 +25,16 @@ grep -q "reshape --units K" "$tmp/help" || { echo "FAIL: help text"; fails=$((fa
 "$OMNI_CTL" status --units 3 >/dev/null 2>&1; check "status --units" 2 $?
 "$OMNI_CTL" status --bogus >/dev/null 2>&1; check "unknown option" 2 $?
 "$OMNI_CTL" status --address tcp://0.0.0.0:1 >/dev/null 2>&1; check "wildcard address" 2 $?
+"$OMNI_CTL" shrink >/dev/null 2>&1; check "shrink without --units or --nodes" 2 $?
+"$OMNI_CTL" shrink --units 2 --nodes n2 >/dev/null 2>&1; check "shrink with both" 2 $?
+"$OMNI_CTL" shrink --units 2 >"$tmp/err" 2>&1; check "shrink outside a job" 2 $?
+grep -q "run it inside the job or name it with --job-id" "$tmp/err" || { echo "FAIL: shrink without a job: $(cat "$tmp/err")"; fails=$((fails + 1)); }
+"$OMNI_CTL" shrink --nodes 'n[' --job-id 7 >"$tmp/err" 2>&1; check "shrink --nodes n[" 2 $?
+grep -q "expected a Slurm host list" "$tmp/err" || { echo "FAIL: bad host list message: $(cat "$tmp/err")"; fails=$((fails + 1)); }
+"$OMNI_CTL" shrink --units 2 --job-id 0 >/dev/null 2>&1; check "shrink --job-id 0" 2 $?
+"$OMNI_CTL" shrink --units 2 --job-id 7 --wait 0 >/dev/null 2>&1; check "shrink --wait 0" 2 $?
+"$OMNI_CTL" status --nodes n2 >/dev/null 2>&1; check "status --nodes" 2 $?
+"$OMNI_CTL" reshape --units 2 --wait 5 >/dev/null 2>&1; check "reshape --wait" 2 $?
 "$OMNI_CTL" status >"$tmp/err" 2>&1; check "no job to talk to" 1 $?
 grep -q "OMNI_JOB_DIR" "$tmp/err" || { echo "FAIL: message names OMNI_JOB_DIR"; fails=$((fails + 1)); }
 

@@ -53,14 +53,17 @@ int main(int argc, char **argv) {
     const auto my_unit = static_cast<std::uint32_t>(unit.value());
     const auto my_slot = static_cast<std::uint32_t>(slot.value());
 
-    auto d = client.value()->join(id, my_unit, my_slot, kJoinWaitMs);
+    // Where it runs, as real ranks say it (omni-ctl shrink releases whole nodes by it).
+    const char *node_env = std::getenv("SLURMD_NODENAME");
+    const std::string node = node_env && check_node_name(node_env) ? node_env : "";
+    auto d = client.value()->join(id, my_unit, my_slot, kJoinWaitMs, node);
     // An announced grow names a joiner a boundary early (CONTINUE with the coming layout):
     // it joins again and is admitted when the change applies.
     while (d && d.value().kind == DecisionKind::Continue) {
         std::printf("toy %s: announced as rank %u of %u\n", id.c_str(),
                     d.value().next.rank_of(my_unit, my_slot).value_or(0), d.value().next.world);
         std::fflush(stdout);
-        d = client.value()->join(id, my_unit, my_slot, kJoinWaitMs);
+        d = client.value()->join(id, my_unit, my_slot, kJoinWaitMs, node);
     }
     if (!d) return fail("join: " + d.error());
     if (d.value().kind == DecisionKind::Stop) return 0;

@@ -1,5 +1,5 @@
 // Child processes for omni-launch; see launch/proc.h.
-#include "launch/proc.h"
+#include "slurmjob/proc.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -94,10 +94,10 @@ int exit_code_of(int wait_status) {
 }
 
 Result<std::string> run_capture(const std::vector<std::string> &argv, std::int64_t timeout_ms,
-                                std::size_t max_bytes) {
+                                std::size_t max_bytes, const std::vector<std::string> &unset) {
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) return make_error("pipe: " + std::string(std::strerror(errno)));
-    std::vector<std::string> env = environment_with({});
+    std::vector<std::string> env = environment_with({}, unset);
     auto pid = spawn_with(argv, env, fds[1]);
     ::close(fds[1]);
     if (!pid) {

@@ -1,10 +1,11 @@
-// Child processes for omni-launch: srun steps and short helper commands (scontrol).
+// Child processes for omni-launch and omni-ctl: srun steps and short helper commands
+// (scontrol, squeue).
 //
 // omni-launch is multithreaded (the coordinator and ZeroMQ run threads), so children are
 // started with posix_spawn and an explicit environment array: nothing unsafe runs between
 // fork and exec, and the launcher's own environment is never modified.
-#ifndef OMNI_LAUNCHER_LAUNCH_PROC_H
-#define OMNI_LAUNCHER_LAUNCH_PROC_H
+#ifndef OMNI_LAUNCHER_SLURM_PROC_H
+#define OMNI_LAUNCHER_SLURM_PROC_H
 
 #include <sys/types.h>
 
@@ -33,9 +34,11 @@ std::optional<int> try_reap(pid_t pid);
 int exit_code_of(int wait_status);
 
 // Runs a short command and returns its stdout (at most `max_bytes`). Fails if it does not
-// exit 0 within `timeout_ms` (it is killed then), naming the command.
+// exit 0 within `timeout_ms` (it is killed then), naming the command. The command gets this
+// process's environment without the variables named in `unset`.
 Result<std::string> run_capture(const std::vector<std::string> &argv, std::int64_t timeout_ms,
-                                std::size_t max_bytes = 1 << 20);
+                                std::size_t max_bytes = 1 << 20,
+                                const std::vector<std::string> &unset = {});
 
 // Path of the running executable (/proc/self/exe), for the per-task shim.
 Result<std::string> self_executable();

@@ -1,0 +1,166 @@
+// Jobs as scontrol and squeue show them; see slurm/job.h.
+#include "slurmjob/job.h"
+
+#include <sstream>
+
+#include "common/hostlist.h"
+#include "common/parse.h"
+#include "slurmjob/proc.h"
+
+namespace omni::launcher {
+namespace {
+
+// The value of `key=` in the line's space-separated words, if the line holds it.
+bool word_value(const std::string &line, const std::string &key, std::string &out) {
+    std::istringstream words(line);
+    std::string w;
+    while (words >> w)
+        if (w.compare(0, key.size() + 1, key + "=") == 0) {
+            out = w.substr(key.size() + 1);
+            return true;
+        }
+    return false;
+}
+
+// "0-1,4" -> 3: a CPU id list's size.
+Result<std::uint32_t> count_ids(const std::string &list) {
+    std::uint32_t n = 0;
+    std::istringstream parts(list);
+    std::string part;
+    while (std::getline(parts, part, ',')) {
+        auto dash = part.find('-');
+        if (dash == std::string::npos) {
+            if (!parse_uint(part, 0, 1u << 20, "CPU_IDs")) return make_error("CPU_IDs: bad id '" + part + "'");
+            ++n;
+            continue;
+        }
+        auto r = parse_range(part, '-', 0, 1u << 20, "CPU_IDs");
+        if (!r) return Error{r.error()};
+        n += static_cast<std::uint32_t>(r.value().second - r.value().first + 1);
+    }
+    return n;
+}
+
+}  // namespace
+
+Result<JobInfo> parse_scontrol_job(const std::string &text, std::uint32_t job_id) {
+    const std::string what = "scontrol show job " + std::to_string(job_id);
+    JobInfo job;
+    job.job_id = job_id;
+    bool have_id = false, have_nodes = false;
+    std::map<std::string, std::uint32_t> cpus;
+    std::istringstream lines(text);
+    std::string line;
+    while (std::getline(lines, line)) {
+        // The first line starts at column 0, the fields at 3, the per-node details at 5.
+        std::size_t indent = line.find_first_not_of(' ');
+        if (indent == std::string::npos) continue;
+        std::string body = line.substr(indent);
+        std::string v;
+        if (indent == 0 && body.rfind("JobId=", 0) == 0) {
+            word_value(body, "JobId", v);
+            auto id = parse_uint(v, 1, UINT32_MAX, "JobId");
+            if (!id || id.value() != job_id)
+                return make_error(what + ": the output is for job '" + v + "'");
+            have_id = true;
+        } else if (indent == 3 && body.rfind("JobState=", 0) == 0) {
+            word_value(body, "JobState", job.state);
+        } else if (indent == 3 && body.rfind("UserId=", 0) == 0) {
+            word_value(body, "UserId", v);  // name(uid)
+            auto open = v.find('('), close = v.find(')');
+            if (open == std::string::npos || close != v.size() - 1)
+                return make_error(what + ": UserId '" + v + "': expected NAME(UID)");
+            auto uid = parse_uint(v.substr(open + 1, close - open - 1), 0, UINT32_MAX, "UserId");
+            if (!uid) return make_error(what + ": " + uid.error());
+            job.user = v.substr(0, open);
+            job.uid = static_cast<std::uint32_t>(uid.value());
+        } else if (indent == 3 && body.rfind("NodeList=", 0) == 0) {
+            word_value(body, "NodeList", job.node_list);
+            if (job.node_list == "(null)") job.node_list.clear();
+            auto nodes = expand_hostlist(job.node_list, what + ": NodeList");
+            if (!nodes) return Error{nodes.error()};
+            job.nodes = std::move(nodes).value();
+            have_nodes = true;
+        } else if (indent == 3 && body.rfind("BatchHost=", 0) == 0) {
+            word_value(body, "BatchHost", job.batch_host);
+        } else if (indent == 5 && body.rfind("Nodes=", 0) == 0) {
+            std::string ids;
+            word_value(body, "Nodes", v);
+            if (!word_value(body, "CPU_IDs", ids)) continue;
+            auto nodes = expand_hostlist(v, what + ": Nodes");
+            if (!nodes) return Error{nodes.error()};
+            auto n = count_ids(ids);
+            if (!n) return make_error(what + ": " + n.error());
+            for (const auto &node : nodes.value()) cpus[node] = n.value();
+        }
+    }
+    if (!have_id) return make_error(what + ": no JobId line in the output");
+    if (!have_nodes) return make_error(what + ": no NodeList line in the output");
+    for (const auto &node : job.nodes) {
+        auto it = cpus.find(node);
+        if (it == cpus.end()) {
+            job.cpus.clear();  // no details (a job that is not running): unknown
+            break;
+        }
+        job.cpus.push_back(it->second);
+    }
+    return job;
+}
+
+Result<JobInfo> load_job(std::uint32_t job_id, std::int64_t timeout_ms) {
+    auto out = run_capture({"scontrol", "show", "job", "-d", std::to_string(job_id)}, timeout_ms);
+    if (!out) return make_error("reading job " + std::to_string(job_id) + " from Slurm: " + out.error());
+    return parse_scontrol_job(out.value(), job_id);
+}
+
+std::string compress_counts(const std::vector<std::uint32_t> &counts) {
+    std::string out;
+    for (std::size_t i = 0; i < counts.size();) {
+        std::size_t j = i;
+        while (j < counts.size() && counts[j] == counts[i]) ++j;
+        if (!out.empty()) out += ',';
+        out += std::to_string(counts[i]);
+        if (j - i > 1) out += "(x" + std::to_string(j - i) + ")";
+        i = j;
+    }
+    return out;
+}
+
+std::map<std::string, std::string> allocation_environment(const JobInfo &job,
+                                                          std::vector<std::string> &unset) {
+    std::map<std::string, std::string> env;
+    const std::string list = compress_hostlist(job.nodes);
+    const std::string count = std::to_string(job.nodes.size());
+    env["SLURM_JOB_NODELIST"] = list;
+    env["SLURM_NODELIST"] = list;
+    env["SLURM_JOB_NUM_NODES"] = count;
+    env["SLURM_NNODES"] = count;
+    if (!job.cpus.empty()) env["SLURM_JOB_CPUS_PER_NODE"] = compress_counts(job.cpus);
+    unset = {"SLURM_NTASKS", "SLURM_NPROCS", "SLURM_TASKS_PER_NODE"};
+    return env;
+}
+
+Status release_nodes(std::uint32_t job_id, const std::vector<std::string> &keep,
+                     std::int64_t timeout_ms) {
+    if (keep.empty()) return make_error("releasing nodes of job " + std::to_string(job_id) + ": no node would be left");
+    auto out = run_capture({"scontrol", "update", "JobId=" + std::to_string(job_id),
+                            "NodeList=" + compress_hostlist(keep)},
+                           timeout_ms, 1 << 16, {"SLURM_JOB_ID", "SLURM_JOBID"});
+    if (!out) return make_error("releasing nodes of job " + std::to_string(job_id) + ": " + out.error());
+    return Status::success();
+}
+
+Result<std::vector<std::string>> job_step_names(std::uint32_t job_id, std::int64_t timeout_ms) {
+    auto out = run_capture({"squeue", "--steps", "--noheader", "--jobs", std::to_string(job_id),
+                            "--format", "%j"},
+                           timeout_ms);
+    if (!out) return make_error("listing the steps of job " + std::to_string(job_id) + ": " + out.error());
+    std::vector<std::string> names;
+    std::istringstream lines(out.value());
+    std::string line;
+    while (std::getline(lines, line))
+        if (!line.empty()) names.push_back(line);
+    return names;
+}
+
+}  // namespace omni::launcher

@@ -1,0 +1,62 @@
+// What omni-launch and omni-ctl learn of a job from Slurm and ask of it, through Slurm's own
+// commands (scontrol, squeue): their output is the same across Slurm releases where
+// libslurm's ABI is not, and they run as the calling user, so Slurm decides what is allowed.
+//
+// A job's nodes change while it runs (scontrol update NumNodes=/NodeList=, an expansion):
+// SLURM_JOB_NODELIST and the other variables of the batch step then describe the job as it
+// started. Whoever starts a step after a change reads the job again (load_job) and gives srun
+// the variables scontrol's resize script would set (allocation_environment).
+#ifndef OMNI_LAUNCHER_SLURM_JOB_H
+#define OMNI_LAUNCHER_SLURM_JOB_H
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "omni/result.h"
+
+namespace omni::launcher {
+
+struct JobInfo {
+    std::uint32_t job_id = 0;
+    std::string state;                     // JobState: RUNNING, PENDING, ...
+    std::string user;                      // UserId's name
+    std::uint32_t uid = 0;
+    std::string batch_host;                // where the batch script (and omni-launch) runs
+    std::string node_list;                 // NodeList as Slurm wrote it ("n[1-4]")
+    std::vector<std::string> nodes;        // expanded, in Slurm's order
+    std::vector<std::uint32_t> cpus;       // allocated CPUs per node, in `nodes` order
+};
+
+// Parses the multi-line output of `scontrol show job -d J`. Fields are taken only where a line
+// starts with them, so a job name or comment cannot pose as one. Errors name the field.
+Result<JobInfo> parse_scontrol_job(const std::string &text, std::uint32_t job_id);
+
+// Runs `scontrol show job -d J` (bounded by timeout_ms) and parses it.
+Result<JobInfo> load_job(std::uint32_t job_id, std::int64_t timeout_ms);
+
+// Slurm's compressed CPU counts: {2,2,2,1} -> "2(x3),1" (SLURM_JOB_CPUS_PER_NODE's form).
+std::string compress_counts(const std::vector<std::uint32_t> &counts);
+
+// The variables srun reads for the job's shape, for a step started after the job changed
+// size: SLURM_JOB_NODELIST, SLURM_NODELIST, SLURM_JOB_NUM_NODES, SLURM_NNODES and
+// SLURM_JOB_CPUS_PER_NODE as the job is now; and, in `unset`, the task counts of the batch
+// step that no longer hold (SLURM_NTASKS, SLURM_NPROCS, SLURM_TASKS_PER_NODE). The same as
+// scontrol's slurm_job_J_resize.sh, without a file to source.
+std::map<std::string, std::string> allocation_environment(const JobInfo &job,
+                                                          std::vector<std::string> &unset);
+
+// Removes nodes from a running job: `scontrol update JobId=J NodeList=<keep>`. The batch
+// host must be in `keep`. Slurm ends the job's steps on the released nodes, so the caller
+// first waits for them to end. scontrol runs without SLURM_JOB_ID/SLURM_JOBID, so that it
+// writes no resize script into the working directory.
+Status release_nodes(std::uint32_t job_id, const std::vector<std::string> &keep,
+                     std::int64_t timeout_ms);
+
+// The names of the job's running steps (squeue --steps), e.g. "omni-u3".
+Result<std::vector<std::string>> job_step_names(std::uint32_t job_id, std::int64_t timeout_ms);
+
+}  // namespace omni::launcher
+
+#endif
