@@ -145,6 +145,7 @@ std::vector<Delivery> Protocol::form(const std::vector<std::uint32_t> &units,
     generation_began(now_ms);
     phase_ = Phase::Running;
     last_ = last_change_ = d;
+    ++changes_[d->reason];
     last_members_.clear();
     last_step_ = 0;
     for (const auto &m : layout_.members) out.push_back({m.id, d});
@@ -428,8 +429,13 @@ std::vector<Delivery> Protocol::decide(std::int64_t now_ms) {
     }
     last_ = d;
     if (d->kind != DecisionKind::Continue) last_change_ = d;
+    if (d->kind == DecisionKind::Reshaped) ++changes_[d->reason];
     last_members_ = std::move(previous);
     last_step_ = d->step;
+    // A rewind goes back to a checkpoint's step: the rate starts over from there.
+    if (d->rewind || (!decided_.empty() && d->step <= decided_.back().first)) decided_.clear();
+    decided_.emplace_back(d->step, now_ms);
+    if (decided_.size() > kRateWindow) decided_.pop_front();
     boundary_step_.reset();
     arrived_.clear();
     lost_.clear();
@@ -529,6 +535,15 @@ ProtocolStatus Protocol::status() const {
         if (auto it = nodes_.find(m.id); it != nodes_.end()) s.nodes.emplace(m.id, it->second);
     for (const auto &[pid, p] : pending_)
         if (auto it = nodes_.find(pid); it != nodes_.end()) s.nodes.emplace(pid, it->second);
+    if (batch_ && batch_->global_batch > 0) {
+        s.global_batch = batch_->global_batch;
+        s.micro_batch = batch_->micro_batch;
+        if (decided_.size() >= 2 && decided_.back().second > decided_.front().second)
+            s.samples_per_s = double(batch_->global_batch) *
+                              double(decided_.back().first - decided_.front().first) * 1000.0 /
+                              double(decided_.back().second - decided_.front().second);
+    }
+    s.changes = changes_;
     return s;
 }
 

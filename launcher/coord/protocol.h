@@ -37,6 +37,7 @@
 #define OMNI_LAUNCHER_PROTOCOL_H
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -53,6 +54,7 @@ constexpr std::size_t kMaxMemberIdLength = 128;
 constexpr std::uint32_t kMaxUnits = 65536;
 constexpr std::uint32_t kMaxUnitSizeRanks = 4096;
 constexpr std::uint32_t kMaxWorld = 1u << 20;
+constexpr std::size_t kRateWindow = 16;  // boundaries behind ProtocolStatus::samples_per_s
 
 // Member ids: 1..128 characters from [A-Za-z0-9._:@-] (host names, job.step.task, pids).
 Status check_member_id(std::string_view id);
@@ -143,6 +145,13 @@ struct ProtocolStatus {
     Layout layout;
     // The node each rank said it runs on when it joined (absent for ranks that did not say).
     std::map<std::string, std::string, std::less<>> nodes;
+    // The ranks' ledger geometry, once a boundary reported it (the first BatchGeometry).
+    std::optional<std::uint64_t> global_batch, micro_batch;
+    // Samples trained per second over the last boundaries (up to kRateWindow of them, since
+    // the last rewind): global batch x steps / time. Absent until two boundaries are known.
+    std::optional<double> samples_per_s;
+    // Generation changes by reason ("formed", "planned", "lost"; a STOP is not one).
+    std::map<std::string, std::uint64_t> changes;
 };
 
 // A rank's data ledger as it reports it at boundaries: global batch B and micro-batch b
@@ -241,6 +250,9 @@ private:
     std::optional<std::int64_t> change_pause_ms_;
     // Where ranks run (join's `node`), for the members and the waiting joiners.
     std::map<std::string, std::string, std::less<>> nodes_;
+    // (step, time) of the last decided boundaries, for samples_per_s; changes by reason.
+    std::deque<std::pair<std::uint64_t, std::int64_t>> decided_;
+    std::map<std::string, std::uint64_t> changes_;
 };
 
 }  // namespace omni::launcher

@@ -1,6 +1,7 @@
 // The per-job secret and the job's private directory; see secret.h.
 #include "coord/secret.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -172,7 +173,21 @@ Result<std::string> job_dir_from_env(const char *(*get)(const char *)) {
                           " or run inside a Slurm job (SLURM_JOB_ID)");
     auto id = parse_uint(job, 1, UINT32_MAX, "SLURM_JOB_ID");
     if (!id) return Error{id.error()};
-    return "/tmp/omni-" + std::to_string(::geteuid()) + "/job-" + std::to_string(id.value());
+    // Job ids are unique per cluster only: two clusters whose jobs share a node (or a test
+    // machine running several) would otherwise share a directory.
+    std::string cluster;
+    if (const char *c = get("SLURM_CLUSTER_NAME"); c && *c) {
+        cluster = c;
+        const bool ok = cluster.size() <= 64 && std::all_of(cluster.begin(), cluster.end(), [](char ch) {
+            return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+                   ch == '_' || ch == '-' || ch == '.';
+        });
+        if (!ok || cluster == "." || cluster == "..")
+            return make_error("SLURM_CLUSTER_NAME: " + omni::quoted(cluster) +
+                              ": expected 1..64 letters, digits, '_', '-' or '.'");
+        cluster += "-";
+    }
+    return "/tmp/omni-" + std::to_string(::geteuid()) + "/job-" + cluster + std::to_string(id.value());
 }
 
 Status publish_job_files(const std::string &dir, const std::string &secret,

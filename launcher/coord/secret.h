@@ -10,7 +10,7 @@
 //   OMNI_COORD_ADDR    the coordinator endpoint, "tcp://IPV4:PORT"
 //   OMNI_COORD_SECRET  the secret, 64 lowercase hex digits
 //   OMNI_JOB_DIR       the private directory; holds "secret" and "coordinator" (the endpoint)
-// Without OMNI_JOB_DIR the directory is /tmp/omni-UID/job-SLURM_JOB_ID.
+// Without OMNI_JOB_DIR the directory is /tmp/omni-UID/job-SLURM_CLUSTER_NAME-SLURM_JOB_ID.
 #ifndef OMNI_LAUNCHER_SECRET_H
 #define OMNI_LAUNCHER_SECRET_H
 

@@ -365,6 +365,16 @@ json status_to_json(const ProtocolStatus &s) {
     }
     j["members"] = std::move(members);
     j["target_leave"] = s.target_leave;
+    j["global_batch"] = s.global_batch ? json(*s.global_batch) : json(nullptr);
+    j["micro_batch"] = s.micro_batch ? json(*s.micro_batch) : json(nullptr);
+    // GA = B / (b x world), whole in every world the coordinator admits (protocol.h).
+    json ga = nullptr;
+    if (s.global_batch && s.micro_batch && *s.micro_batch > 0 && s.world > 0 &&
+        *s.global_batch % (*s.micro_batch * s.world) == 0)
+        ga = *s.global_batch / (*s.micro_batch * s.world);
+    j["grad_accum"] = ga;
+    j["samples_per_s"] = s.samples_per_s ? json(*s.samples_per_s) : json(nullptr);
+    j["changes"] = s.changes;
     auto summary = [](const std::optional<Decision> &d) -> json {
         if (!d) return nullptr;
         json out = {{"kind", to_string(d->kind)}, {"generation", d->generation},

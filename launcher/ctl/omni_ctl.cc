@@ -8,11 +8,14 @@
 //
 // The coordinator's endpoint and the job secret come from --address / the environment
 // (OMNI_COORD_ADDR, OMNI_COORD_SECRET) or from the job's private directory (--job-dir,
-// OMNI_JOB_DIR, else /tmp/omni-UID/job-SLURM_JOB_ID). Exit: 0 success, 1 failure, 2 usage.
+// OMNI_JOB_DIR, else /tmp/omni-UID/job-SLURM_CLUSTER_NAME-SLURM_JOB_ID).
+// Exit: 0 success, 1 failure, 2 usage.
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstdio>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -51,6 +54,41 @@ void print_status(const std::string &endpoint, const nlohmann::json &s) {
               << ")\n"
               << "world:            " << s.value("world", 0) << " ranks\n"
               << "target units:     " << or_none(s.value("target_units", nlohmann::json())) << "\n";
+    // Where each unit runs, as its ranks told the coordinator: "0@n1 1@n2,n3".
+    std::map<std::uint32_t, std::set<std::string>> where;
+    for (const auto &m : s.value("members", nlohmann::json::array()))
+        if (m.contains("node") && m.at("node").is_string())
+            where[m.value("unit", 0u)].insert(m.at("node").get<std::string>());
+    if (!where.empty()) {
+        std::cout << "nodes:           ";
+        for (const auto &[unit, nodes] : where) {
+            std::string list;
+            for (const auto &n : nodes) list += (list.empty() ? "" : ",") + n;
+            std::cout << " " << unit << "@" << list;
+        }
+        std::cout << "\n";
+    }
+    auto ga = s.value("grad_accum", nlohmann::json());
+    if (ga.is_number())
+        std::cout << "batch:            global " << s.value("global_batch", 0) << ", micro "
+                  << s.value("micro_batch", 0) << ", gradient accumulation " << ga.dump() << "\n";
+    auto rate = s.value("samples_per_s", nlohmann::json());
+    if (rate.is_number()) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%.1f", rate.get<double>());
+        std::cout << "throughput:       " << buf << " samples/s\n";
+    }
+    auto changes = s.value("changes", nlohmann::json::object());
+    if (!changes.empty()) {
+        std::cout << "changes:         ";
+        for (auto it = changes.begin(); it != changes.end(); ++it) std::cout << " " << it.key() << " " << it.value().dump();
+        std::cout << "\n";
+    }
+    const auto pending = s.value("pending_joiners", nlohmann::json::array()).size();
+    auto target = s.value("target_units", nlohmann::json());
+    if (target.is_number() && target.get<std::uint32_t>() > s.value("units", 0u))
+        std::cout << "pending grow:     to " << target.dump() << " units, " << pending
+                  << " joining rank(s) waiting\n";
     auto step = s.value("boundary_step", nlohmann::json());
     if (!step.is_null())
         std::cout << "boundary:         step " << step.dump() << ", " << s.value("arrived", 0)
@@ -240,7 +278,7 @@ static int run(int argc, char **argv) {
         ("address", po::value<std::string>(&address),
          "coordinator endpoint tcp://IPV4:PORT (default: $OMNI_COORD_ADDR or the job directory)")
         ("job-dir", po::value<std::string>(&job_dir),
-         "the job's private directory (default: $OMNI_JOB_DIR, else /tmp/omni-UID/job-$SLURM_JOB_ID)")
+         "the job's private directory (default: $OMNI_JOB_DIR, else /tmp/omni-UID/job-$SLURM_CLUSTER_NAME-$SLURM_JOB_ID)")
         ("timeout", po::value<std::string>(&timeout_text), "milliseconds to wait for the coordinator (default 10000)");
     po::options_description hidden;
     hidden.add_options()("command", po::value<std::string>(&command));

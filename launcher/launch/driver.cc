@@ -10,11 +10,13 @@
 
 #include <signal.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "coord/client.h"
 #include "coord/log.h"
 #include "coord/secret.h"
 #include "launch/events.h"
+#include "launch/metrics.h"
 #include "slurmjob/job.h"
 #include "slurmjob/proc.h"
 
@@ -111,6 +113,7 @@ private:
     void report_dead_ranks(const Step &st, const Snapshot *s);
     void maybe_grow(const Snapshot &s);
     void record(GenerationEvent e);
+    void write_metrics(const nlohmann::json &status);
     void settle_pending(const Snapshot *s, std::int64_t now);
     void begin_shutdown(const std::string &why);
     int exit_status() const;
@@ -139,6 +142,9 @@ private:
     std::int64_t launched_ms_ = 0;
     std::optional<std::uint32_t> grow_failed_target_;
     std::optional<Snapshot> last_snapshot_;
+    std::int64_t metrics_written_ms_ = 0;
+    std::uint64_t metrics_generation_ = 0;
+    bool metrics_failed_ = false;  // logged once
     // Shutdown.
     int signals_handled_ = 0;
     std::optional<std::int64_t> shutdown_deadline_;  // then SIGTERM the steps
@@ -278,6 +284,20 @@ void Driver::record(GenerationEvent e) {
     log_line(e.reason == "lost" ? LogLevel::Warning : LogLevel::Info, kComponent, event_summary(e));
     if (auto st = events_->append(event_to_json(e)); !st)
         log_line(LogLevel::Error, kComponent, st.error());
+}
+
+// --metrics-file: at most once a second, and at once when the generation changed.
+void Driver::write_metrics(const nlohmann::json &status) {
+    constexpr std::int64_t kMetricsEveryMs = 1000;
+    const std::int64_t now = mono_ms();
+    const std::uint64_t generation = status.value("generation", std::uint64_t(0));
+    if (now - metrics_written_ms_ < kMetricsEveryMs && generation == metrics_generation_) return;
+    metrics_written_ms_ = now;
+    metrics_generation_ = generation;
+    auto st = write_file_atomically(cfg_.metrics, prometheus_text(status, alloc_.job_id));
+    if (!st && !metrics_failed_)
+        log_line(LogLevel::Warning, kComponent, "--metrics-file: " + st.error() + " (not retried in the log)");
+    metrics_failed_ = !st;
 }
 
 // A change's event waits for its pause as the ranks measured it (the coordinator's
@@ -469,6 +489,7 @@ int Driver::run() {
         if (rep) {
             auto it = rep.value().body.find("status");
             if (it != rep.value().body.end()) {
+                if (!cfg_.metrics.empty() && it->is_object()) write_metrics(*it);
                 auto s = parse_snapshot(*it);
                 if (s) snap = std::move(s.value());
                 else log_line(LogLevel::Warning, kComponent, s.error());
@@ -523,6 +544,8 @@ int Driver::run() {
         e.step = last_snapshot_ ? last_snapshot_->last_step : 0;
         record(std::move(e));
     }
+    // The job is over: its figures would only mislead a scraper.
+    if (!cfg_.metrics.empty()) ::unlink(cfg_.metrics.c_str());
     log_line(status ? LogLevel::Warning : LogLevel::Info, kComponent,
              "all steps ended; exit status " + std::to_string(status));
     return status;

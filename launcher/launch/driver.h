@@ -29,6 +29,7 @@ struct DriverConfig {
     std::string endpoint;   // the coordinator, as ranks reach it
     std::string secret;
     std::string events;     // the events file
+    std::string metrics;    // the Prometheus text file (empty: none)
 };
 
 // Runs the job until every step has ended; returns omni-launch's exit status: the first

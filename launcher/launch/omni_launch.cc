@@ -149,7 +149,7 @@ int run(int argc, char **argv) {
                 std::cerr << "omni-launch: " << d.error() << " (or give --job-dir)\n";
                 return kExitFail;
             }
-            cfg.job_dir = "/tmp/omni-" + std::to_string(::geteuid()) + "/job-JOBID";
+            cfg.job_dir = "/tmp/omni-" + std::to_string(::geteuid()) + "/job-CLUSTER-JOBID";
         } else {
             cfg.job_dir = d.value();
         }
@@ -215,6 +215,7 @@ int run(int argc, char **argv) {
         return kExitFail;
     }
     cfg.events = cfg.options.events.empty() ? cfg.job_dir + "/events.jsonl" : cfg.options.events;
+    cfg.metrics = cfg.options.metrics_file;
     log_line(LogLevel::Info, kComponent,
              "coordinator " + cfg.endpoint + ", job directory " + cfg.job_dir + ", events " +
                  cfg.events + "; " + std::to_string(cfg.settings.units) + " unit(s) of " +

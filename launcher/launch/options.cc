@@ -34,8 +34,11 @@ po::options_description describe() {
         ("unit-size", po::value<std::string>(), "N: ranks per unit (default $OMNI_UNIT_SIZE, else 1)")
         ("events", po::value<std::string>(), "FILE: JSONL generation events "
                                              "(default JOB_DIR/events.jsonl)")
+        ("metrics-file", po::value<std::string>(), "FILE: the job's figures in Prometheus text "
+                                                   "format, rewritten atomically every second "
+                                                   "(node_exporter's textfile collector)")
         ("job-dir", po::value<std::string>(), "DIR: the job's private directory "
-                                              "(default $OMNI_JOB_DIR, else /tmp/omni-UID/job-JOBID)")
+                                              "(default $OMNI_JOB_DIR, else /tmp/omni-UID/job-CLUSTER-JOBID)")
         ("boundary-timeout", po::value<std::string>(), "SECONDS: a rank missing a boundary this "
                                                        "long is lost (default 30)")
         ("formation-timeout", po::value<std::string>(), "SECONDS: wait for the initial ranks "
@@ -141,6 +144,11 @@ ParsedCommandLine parse_command_line(int argc, const char *const *argv) {
     if (vm.count("events")) {
         o.events = vm["events"].as<std::string>();
         if (o.events.empty()) return usage("--events needs a FILE");
+    }
+    if (vm.count("metrics-file")) {
+        o.metrics_file = vm["metrics-file"].as<std::string>();
+        if (o.metrics_file.empty() || o.metrics_file.back() == '/')
+            return usage("--metrics-file '" + o.metrics_file + "': expected a FILE");
     }
     if (vm.count("job-dir")) {
         o.job_dir = vm["job-dir"].as<std::string>();

@@ -16,7 +16,8 @@ namespace omni::launcher {
 struct LaunchOptions {
     std::optional<std::uint32_t> units, min_units, max_units, unit_size;
     std::string events;                    // empty: JOB_DIR/events.jsonl
-    std::string job_dir;                   // empty: OMNI_JOB_DIR or /tmp/omni-UID/job-JOBID
+    std::string metrics_file;              // empty: no Prometheus text file
+    std::string job_dir;                   // empty: OMNI_JOB_DIR or /tmp/omni-UID/job-CLUSTER-JOBID
     std::int64_t boundary_timeout_ms = 30000;
     std::int64_t formation_timeout_ms = 120000;
     std::int64_t grow_wait_ms = 60000;

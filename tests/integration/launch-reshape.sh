@@ -20,7 +20,7 @@ cat >job.sh <<EOS
 #!/bin/bash
 # Written by launch-reshape.sh. Runs omni-launch and, beside it, drives two reshapes.
 set -u
-jobdir="/tmp/omni-\$(id -u)/job-\$SLURM_JOB_ID"
+jobdir="/tmp/omni-\$(id -u)/job-\$SLURM_CLUSTER_NAME-\$SLURM_JOB_ID"
 [ -e "\$jobdir" ] && echo "job-dir existed"   # left by an earlier cluster with the same job ids
 "$launch" --units 4 --events "$work/events.jsonl" --boundary-timeout 20 \\
   -- "$toy" 150 100 &
@@ -37,14 +37,14 @@ wait_units() {
 }
 wait_units 4 || exit 10
 echo "batch-node \$SLURMD_NODENAME"
-port=\$(sed 's/.*://' "/tmp/omni-\$(id -u)/job-\$SLURM_JOB_ID/coordinator")
+port=\$(sed 's/.*://' "\$jobdir/coordinator")
 ss -ltnp "( sport = :\$port )" >"$work/ss.txt"
 # Every node's listening sockets, named by node.
 srun --overlap -N4 --ntasks-per-node=1 bash -c 'ss -Htanp | sed "s/^/\$SLURMD_NODENAME /"' >"$work/sockets.txt"
 # A request with a wrong secret, through a directory naming the real coordinator.
 mkdir -m 700 "$work/other"
 printf '%064d\n' 7 >"$work/other/secret"; chmod 600 "$work/other/secret"
-cp "/tmp/omni-\$(id -u)/job-\$SLURM_JOB_ID/coordinator" "$work/other/coordinator"
+cp "\$jobdir/coordinator" "$work/other/coordinator"
 "$ctl" status --job-dir "$work/other" >"$work/refused.txt" 2>&1; echo "wrong-secret-exit \$?"
 "$ctl" reshape --units 2 || exit 11
 wait_units 2 || exit 12

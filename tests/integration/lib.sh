@@ -121,13 +121,14 @@ need_built() {
   done
 }
 
-# The commands of the training tests, built: $launch, $ctl, $demo, and $at_step (at-step, which
-# batch scripts use to act on a job at a given step).
+# The commands of the training tests, built: $launch, $ctl, $demo, $at_step (at-step, which
+# batch scripts use to act on a job at a given step) and $rank_pids (rank-pids: a unit's ranks).
 train_commands() {
   launch=$top_build/launcher/omni-launch
   ctl=$top_build/launcher/omni-ctl
   demo=$top_build/launcher/omni-train-demo
   at_step=$top_src/tests/integration/at-step
+  rank_pids=$top_src/tests/integration/rank-pids
   need_built "$launch" "$ctl" "$demo"
 }
 
@@ -139,5 +140,22 @@ write_static_job() {
 #!/bin/bash
 exec "$launch" --units $2 --events "$work/static-events.jsonl" -- "$demo" $3 --metrics "$work/static.jsonl"
 EOS
+  chmod +x "$1"
+}
+
+# elastic_job FILE NAME 'LAUNCH ARGS' 'TRAINER ARGS' < BODY: a batch script that runs
+# omni-train-demo under omni-launch in the background, its metrics in $work/NAME.jsonl and
+# its events in $work/NAME-events.jsonl, then BODY (shell lines read from stdin, which may
+# call `at_step N` to wait for step N), then waits for omni-launch, prints
+# "launch-exit STATUS" and exits with it.
+elastic_job() {
+  {
+    printf '#!/bin/bash\n# Written by %s: the trainer under omni-launch (%s).\nset -u\n' "$test_name" "$2"
+    printf '"%s" %s --events "%s" -- "%s" %s --metrics "%s" &\n' \
+      "$launch" "$3" "$work/$2-events.jsonl" "$demo" "$4" "$work/$2.jsonl"
+    printf 'pid=$!\nat_step() { "%s" "%s" "$1"; }\n' "$at_step" "$work/$2.jsonl"
+    cat
+    printf 'wait $pid\nrc=$?\necho "launch-exit $rc"\nexit $rc\n'
+  } >"$1"
   chmod +x "$1"
 }

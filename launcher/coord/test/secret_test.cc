@@ -144,6 +144,14 @@ TEST(PrivateDir, JobDirFromEnvironment) {
     g_env["SLURM_JOB_ID"] = "4242";
     EXPECT_EQ(job_dir_from_env(fake_env).value(),
               "/tmp/omni-" + std::to_string(::geteuid()) + "/job-4242");
+    g_env["SLURM_CLUSTER_NAME"] = "site-a";
+    EXPECT_EQ(job_dir_from_env(fake_env).value(),
+              "/tmp/omni-" + std::to_string(::geteuid()) + "/job-site-a-4242");
+    g_env["SLURM_CLUSTER_NAME"] = "../x";
+    auto bad = job_dir_from_env(fake_env);
+    ASSERT_FALSE(bad);
+    EXPECT_EQ(bad.error(), "SLURM_CLUSTER_NAME: '../x': expected 1..64 letters, digits, '_', '-' or '.'");
+    g_env.erase("SLURM_CLUSTER_NAME");
     g_env["SLURM_JOB_ID"] = "42x";
     EXPECT_FALSE(job_dir_from_env(fake_env));
     g_env["OMNI_JOB_DIR"] = "/scratch/j1";

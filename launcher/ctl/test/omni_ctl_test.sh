@@ -59,6 +59,15 @@ s = json.load(open(sys.argv[1]))
 assert s["phase"] == "running" and s["units"] == 2 and s["world"] == 2, s
 assert s["min_units"] == 1 and s["max_units"] == 4, s
 assert [m["rank"] for m in s["members"]] == [0, 1], s
+# Every field omni-ctl(1) documents, and no other.
+documented = {"phase", "generation", "units", "world", "unit_size", "min_units", "max_units",
+              "target_units", "target_leave", "boundary_step", "arrived", "last_step",
+              "pending_joiners", "lost", "unit_ids", "members", "last_decision", "last_change",
+              "change_pause_ms", "global_batch", "micro_batch", "grad_accum", "samples_per_s",
+              "changes", "kv", "coordinator"}
+assert set(s) == documented, (sorted(set(s) - documented), sorted(documented - set(s)))
+assert all(set(m) == {"id", "unit", "slot", "rank", "node"} for m in s["members"]), s["members"]
+assert s["changes"] == {"formed": 1}, s["changes"]
 print("ok: status --json fields")
 PY
 

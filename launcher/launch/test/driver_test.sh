@@ -57,8 +57,8 @@ check "--dry-run lines" 2 "$(grep -c 'srun --mpi=pmix --no-kill --kill-on-bad-ex
 # (omni-ctl and python3) can take a few hundred milliseconds (with 80 steps this failed while
 # two test suites shared two cores).
 dir="$tmp/job"
-"$OMNI_LAUNCH" --bind 127.0.0.1 --job-dir "$dir" --units 3 --events "$tmp/ev.jsonl" \
-    -- "$TOY_RANK" 200 50 >"$tmp/run.out" 2>"$tmp/run.err" &
+TOY_BATCH=48/4 "$OMNI_LAUNCH" --bind 127.0.0.1 --job-dir "$dir" --units 3 --events "$tmp/ev.jsonl" \
+    --metrics-file "$tmp/job.prom" -- "$TOY_RANK" 200 50 >"$tmp/run.out" 2>"$tmp/run.err" &
 launcher=$!
 export OMNI_JOB_DIR="$dir"
 wait_units() {
@@ -74,7 +74,38 @@ wait_units 3; check "formed with 3 units" 0 $?
 check "job files are private" "600 600" "$(stat -c %a "$dir/secret" "$dir/coordinator" | tr '\n' ' ' | sed 's/ $//')"
 "$OMNI_CTL" reshape --units 1 >/dev/null; wait_units 1; check "shrunk to 1 unit" 0 $?
 "$OMNI_CTL" reshape --units 2 >/dev/null; wait_units 2; check "grew to 2 units" 0 $?
+# The metrics file (rewritten every second): the exposition format, and the figures of the
+# job as it is now: 2 units, GA = 48 / (4 x 2), two planned changes.
+sleep 1.2
+python3 - "$tmp/job.prom" <<'PY' || fails=$((fails + 1))
+import re, sys
+text = open(sys.argv[1]).read()
+samples, declared = {}, {}
+for line in text.splitlines():
+    m = re.fullmatch(r"# TYPE (omni_[a-z_]+) (gauge|counter)", line)
+    if m:
+        declared[m.group(1)] = m.group(2)
+        continue
+    if line.startswith("# HELP omni_"):
+        continue
+    m = re.fullmatch(r'(omni_[a-z_]+)(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? (\S+)', line)
+    assert m, "not a sample line: %r" % line
+    assert m.group(1) in declared, "sample before its TYPE: %r" % line
+    samples[m.group(1) + (m.group(2) or "")] = float(m.group(4))
+assert samples["omni_up"] == 1 and samples["omni_units"] == 2 and samples["omni_world_size"] == 2, samples
+assert samples["omni_global_batch"] == 48 and samples["omni_grad_accum"] == 6, samples
+assert samples['omni_changes_total{reason="planned"}'] == 2, samples
+assert samples['omni_changes_total{reason="formed"}'] == 1, samples
+assert samples["omni_samples_per_second"] > 0 and samples["omni_step"] > 0, samples
+assert declared["omni_changes_total"] == "counter", declared
+print("ok: metrics file", len(samples), "samples")
+PY
+"$OMNI_CTL" status >"$tmp/st.txt" 2>&1
+grep -q "^batch: *global 48, micro 4, gradient accumulation 6$" "$tmp/st.txt" || { echo "FAIL: status batch line"; cat "$tmp/st.txt"; fails=$((fails + 1)); }
+grep -q "^throughput: *[0-9.]* samples/s$" "$tmp/st.txt" || { echo "FAIL: status throughput line"; fails=$((fails + 1)); }
+grep -q "^changes: *formed 1 planned 2$" "$tmp/st.txt" || { echo "FAIL: status changes line"; fails=$((fails + 1)); }
 wait "$launcher"; check "omni-launch exit" 0 $?; launcher=
+check "metrics file removed at the end" no "$([ -e "$tmp/job.prom" ] && echo yes || echo no)"
 python3 - "$tmp/ev.jsonl" <<'PY' || { fails=$((fails + 1)); cat "$tmp/run.err"; }
 import json, sys
 ev = [json.loads(l) for l in open(sys.argv[1])]

@@ -2,6 +2,7 @@
 // lines, the per-task unit mapping, node addresses and the events file.
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 
 #include "launch/bind.h"
 #include "launch/events.h"
+#include "launch/metrics.h"
 #include "launch/options.h"
 #include "launch/plan.h"
 
@@ -243,4 +245,47 @@ TEST(LaunchEvents, JsonLines) {
     unlink(path.c_str());
     rmdir(dir);
     EXPECT_FALSE(EventLog::open("/nonexistent-dir/events.jsonl"));
+}
+
+// The exposition text of a status as the coordinator writes it (values invented here; the
+// expected lines follow the Prometheus text format by hand).
+TEST(LaunchMetrics, PrometheusText) {
+    auto status = nlohmann::json::parse(R"({"phase":"running","generation":3,"units":2,"world":4,
+        "unit_size":2,"min_units":1,"max_units":4,"target_units":null,"last_step":120,
+        "pending_joiners":[],"global_batch":64,"micro_batch":4,"grad_accum":4,
+        "samples_per_s":512.5,"changes":{"formed":1,"planned":2},"change_pause_ms":42})");
+    const std::string t = prometheus_text(status, 77);
+    auto has = [&](const std::string &line) { return t.find(line + "\n") != std::string::npos; };
+    EXPECT_TRUE(has("# TYPE omni_up gauge")) << t;
+    EXPECT_TRUE(has("omni_up{job=\"77\"} 1")) << t;
+    EXPECT_TRUE(has("omni_generation{job=\"77\"} 3")) << t;
+    EXPECT_TRUE(has("omni_world_size{job=\"77\"} 4")) << t;
+    EXPECT_TRUE(has("omni_grad_accum{job=\"77\"} 4")) << t;
+    EXPECT_TRUE(has("omni_samples_per_second{job=\"77\"} 512.5")) << t;
+    EXPECT_TRUE(has("# TYPE omni_changes_total counter")) << t;
+    EXPECT_TRUE(has("omni_changes_total{job=\"77\",reason=\"planned\"} 2")) << t;
+    EXPECT_TRUE(has("omni_last_change_pause_seconds{job=\"77\"} 0.042")) << t;
+    EXPECT_EQ(t.find("omni_target_units"), std::string::npos) << t;  // null: left out
+    // Outside a job: no label at all.
+    EXPECT_TRUE(prometheus_text(status, 0).find("\nomni_units 2\n") != std::string::npos);
+}
+
+TEST(LaunchMetrics, AtomicWrite) {
+    char dir[] = "/tmp/omni-metrics-XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    const std::string path = std::string(dir) + "/job.prom";
+    ASSERT_TRUE(write_file_atomically(path, "a 1\n"));
+    ASSERT_TRUE(write_file_atomically(path, "b 2\n"));
+    std::ifstream in(path);
+    std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(all, "b 2\n");
+    struct stat st {};
+    ASSERT_EQ(::stat(path.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0644u);
+    auto bad = write_file_atomically(std::string(dir) + "/no/such/dir/x.prom", "x");
+    ASSERT_FALSE(bad);
+    EXPECT_NE(bad.error().find("/no/such/dir/x.prom.tmp."), std::string::npos) << bad.error();
+    EXPECT_NE(bad.error().find("No such file or directory"), std::string::npos) << bad.error();
+    ::unlink(path.c_str());
+    ::rmdir(dir);
 }

@@ -76,6 +76,17 @@ int main(int argc, char **argv) {
                     static_cast<unsigned long long>(step));
         std::fflush(stdout);
     };
+    // TOY_BATCH=B/b: the ledger geometry it reports at boundaries, as a trainer's would.
+    BatchGeometry batch;
+    if (const char *b = env("TOY_BATCH")) {
+        const std::string text = b;
+        const auto slash = text.find('/');
+        auto gb = omni::parse_uint(text.substr(0, slash), 1, 1u << 30, "TOY_BATCH (B)");
+        auto mb = omni::parse_uint(slash == std::string::npos ? "" : text.substr(slash + 1), 1, 1u << 30,
+                                   "TOY_BATCH (b)");
+        if (!gb || !mb) return fail(!gb ? gb.error() : mb.error());
+        batch = {gb.value(), mb.value()};
+    }
     const char *ready_env = env("TOY_READY");
     const bool report_ready = !ready_env || std::string(ready_env) != "0";
     auto ready = [&] {
@@ -88,7 +99,7 @@ int main(int argc, char **argv) {
         std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms.value()));
         ++step;
         if (fail_at.value() && step == fail_at.value() && my_unit == 0) return 3;
-        auto b = client.value()->boundary(id, gen, step, kBoundaryWaitMs);
+        auto b = client.value()->boundary(id, gen, step, kBoundaryWaitMs, batch);
         if (!b) return fail("boundary " + std::to_string(step) + ": " + b.error());
         if (b.value().kind == DecisionKind::Stop) return 0;
         if (b.value().kind == DecisionKind::Reshaped) {
