@@ -22,7 +22,7 @@ train="$schedule --global-batch 64 --micro-batch 4"
 
 write_static_job static.sh 4 "$train"
 elastic_job shrink.sh shrink "--units 4 --boundary-timeout 30" \
-  "$train --pace-ms 100 --sample-log $work/samples" <<EOS
+  "$train --pace-ms 150 --sample-log $work/samples" <<EOS
 at_step 8 || exit 11
 bad() {  # bad NAME ARGS...: a refused request, its exit status and message
   "$ctl" shrink "\${@:2}" >"$work/bad-\$1.out" 2>&1
@@ -42,8 +42,17 @@ sinfo -h -N -o '%N %t' >"$work/sinfo.txt"
 node=\$(sed -n 's/^released \([^,:]*\).*/\1/p' "$work/shrink-ctl.out")
 ( timeout 60 sbatch --wait -N1 -w "\$node" -o /dev/null --wrap true; echo "probe-exit \$? on \$node" ) &
 probe=\$!
-at_step 30 && "$ctl" reshape --units 1 || exit 12
-at_step 42 && "$ctl" reshape --units 2 || exit 13
+# 2 -> 1, and once that applied, 1 -> 2 (a grow asked for before would replace the shrink).
+# Early enough that the joining step, started under load, is in well before step 60.
+units_are() {  # wait until the coordinator reports \$1 units (bounded)
+  for _ in \$(seq 300); do
+    "$ctl" status --json 2>/dev/null | grep -q "^  \"units\": \$1,\$" && return 0
+    sleep 0.1
+  done
+  echo "never had \$1 units"; return 1
+}
+at_step 20 && "$ctl" reshape --units 1 && units_are 1 || exit 12
+"$ctl" reshape --units 2 || exit 13
 # The joining rank (unit 4, started after the shrink): the job as its task sees it.
 for _ in \$(seq 200); do
   for p in \$("$rank_pids" 4); do
