@@ -257,7 +257,7 @@ struct Coordinator::Impl {
             reply_status(protocol.ready(r.id, r.generation, now));
             return;
         case Op::Reshape: {
-            auto st = protocol.request_reshape(r.units, now, r.leave);
+            auto st = protocol.request_reshape(r.units, now, r.leave, r.via);
             if (!st) {
                 send(routing, error_reply(r.rid, st.error()));
                 return;
@@ -266,7 +266,8 @@ struct Coordinator::Impl {
             for (auto unit : r.leave) leaving += (leaving.empty() ? "" : ",") + std::to_string(unit);
             log_line(LogLevel::Info, kComponent,
                      "planned reshape to " + std::to_string(r.units) + " units requested" +
-                         (leaving.empty() ? std::string() : " (leaving: units " + leaving + ")"));
+                         (leaving.empty() ? std::string() : " (leaving: units " + leaving + ")") +
+                         (r.via.empty() ? std::string() : " via " + r.via));
             auto s = protocol.status();
             send(routing, ok_reply(r.rid, {{"target_units", r.units}, {"units", s.units},
                                            {"generation", s.generation}}));

@@ -35,6 +35,12 @@ Status check_node_name(std::string_view node) {
     return Status::success();
 }
 
+Status check_grow_via(std::string_view via) {
+    if (via == kViaAllocation || via == kViaSatellite) return Status::success();
+    return make_error("'via' is '" + std::string(via.substr(0, 32)) + "': expected " + kViaAllocation +
+                      " or " + kViaSatellite);
+}
+
 const Member *Layout::find(std::string_view id) const {
     for (const auto &m : members)
         if (m.id == id) return &m;
@@ -443,8 +449,10 @@ std::vector<Delivery> Protocol::decide(std::int64_t now_ms) {
 }
 
 Status Protocol::request_reshape(std::uint32_t units, std::int64_t now_ms,
-                                 const std::vector<std::uint32_t> &leave) {
+                                 const std::vector<std::uint32_t> &leave, std::string_view via) {
     if (phase_ == Phase::Stopped) return make_error("reshape: the job is stopping");
+    if (via.empty()) via = kViaAllocation;
+    if (auto st = check_grow_via(via); !st) return make_error("reshape: " + st.error());
     if (phase_ == Phase::Forming) return make_error("reshape: generation 1 has not formed yet");
     if (units < cfg_.min_units || units > cfg_.max_units)
         return make_error("reshape: " + u(units) + " units is outside the elastic range " +
@@ -459,6 +467,9 @@ Status Protocol::request_reshape(std::uint32_t units, std::int64_t now_ms,
                           " per rank (GA = B / (b x DP)); unit counts that work: " +
                           (ok.empty() ? "none" : ok));
     }
+    if (via != kViaAllocation && units <= layout_.units.size())
+        return make_error("reshape: 'via " + std::string(via) + "' applies to a grow; " +
+                          u(layout_.units.size()) + " -> " + u(units) + " units is not one");
     std::vector<std::uint32_t> named(leave);
     std::sort(named.begin(), named.end());
     if (!named.empty()) {
@@ -475,9 +486,10 @@ Status Protocol::request_reshape(std::uint32_t units, std::int64_t now_ms,
     if (units == layout_.units.size()) {
         target_units_.reset();  // cancels a planned change that has not happened yet
         target_leave_.clear();
-    } else if (target_units_ != units || target_leave_ != named) {
+    } else if (target_units_ != units || target_leave_ != named || target_via_ != via) {
         target_units_ = units;
         target_leave_ = std::move(named);
+        target_via_ = std::string(via);
         target_since_ms_ = now_ms;
     }
     return Status::success();
@@ -522,6 +534,7 @@ ProtocolStatus Protocol::status() const {
     s.max_units = cfg_.max_units;
     s.target_units = target_units_;
     s.target_leave = target_leave_;
+    s.target_via = target_via_;
     s.boundary_step = boundary_step_;
     s.arrived = static_cast<std::uint32_t>(arrived_.size());
     s.last_step = last_step_;

@@ -61,6 +61,12 @@ Status check_member_id(std::string_view id);
 // Node names as Slurm gives them (SLURMD_NODENAME): 1..64 characters from [A-Za-z0-9._-].
 constexpr std::size_t kMaxNodeNameLength = 64;
 Status check_node_name(std::string_view node);
+// Where the units of a planned grow start, as omni-launch reads it from the status: in the
+// job's own allocation ("allocation", the default) or in a satellite job omni-launch submits
+// ("satellite"). The coordinator only keeps it with the target.
+inline constexpr const char *kViaAllocation = "allocation";
+inline constexpr const char *kViaSatellite = "satellite";
+Status check_grow_via(std::string_view via);
 
 struct Member {
     std::string id;
@@ -132,6 +138,7 @@ struct ProtocolStatus {
     std::uint32_t units = 0, world = 0, unit_size = 0, min_units = 0, max_units = 0;
     std::optional<std::uint32_t> target_units;    // a planned reshape not yet applied
     std::vector<std::uint32_t> target_leave;      // the units it removes, when it names them
+    std::string target_via;                       // a grow's: kViaAllocation or kViaSatellite
     std::optional<std::uint64_t> boundary_step;   // a boundary in progress
     std::uint32_t arrived = 0;                    // members at that boundary
     std::uint64_t last_step = 0;                  // last decided boundary
@@ -193,9 +200,11 @@ public:
     // divides into whole micro-batches), applied at a coming boundary. A shrink removes the
     // last units unless `leave` names them: exactly (current units - `units`) distinct units
     // of the current generation (omni-ctl shrink picks them by node). A unit of `leave` lost
-    // before the change applies counts as gone; the rest leave as asked.
+    // before the change applies counts as gone; the rest leave as asked. `via` (a grow only;
+    // empty: kViaAllocation) says where omni-launch starts the joining units.
     Status request_reshape(std::uint32_t units, std::int64_t now_ms,
-                           const std::vector<std::uint32_t> &leave = {});
+                           const std::vector<std::uint32_t> &leave = {},
+                           std::string_view via = {});
     // STOP at the next boundary (e.g. the launcher got SIGTERM). While forming, the job stops
     // at once and the waiting ranks get the STOP.
     Result<std::vector<Delivery>> request_stop(std::string_view reason);
@@ -235,6 +244,7 @@ private:
     // Planned changes.
     std::optional<std::uint32_t> target_units_;
     std::vector<std::uint32_t> target_leave_;  // sorted; empty: a shrink removes the last units
+    std::string target_via_ = kViaAllocation;
     std::int64_t target_since_ms_ = 0;
     std::vector<std::uint32_t> announced_;  // units of the change announced at the last boundary
     std::optional<std::string> stop_reason_;

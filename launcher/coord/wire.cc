@@ -25,7 +25,7 @@ const std::vector<OpSpec> &op_specs() {
         {Op::Boundary, "boundary", {"id", "generation", "step", "global_batch", "micro_batch"}},
         {Op::Lost, "lost", {"id"}},
         {Op::Ready, "ready", {"id", "generation"}},
-        {Op::Reshape, "reshape", {"units", "?leave"}},
+        {Op::Reshape, "reshape", {"units", "?leave", "?via"}},
         {Op::Stop, "stop", {"reason"}},
         {Op::Status, "status", {}},
         {Op::KvSet, "kv_set", {"generation", "key"}},
@@ -179,6 +179,11 @@ Result<Request> parse_request(std::string_view header, const std::string_view *v
                     return fail("field 'leave' must hold unit ids below " + std::to_string(kMaxUnits));
                 r.leave.push_back(e.get<std::uint32_t>());
             }
+        } else if (name == "via") {
+            auto v = get_string(j, f, 16);
+            if (!v) return fail(v.error());
+            if (auto st = check_grow_via(v.value()); !st) return fail(st.error());
+            r.via = v.value();
         } else if (name == "key") {
             auto v = get_string(j, f, kMaxKeyLength);
             if (!v) return fail(v.error());
@@ -231,6 +236,7 @@ std::string request_header(const Request &r) {
     case Op::Reshape:
         j["units"] = r.units;
         if (!r.leave.empty()) j["leave"] = r.leave;
+        if (!r.via.empty()) j["via"] = r.via;
         break;
     case Op::Stop: j["reason"] = r.reason; break;
     case Op::Status: break;
@@ -365,6 +371,7 @@ json status_to_json(const ProtocolStatus &s) {
     }
     j["members"] = std::move(members);
     j["target_leave"] = s.target_leave;
+    j["target_via"] = s.target_units ? json(s.target_via) : json(nullptr);
     j["global_batch"] = s.global_batch ? json(*s.global_batch) : json(nullptr);
     j["micro_batch"] = s.micro_batch ? json(*s.micro_batch) : json(nullptr);
     // GA = B / (b x world), whole in every world the coordinator admits (protocol.h).

@@ -63,6 +63,7 @@ struct Request {
     std::string node;               // join (optional): the node the rank runs on
     std::uint32_t units = 0;        // reshape
     std::vector<std::uint32_t> leave;  // reshape (optional): the units a shrink removes
+    std::string via;                // reshape (optional): where a grow's units start (protocol.h)
     std::string reason;             // stop
     std::vector<std::string> keys;  // kv_set/kv_get: one key; kv_wait: 1..kMaxWaitKeys
     std::int64_t timeout_ms = 0;    // kv_get, kv_wait

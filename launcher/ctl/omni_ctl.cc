@@ -5,6 +5,9 @@
 //   omni-ctl shrink --units K | --nodes LIST
 //                                   a planned shrink that then gives the emptied nodes back
 //                                   to Slurm (scontrol update NodeList=)
+//   omni-ctl grow --units K [--via satellite|allocation] | --cancel
+//                                   a planned grow whose units start in a satellite job
+//                                   (default) or in the job's own allocation
 //
 // The coordinator's endpoint and the job secret come from --address / the environment
 // (OMNI_COORD_ADDR, OMNI_COORD_SECRET) or from the job's private directory (--job-dir,
@@ -27,6 +30,7 @@
 #include "common/hostlist.h"
 #include "common/parse.h"
 #include "coord/client.h"
+#include "coord/protocol.h"
 #include "coord/secret.h"
 #include "ctl/shrink_plan.h"
 #include "slurmjob/job.h"
@@ -242,6 +246,82 @@ int shrink(CoordinatorClient &client, const ShrinkArgs &a) {
     return kExitOk;
 }
 
+struct GrowArgs {
+    std::optional<std::uint32_t> units;  // none: --cancel
+    std::string via;
+    std::int64_t request_timeout_ms = 10000;
+    std::int64_t wait_ms = 600000;       // 0: do not wait
+};
+
+// omni-ctl grow: ask for the grow, then (unless --wait 0) wait for a generation of K units.
+// A grow Slurm cannot run now stays pending; --cancel withdraws it (a reshape to the job's
+// current size), and omni-launch then cancels the satellite it had submitted for it.
+int grow(CoordinatorClient &client, const GrowArgs &a) {
+    auto fail = [](const std::string &msg) {
+        std::cerr << "omni-ctl: grow: " << msg << "\n";
+        return kExitFail;
+    };
+    auto st = fetch_status(client, a.request_timeout_ms);
+    if (!st) return fail(st.error());
+    std::uint32_t units = 0;
+    std::optional<std::uint32_t> target;
+    try {
+        const nlohmann::json &s = st.value();
+        if (s.at("phase").get<std::string>() != "running")
+            return fail("the job is " + s.at("phase").get<std::string>() + ", not running");
+        units = s.at("units").get<std::uint32_t>();
+        if (!s.at("target_units").is_null()) target = s.at("target_units").get<std::uint32_t>();
+    } catch (const nlohmann::json::exception &e) {
+        return fail(std::string("the coordinator's status: ") + e.what());
+    }
+    Request r;
+    r.op = Op::Reshape;
+    if (!a.units) {
+        if (!target || *target <= units) {
+            std::cout << "no grow is pending; the job has " << units << " units" << std::endl;
+            return kExitOk;
+        }
+        r.units = units;
+        if (auto reply = client.call(r, a.request_timeout_ms); !reply) return fail(reply.error());
+        std::cout << "grow to " << *target << " units withdrawn; the job stays at " << units << " units"
+                  << std::endl;
+        return kExitOk;
+    }
+    const std::uint32_t k = *a.units;
+    if (k <= units)
+        return fail("--units " + std::to_string(k) + " is not above the job's " + std::to_string(units) +
+                    " units (omni-ctl shrink makes a job smaller)");
+    r.units = k;
+    r.via = a.via;
+    if (auto reply = client.call(r, a.request_timeout_ms); !reply) return fail(reply.error());
+    std::cout << "grow " << units << " -> " << k << " units requested (via " << a.via << ")" << std::endl;
+    if (a.wait_ms == 0) return kExitOk;
+    const std::int64_t deadline = mono_ms() + a.wait_ms;
+    for (;;) {
+        auto now = fetch_status(client, a.request_timeout_ms);
+        if (now) {
+            const auto &n = now.value();
+            const auto have = n.value("units", 0u);
+            if (have >= k) {
+                std::cout << "generation " << n.value("generation", std::uint64_t(0)) << ": " << have
+                          << " units at step " << n.value("last_step", std::uint64_t(0)) << std::endl;
+                return kExitOk;
+            }
+            if (n.value("phase", std::string()) == "stopped") return fail("the job stopped before the grow applied");
+            auto t = n.value("target_units", nlohmann::json());
+            if (!t.is_number() || t.get<std::uint32_t>() != k)
+                return fail("the grow to " + std::to_string(k) + " units was withdrawn (target now " +
+                            (t.is_number() ? t.dump() : std::string("none")) +
+                            "; omni-launch's log in the job's output says why)");
+        }
+        if (mono_ms() > deadline)
+            return fail("the grow to " + std::to_string(k) + " units did not apply within " +
+                        std::to_string(a.wait_ms / 1000) +
+                        " s; it stays pending (omni-ctl status shows it, omni-ctl grow --cancel withdraws it)");
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+}
+
 }  // namespace
 
 static int run(int argc, char **argv);
@@ -261,20 +341,26 @@ static int run(int argc, char **argv) {
     po::options_description opts(
         "Usage: omni-ctl [OPTIONS] status [--json]\n"
         "       omni-ctl [OPTIONS] reshape --units K\n"
-        "       omni-ctl [OPTIONS] shrink --units K | --nodes LIST [--job-id J] [--wait S]\n\n"
+        "       omni-ctl [OPTIONS] shrink --units K | --nodes LIST [--job-id J] [--wait S]\n"
+        "       omni-ctl [OPTIONS] grow --units K [--via satellite|allocation] [--wait S]\n"
+        "       omni-ctl [OPTIONS] grow --cancel\n\n"
         "Talks to the coordinator of the current slurm-omni job (see omni-ctl(1)).\n\nOptions");
     std::string command, units_text, address, job_dir, timeout_text = "10000", nodes_text,
-        job_text, wait_text = "600";
+        job_text, wait_text, via = kViaSatellite;
     opts.add_options()
         ("help,h", "show this help and exit")
         ("json", "status: print the status as one JSON object")
         ("units", po::value<std::string>(&units_text),
-         "reshape, shrink: the number of elastic units wanted")
+         "reshape, shrink, grow: the number of elastic units wanted")
         ("nodes", po::value<std::string>(&nodes_text),
          "shrink: the nodes to give back to Slurm (a host list such as n[3-4]); their units leave")
         ("job-id", po::value<std::string>(&job_text), "shrink: the Slurm job (default: $SLURM_JOB_ID)")
         ("wait", po::value<std::string>(&wait_text),
-         "shrink: seconds to wait for the change and the leaving steps (default 600)")
+         "shrink, grow: seconds to wait for the change (default 600; grow --wait 0: do not wait)")
+        ("via", po::value<std::string>(&via),
+         "grow: where the new units start: satellite (a job of their own, default) or allocation "
+         "(the job's own idle nodes)")
+        ("cancel", "grow: withdraw a pending grow")
         ("address", po::value<std::string>(&address),
          "coordinator endpoint tcp://IPV4:PORT (default: $OMNI_COORD_ADDR or the job directory)")
         ("job-dir", po::value<std::string>(&job_dir),
@@ -302,14 +388,19 @@ static int run(int argc, char **argv) {
         std::cerr << "omni-ctl: " << msg << "\nTry 'omni-ctl --help'.\n";
         return kExitUsage;
     };
-    if (command.empty()) return usage("a command is required: status, reshape or shrink");
-    if (command != "status" && command != "reshape" && command != "shrink")
-        return usage("unknown command '" + command + "' (expected status, reshape or shrink)");
-    if (command == "status" && vm.count("units")) return usage("--units belongs to reshape and shrink");
+    if (command.empty()) return usage("a command is required: status, reshape, shrink or grow");
+    if (command != "status" && command != "reshape" && command != "shrink" && command != "grow")
+        return usage("unknown command '" + command + "' (expected status, reshape, shrink or grow)");
+    if (command == "status" && vm.count("units")) return usage("--units belongs to reshape, shrink and grow");
     if (command != "status" && vm.count("json")) return usage("--json belongs to status");
     if (command != "shrink")
-        for (const char *o : {"nodes", "job-id", "wait"})
+        for (const char *o : {"nodes", "job-id"})
             if (vm.count(o)) return usage(std::string("--") + o + " belongs to shrink");
+    if (command != "shrink" && command != "grow" && vm.count("wait"))
+        return usage("--wait belongs to shrink and grow");
+    if (command != "grow")
+        for (const char *o : {"via", "cancel"})
+            if (vm.count(o)) return usage(std::string("--") + o + " belongs to grow");
     auto timeout = omni::parse_uint(timeout_text, 1, 3600000, "--timeout");
     if (!timeout) return usage(timeout.error());
     std::uint32_t units = 0;
@@ -334,9 +425,30 @@ static int run(int argc, char **argv) {
                                   vm.count("job-id") ? "--job-id" : "SLURM_JOB_ID");
         if (!j) return usage(j.error());
         shrink_args.job_id = static_cast<std::uint32_t>(j.value());
-        auto w = omni::parse_uint(wait_text, 1, 86400, "--wait");
-        if (!w) return usage(w.error());
-        shrink_args.wait_ms = static_cast<std::int64_t>(w.value()) * 1000;
+        if (vm.count("wait")) {
+            auto w = omni::parse_uint(wait_text, 1, 86400, "--wait");
+            if (!w) return usage(w.error());
+            shrink_args.wait_ms = static_cast<std::int64_t>(w.value()) * 1000;
+        }
+    }
+    GrowArgs grow_args;
+    grow_args.request_timeout_ms = static_cast<std::int64_t>(timeout.value());
+    if (command == "grow") {
+        if (vm.count("units") == vm.count("cancel")) return usage("grow needs one of --units K and --cancel");
+        if (vm.count("cancel") && (vm.count("via") || vm.count("wait")))
+            return usage("grow --cancel takes no --via or --wait");
+        if (vm.count("units")) {
+            auto u = omni::parse_uint(units_text, 1, kMaxUnits, "--units");
+            if (!u) return usage(u.error());
+            grow_args.units = static_cast<std::uint32_t>(u.value());
+        }
+        if (!check_grow_via(via)) return usage("--via '" + via.substr(0, 32) + "': expected satellite or allocation");
+        grow_args.via = via;
+        if (vm.count("wait")) {
+            auto w = omni::parse_uint(wait_text, 0, 86400, "--wait");
+            if (!w) return usage(w.error());
+            grow_args.wait_ms = static_cast<std::int64_t>(w.value()) * 1000;
+        }
     }
     if (command == "reshape") {
         if (!vm.count("units")) return usage("reshape needs --units K");
@@ -361,6 +473,7 @@ static int run(int argc, char **argv) {
         return kExitFail;
     }
     if (command == "shrink") return shrink(*client.value(), shrink_args);
+    if (command == "grow") return grow(*client.value(), grow_args);
     Request req;
     req.op = command == "status" ? Op::Status : Op::Reshape;
     req.units = units;

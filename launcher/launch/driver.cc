@@ -12,11 +12,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/parse.h"
 #include "coord/client.h"
 #include "coord/log.h"
+#include "coord/protocol.h"
 #include "coord/secret.h"
 #include "launch/events.h"
 #include "launch/metrics.h"
+#include "launch/satellite.h"
 #include "slurmjob/job.h"
 #include "slurmjob/proc.h"
 
@@ -46,6 +49,7 @@ struct Snapshot {
     std::uint64_t generation = 0;
     std::uint32_t units = 0, world = 0;
     std::optional<std::uint32_t> target;
+    std::string target_via;  // a grow's: kViaAllocation or kViaSatellite
     std::optional<std::uint64_t> boundary_step;
     std::vector<std::uint32_t> unit_ids;
     std::vector<std::pair<std::string, std::uint32_t>> members;  // id, unit
@@ -64,6 +68,8 @@ Result<Snapshot> parse_snapshot(const nlohmann::json &s) {
         out.units = s.at("units").get<std::uint32_t>();
         out.world = s.at("world").get<std::uint32_t>();
         if (!s.at("target_units").is_null()) out.target = s.at("target_units").get<std::uint32_t>();
+        if (auto it = s.find("target_via"); it != s.end() && it->is_string())
+            out.target_via = it->get<std::string>();
         if (!s.at("boundary_step").is_null()) out.boundary_step = s.at("boundary_step").get<std::uint64_t>();
         out.unit_ids = s.at("unit_ids").get<std::vector<std::uint32_t>>();
         for (const auto &m : s.at("members"))
@@ -98,6 +104,16 @@ struct Step {
     bool failed = false;        // a failure of the ranks (see reap())
 };
 
+// A satellite job this omni-launch submitted for a grow (launch/satellite.h).
+struct Satellite {
+    std::uint32_t job_id = 0;
+    std::vector<std::uint32_t> units;
+    std::string state = "SUBMITTED";  // as squeue last showed it
+    bool admitted = false;   // one of its units was in a generation
+    bool cancelled = false;  // omni-launch cancelled it
+    bool ended = false;      // squeue no longer lists it
+};
+
 class Driver {
 public:
     Driver(const DriverConfig &cfg, const std::atomic<int> &signals, const std::atomic<int> &last_signal)
@@ -110,8 +126,16 @@ private:
     void refresh_allocation(std::map<std::string, std::string> &set, std::vector<std::string> &unset);
     void reap();
     void observe(const Snapshot &s);
-    void report_dead_ranks(const Step &st, const Snapshot *s);
+    void report_lost(const std::vector<std::uint32_t> &units, const std::string &what, const Snapshot *s);
     void maybe_grow(const Snapshot &s);
+    void abandon_grow(const Snapshot &s, const std::string &why);
+    Status submit_satellite(const std::vector<std::uint32_t> &units);
+    void poll_satellites(const Snapshot &s);
+    void cancel_satellites(const std::string &why, bool joined_too);
+    void finish_satellites();
+    void leave_job(const std::string &why);
+    void watch_preemption();
+    bool satellite() const { return !cfg_.satellite_units.empty(); }
     void record(GenerationEvent e);
     void write_metrics(const nlohmann::json &status);
     void settle_pending(const Snapshot *s, std::int64_t now);
@@ -128,6 +152,9 @@ private:
     std::unique_ptr<CoordinatorClient> client_;
     std::optional<EventLog> events_;
     std::vector<Step> steps_;
+    std::vector<Satellite> satellites_;
+    std::int64_t satellites_polled_ms_ = 0;  // the main job's squeue of its satellites
+    std::int64_t preempt_polled_ms_ = 0;      // a satellite's look at its own job
     std::uint32_t next_unit_ = 0;
     int own_failure_ = 0;    // omni-launch's own: the coordinator stopped answering
     // Observed state.
@@ -147,6 +174,7 @@ private:
     bool metrics_failed_ = false;  // logged once
     // Shutdown.
     int signals_handled_ = 0;
+    bool leaving_ = false;  // a satellite's units were asked to leave (leave_job)
     std::optional<std::int64_t> shutdown_deadline_;  // then SIGTERM the steps
     std::optional<std::int64_t> kill_deadline_;      // then SIGKILL them
 };
@@ -187,7 +215,8 @@ void Driver::refresh_allocation(std::map<std::string, std::string> &set, std::ve
 Status Driver::launch(const std::vector<std::uint32_t> &units, bool joiner) {
     std::map<std::string, std::string> job_env;
     std::vector<std::string> job_unset;
-    if (joiner) refresh_allocation(job_env, job_unset);
+    // A satellite's steps run in its own allocation, which does not change.
+    if (joiner && !satellite()) refresh_allocation(job_env, job_unset);
     for (auto unit : units) {
         StepSpec spec;
         spec.extra = cfg_.options.srun_args;
@@ -225,14 +254,16 @@ bool Driver::any_running() const {
     return std::any_of(steps_.begin(), steps_.end(), [](const Step &s) { return s.running; });
 }
 
-void Driver::report_dead_ranks(const Step &st, const Snapshot *s) {
+// The ranks of `units` (members, and joiners not yet admitted) are gone: the coordinator
+// hears it now instead of at a boundary timeout.
+void Driver::report_lost(const std::vector<std::uint32_t> &lost, const std::string &what, const Snapshot *s) {
     if (!s) return;
-    std::set<std::uint32_t> units(st.units.begin(), st.units.end());
+    std::set<std::uint32_t> units(lost.begin(), lost.end());
     std::vector<std::string> ids;
     for (const auto &[id, unit] : s->members)
         if (units.count(unit)) ids.push_back(id);
     // Joiners not yet admitted: known by the ids omni-launch suggested (OMNI_MEMBER_ID).
-    for (auto unit : st.units)
+    for (auto unit : lost)
         for (std::uint32_t slot = 0; slot < cfg_.settings.unit_size; ++slot) {
             std::string id = member_id(unit, slot);
             if (std::find(s->pending.begin(), s->pending.end(), id) != s->pending.end()) ids.push_back(id);
@@ -246,7 +277,7 @@ void Driver::report_dead_ranks(const Step &st, const Snapshot *s) {
     }
     if (!ids.empty())
         log_line(LogLevel::Warning, kComponent,
-                 std::to_string(ids.size()) + " rank(s) of step " + st.name + " reported lost");
+                 std::to_string(ids.size()) + " rank(s) of " + what + " reported lost");
 }
 
 void Driver::reap() {
@@ -265,19 +296,15 @@ void Driver::reap() {
                      std::to_string(st.exit_code) + (ours ? " (stopped by omni-launch)" : ""));
         st.failed = counts;
         if (st.exit_code != 0) {
-            report_dead_ranks(st, last_snapshot_ ? &*last_snapshot_ : nullptr);
-            if (st.joiner && !st.admitted && !ours && last_snapshot_ && last_snapshot_->target) {
-                grow_failed_target_ = last_snapshot_->target;
-                log_line(LogLevel::Error, kComponent,
-                         "joining step " + st.name + " failed before its units joined; the grow to " +
-                             std::to_string(*grow_failed_target_) +
-                             " units is not retried (request it again with omni-ctl reshape)");
-            }
+            report_lost(st.units, "step " + st.name, last_snapshot_ ? &*last_snapshot_ : nullptr);
+            if (st.joiner && !st.admitted && !ours && last_snapshot_ && last_snapshot_->target)
+                abandon_grow(*last_snapshot_, "joining step " + st.name + " failed before its units joined");
         }
     }
 }
 
 void Driver::record(GenerationEvent e) {
+    if (!events_) return;  // a satellite: the main omni-launch records the job's changes
     e.unix_ms = unix_ms();
     e.job = alloc_.job_id;
     e.resolution_ms = kPollMs;
@@ -324,9 +351,11 @@ void Driver::observe(const Snapshot &s) {
     settle_pending(&s, now);
     if (s.boundary_step && !boundary_seen_ms_.count(*s.boundary_step))
         boundary_seen_ms_[*s.boundary_step] = now;
+    auto member = [&](std::uint32_t u) { return std::find(s.unit_ids.begin(), s.unit_ids.end(), u) != s.unit_ids.end(); };
     for (auto &st : steps_)
-        for (auto u : st.units)
-            if (std::find(s.unit_ids.begin(), s.unit_ids.end(), u) != s.unit_ids.end()) st.admitted = true;
+        if (std::any_of(st.units.begin(), st.units.end(), member)) st.admitted = true;
+    for (auto &sat : satellites_)
+        if (std::any_of(sat.units.begin(), sat.units.end(), member)) sat.admitted = true;
     if (s.generation != seen_generation_ && s.generation > 0) {
         GenerationEvent e;
         e.old_generation = seen_generation_;
@@ -381,32 +410,219 @@ void Driver::observe(const Snapshot &s) {
 }
 
 void Driver::maybe_grow(const Snapshot &s) {
+    // A grow that was withdrawn or replaced: its satellites that have not joined go.
+    if (!s.target || *s.target <= s.units) cancel_satellites("no grow is requested any more", false);
     if (s.phase != "running" || !s.target || *s.target <= s.units || shutdown_deadline_) return;
     if (grow_failed_target_ && *grow_failed_target_ == *s.target) return;
     std::uint32_t outstanding = 0;  // launched joiner units not yet in a generation
+    auto waiting = [&](std::uint32_t u) { return std::find(s.unit_ids.begin(), s.unit_ids.end(), u) == s.unit_ids.end(); };
     for (const auto &st : steps_)
-        if (st.joiner && st.running)
-            for (auto u : st.units)
-                if (std::find(s.unit_ids.begin(), s.unit_ids.end(), u) == s.unit_ids.end()) ++outstanding;
+        if (st.joiner && st.running) outstanding += std::count_if(st.units.begin(), st.units.end(), waiting);
+    for (const auto &sat : satellites_)
+        if (!sat.ended && !sat.cancelled) outstanding += std::count_if(sat.units.begin(), sat.units.end(), waiting);
     if (s.units + outstanding >= *s.target) return;
     std::uint32_t need = *s.target - s.units - outstanding;
     // Unit ids are never reused (a joiner must not be mistaken for a unit that left), and
     // ranks accept ids below kMaxUnits only.
     if (std::uint64_t(next_unit_) + need > kMaxUnits) {
-        grow_failed_target_ = s.target;
-        log_line(LogLevel::Error, kComponent,
-                 "cannot grow: this job has used all " + std::to_string(kMaxUnits) + " unit ids");
+        abandon_grow(s, "cannot grow: this job has used all " + std::to_string(kMaxUnits) + " unit ids");
         return;
     }
     std::vector<std::uint32_t> units;
     for (std::uint32_t i = 0; i < need; ++i) units.push_back(next_unit_++);  // ids never reused
+    const bool via_satellite = s.target_via == kViaSatellite;
     log_line(LogLevel::Info, kComponent,
              "reshape to " + std::to_string(*s.target) + " units requested: starting " +
-                 std::to_string(need) + " joining unit(s)");
-    if (auto st = launch(units, true); !st) {
-        grow_failed_target_ = s.target;
-        log_line(LogLevel::Error, kComponent, "cannot start joining units: " + st.error());
+                 std::to_string(need) + " joining unit(s)" + (via_satellite ? " in a satellite job" : ""));
+    auto st = via_satellite ? submit_satellite(units) : launch(units, true);
+    if (!st) abandon_grow(s, "cannot start joining units: " + st.error());
+}
+
+// A grow whose units cannot come is withdrawn (the coordinator's target goes back to the
+// job's size), so that omni-ctl and the status say so; it is never retried on its own.
+void Driver::abandon_grow(const Snapshot &s, const std::string &why) {
+    if (!s.target) return;
+    grow_failed_target_ = s.target;
+    Request r;
+    r.op = Op::Reshape;
+    r.units = s.units;
+    auto st = send(std::move(r));
+    log_line(LogLevel::Error, kComponent,
+             why + "; the grow to " + std::to_string(*s.target) + " units is " +
+                 (st ? "withdrawn" : "not retried (withdrawing it: " + st.error() + ")") +
+                 " (request it again with omni-ctl grow)");
+}
+
+Status Driver::submit_satellite(const std::vector<std::uint32_t> &units) {
+    constexpr std::int64_t kSlurmTimeoutMs = 30000;
+    if (alloc_.job_id == 0) return make_error("a grow via satellite needs omni-launch to run inside a Slurm job");
+    SatelliteSpec spec;
+    spec.main_job = alloc_.job_id;
+    spec.units = units;
+    spec.unit_size = cfg_.settings.unit_size;
+    spec.unit_nodes = std::max<std::uint32_t>(1, unit_nodes(cfg_.settings.unit_size, cfg_.alloc));
+    auto job = load_job(alloc_.job_id, kSlurmTimeoutMs);
+    if (!job) return Error{job.error()};
+    spec.partition = job.value().partition;
+    spec.tres_per_node = job.value().tres_per_node;
+    spec.exclusive = job.value().exclusive;
+    spec.sbatch_extra = cfg_.options.satellite_args;
+    spec.self = cfg_.self;
+    spec.srun_extra = cfg_.options.srun_args;
+    spec.boundary_timeout_ms = cfg_.options.boundary_timeout_ms;
+    spec.program = cfg_.options.program;
+    // sbatch reads the script when it submits (Slurm keeps its own copy), so the file in the
+    // job's private directory lives only for the call.
+    const std::string script = cfg_.job_dir + "/satellite.sh";
+    if (auto st = write_file_atomically(script, satellite_script(spec)); !st) return st;
+    auto id = submit_batch(satellite_sbatch_args(spec), script,
+                           satellite_env_set(spec, cfg_.endpoint, cfg_.secret, cfg_.job_dir),
+                           satellite_env_unset(environ), kSlurmTimeoutMs);
+    ::unlink(script.c_str());
+    if (!id) return Error{id.error()};
+    Satellite sat;
+    sat.job_id = id.value();
+    sat.units = units;
+    satellites_.push_back(std::move(sat));
+    log_line(LogLevel::Info, kComponent,
+             "submitted satellite job " + std::to_string(id.value()) + " (" + satellite_job_name(alloc_.job_id) +
+                 ") for units [" + format_unit_list(units) + "]");
+    return Status::success();
+}
+
+// squeue once a second while a satellite lives: its state, and its end. One that ends
+// before any of its units joined fails the grow it was for (Slurm could not run it, or it was
+// cancelled from outside).
+void Driver::poll_satellites(const Snapshot &s) {
+    constexpr std::int64_t kEveryMs = 1000, kSqueueTimeoutMs = 10000;
+    if (std::all_of(satellites_.begin(), satellites_.end(), [](const Satellite &x) { return x.ended; })) return;
+    const std::int64_t now = mono_ms();
+    if (now - satellites_polled_ms_ < kEveryMs) return;
+    satellites_polled_ms_ = now;
+    auto live = live_jobs_named(satellite_job_name(alloc_.job_id), kSqueueTimeoutMs);
+    if (!live) {
+        log_line(LogLevel::Warning, kComponent, live.error());
+        return;
     }
+    for (auto &sat : satellites_) {
+        if (sat.ended) continue;
+        const std::string what = "satellite job " + std::to_string(sat.job_id);
+        auto it = live.value().find(sat.job_id);
+        if (it != live.value().end()) {
+            if (it->second != sat.state)
+                log_line(LogLevel::Info, kComponent, what + " is " + it->second);
+            sat.state = it->second;
+            continue;
+        }
+        sat.ended = true;
+        if (sat.cancelled) continue;
+        if (sat.admitted) {
+            log_line(LogLevel::Info, kComponent, what + " ended (units [" + format_unit_list(sat.units) + "])");
+            continue;
+        }
+        report_lost(sat.units, what, &s);
+        if (s.target && *s.target > s.units) abandon_grow(s, what + " ended before its units joined");
+    }
+}
+
+// Satellites whose units have not joined (or every one, `joined_too`, when the job ends).
+void Driver::cancel_satellites(const std::string &why, bool joined_too) {
+    constexpr std::int64_t kScancelTimeoutMs = 10000;
+    std::vector<std::uint32_t> ids;
+    for (auto &sat : satellites_) {
+        if (sat.ended || sat.cancelled || (sat.admitted && !joined_too)) continue;
+        sat.cancelled = true;
+        ids.push_back(sat.job_id);
+        // Its joiners waiting in the coordinator will not come (members stop with the job).
+        if (!sat.admitted)
+            report_lost(sat.units, "satellite job " + std::to_string(sat.job_id),
+                        last_snapshot_ ? &*last_snapshot_ : nullptr);
+    }
+    if (ids.empty()) return;
+    std::vector<std::string> names;
+    for (auto id : ids) names.push_back(std::to_string(id));
+    log_line(LogLevel::Info, kComponent, why + ": cancelling satellite job(s) " + join(names, ","));
+    if (auto st = cancel_jobs(ids, kScancelTimeoutMs); !st) log_line(LogLevel::Warning, kComponent, st.error());
+}
+
+// At the end: satellites whose units trained end with the training (given a moment); any
+// other is cancelled, so that none outlives the job. Those cancelled already are not waited
+// for, and a failing squeue ends the wait: the cluster may be going down with the job.
+void Driver::finish_satellites() {
+    constexpr std::int64_t kEndWaitMs = 10000, kSlurmTimeoutMs = 10000;
+    auto open = [](const Satellite &x) { return !x.ended && !x.cancelled; };
+    if (std::none_of(satellites_.begin(), satellites_.end(), open)) return;
+    const std::int64_t deadline = mono_ms() + kEndWaitMs;
+    for (;;) {
+        auto live = live_jobs_named(satellite_job_name(alloc_.job_id), kSlurmTimeoutMs);
+        if (!live) break;
+        bool waiting = false;
+        for (auto &sat : satellites_) {
+            if (!live.value().count(sat.job_id)) sat.ended = true;
+            waiting = waiting || (open(sat) && sat.admitted);
+        }
+        if (!waiting || mono_ms() >= deadline) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+    std::vector<std::uint32_t> left;
+    std::vector<std::string> names;
+    for (const auto &sat : satellites_)
+        if (open(sat)) {
+            left.push_back(sat.job_id);
+            names.push_back(std::to_string(sat.job_id));
+        }
+    if (left.empty()) return;
+    log_line(LogLevel::Info, kComponent, "the job is over: cancelling satellite job(s) " + join(names, ","));
+    if (auto st = cancel_jobs(left, kSlurmTimeoutMs); !st) log_line(LogLevel::Warning, kComponent, st.error());
+}
+
+// A satellite's first signal (scancel, preemption with a GraceTime): its units that are
+// members leave at the next boundary as a planned shrink would make them, so nothing is
+// recomputed. When that cannot be (no unit has joined, or the rest of the job would break
+// its GA or elastic range), the steps end now and the job recovers from the loss.
+// Slurm preempting a satellite with a GraceTime signals the job's steps, not its batch
+// script: the ranks ignore that SIGTERM (omni-launch --exec-task), and omni-launch sees the
+// preemption in the job's PreemptTime instead, looked at every few seconds.
+void Driver::watch_preemption() {
+    constexpr std::int64_t kEveryMs = 2000, kScontrolTimeoutMs = 10000;
+    if (alloc_.job_id == 0 || leaving_ || shutdown_deadline_) return;
+    const std::int64_t now = mono_ms();
+    if (now - preempt_polled_ms_ < kEveryMs) return;
+    preempt_polled_ms_ = now;
+    auto job = load_job(alloc_.job_id, kScontrolTimeoutMs);
+    if (!job) {
+        log_line(LogLevel::Warning, kComponent, job.error());
+        return;
+    }
+    if (!job.value().preempted) return;
+    leave_job("Slurm is preempting satellite job " + std::to_string(alloc_.job_id));
+}
+
+void Driver::leave_job(const std::string &why) {
+    leaving_ = true;
+    std::vector<std::uint32_t> mine;
+    if (last_snapshot_)
+        for (auto u : cfg_.satellite_units)
+            if (std::find(last_snapshot_->unit_ids.begin(), last_snapshot_->unit_ids.end(), u) !=
+                last_snapshot_->unit_ids.end())
+                mine.push_back(u);
+    if (mine.empty()) {
+        log_line(LogLevel::Info, kComponent, why + ": none of this satellite's units is in the job; ending its steps");
+        shutdown_deadline_ = mono_ms();
+        return;
+    }
+    Request r;
+    r.op = Op::Reshape;
+    r.units = last_snapshot_->units - static_cast<std::uint32_t>(mine.size());
+    r.leave = mine;
+    if (auto st = send(std::move(r)); !st) {
+        log_line(LogLevel::Warning, kComponent, why + ": units [" + format_unit_list(mine) +
+                                                    "] cannot leave at a boundary (" + st.error() +
+                                                    "); ending the steps, the job recovers them as lost");
+        shutdown_deadline_ = mono_ms();
+        return;
+    }
+    begin_shutdown(why + ": units [" + format_unit_list(mine) + "] leave the job at the next boundary");
 }
 
 void Driver::begin_shutdown(const std::string &why) {
@@ -437,23 +653,26 @@ void Driver::enforce_shutdown() {
 }
 
 int Driver::run() {
-    auto ev = EventLog::open(cfg_.events);
-    if (!ev) {
-        log_line(LogLevel::Error, kComponent, ev.error());
-        return 1;
+    if (!satellite()) {
+        auto ev = EventLog::open(cfg_.events);
+        if (!ev) {
+            log_line(LogLevel::Error, kComponent, ev.error());
+            return 1;
+        }
+        events_.emplace(std::move(ev.value()));
     }
-    events_.emplace(std::move(ev.value()));
     auto client = CoordinatorClient::connect(cfg_.endpoint, cfg_.secret);
     if (!client) {
         log_line(LogLevel::Error, kComponent, client.error());
         return 1;
     }
     client_ = std::move(client.value());
-    std::vector<std::uint32_t> initial;
-    for (std::uint32_t u = 0; u < cfg_.settings.units; ++u) initial.push_back(u);
+    std::vector<std::uint32_t> initial = cfg_.satellite_units;
+    if (!satellite())
+        for (std::uint32_t u = 0; u < cfg_.settings.units; ++u) initial.push_back(u);
     next_unit_ = cfg_.settings.units;
     launched_ms_ = mono_ms();
-    if (auto st = launch(initial, false); !st) {
+    if (auto st = launch(initial, satellite()); !st) {
         log_line(LogLevel::Error, kComponent, st.error());
         return 1;
     }
@@ -466,12 +685,17 @@ int Driver::run() {
             const char *abbrev = sigabbrev_np(sig);
             const std::string name = abbrev ? std::string("signal SIG") + abbrev
                                             : "signal " + std::to_string(sig);
-            if (signals_handled_ == 0) {
+            if (satellite() && !leaving_) {
+                leave_job("got " + name);
+            } else if (signals_handled_ == 0 && !satellite()) {
                 Request r;
                 r.op = Op::Stop;
                 r.reason = name;
                 if (auto st = send(std::move(r)); !st)
                     log_line(LogLevel::Warning, kComponent, "asking the coordinator to stop: " + st.error());
+                // The job is ending (scancel, preemption, its time limit): its satellites
+                // end with it, within their KillWait, as Slurm ends this job.
+                cancel_satellites("got " + name, true);
                 begin_shutdown("got " + name);
             } else {
                 log_line(LogLevel::Warning, kComponent, "got " + name + " again: terminating the steps");
@@ -507,13 +731,19 @@ int Driver::run() {
         if (snap) {
             status_ok_ms = mono_ms();
             observe(*snap);
-            maybe_grow(*snap);
+            if (!satellite()) {
+                maybe_grow(*snap);
+                poll_satellites(*snap);
+            } else {
+                watch_preemption();
+            }
             // The ranks of every generation are gone, only joiners still wait: the training
-            // ended without a STOP, and nothing will ever admit them.
+            // ended without a STOP, and nothing will ever admit them. (A satellite's joiners
+            // wait for the main job's ranks, which it does not see.)
             bool member_step_running = false;
             for (const auto &st : steps_)
                 if (st.running && st.admitted) member_step_running = true;
-            if (snap->phase == "running" && !member_step_running && !shutdown_deadline_) {
+            if (snap->phase == "running" && !member_step_running && !shutdown_deadline_ && !satellite()) {
                 log_line(LogLevel::Info, kComponent, "every rank of generation " +
                                                          std::to_string(snap->generation) +
                                                          " has exited; ending the job's remaining steps");
@@ -530,6 +760,7 @@ int Driver::run() {
         enforce_shutdown();
         std::this_thread::sleep_for(std::chrono::milliseconds(kPollMs));
     }
+    finish_satellites();
     const int status = exit_status();
     settle_pending(nullptr, mono_ms());
     if (!stop_recorded_) {

@@ -30,13 +30,18 @@ struct DriverConfig {
     std::string secret;
     std::string events;     // the events file
     std::string metrics;    // the Prometheus text file (empty: none)
+    // Non-empty: this omni-launch runs a satellite job's units (launch/satellite.h). It starts
+    // them as joiners, records no events, starts no grows, and its first signal makes its
+    // units leave the job at the next boundary.
+    std::vector<std::uint32_t> satellite_units;
 };
 
 // Runs the job until every step has ended; returns omni-launch's exit status: the first
 // failing step's status (srun reports its tasks' worst), else 0; 1 when the launcher itself
 // cannot go on (events file, coordinator unreachable, the first srun cannot start).
 // `signal` is set by the caller's signal handler: the first signal asks the coordinator to
-// stop the job at the next boundary, a second one terminates the steps.
+// stop the job at the next boundary (a satellite: to let its units leave), a second one
+// terminates the steps. Satellite jobs the run submitted are cancelled before it returns.
 int run_driver(const DriverConfig &cfg, const std::atomic<int> &signal_count,
                const std::atomic<int> &last_signal);
 

@@ -28,6 +28,7 @@
 #include "launch/driver.h"
 #include "launch/options.h"
 #include "launch/plan.h"
+#include "launch/satellite.h"
 #include "slurmjob/proc.h"
 
 using namespace omni::launcher;
@@ -75,8 +76,57 @@ int exec_task(int argc, char **argv) {
         ::setenv(kEnvMemberId, member_id(unit, slot).c_str(), 1) != 0)
         return fail(std::string("setenv: ") + std::strerror(errno));
     ::unsetenv(kEnvLaunchUnits);
+    // A satellite's ranks ignore SIGTERM: Slurm preempting the satellite sends it to every
+    // step, and its omni-launch turns the preemption into a leave at the next boundary
+    // (launch/satellite.h). SIGKILL at the end of the grace time still ends them.
+    if (env(kEnvSatelliteOf)) ::signal(SIGTERM, SIG_IGN);
     ::execvp(argv[3], argv + 3);
     return fail(std::string("cannot run ") + argv[3] + ": " + std::strerror(errno));
+}
+
+void install_signal_handlers() {
+    struct sigaction sa{};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGUSR1}) ::sigaction(sig, &sa, nullptr);
+}
+
+// omni-launch --satellite, the batch script of a satellite job (launch/satellite.h): its
+// units join the main job's coordinator, named in the environment the main omni-launch gave
+// sbatch. It runs no coordinator and records no events.
+int run_satellite(DriverConfig &cfg) {
+    auto fail = [](const std::string &msg) {
+        std::cerr << "omni-launch --satellite: " << msg << "\n";
+        return kExitFail;
+    };
+    const char *units_text = env(kEnvSatelliteUnits);
+    if (!units_text)
+        return fail(std::string(kEnvSatelliteUnits) +
+                    " is not set: this mode runs in a satellite job that omni-launch submitted");
+    auto units = parse_unit_list(units_text);
+    if (!units) return fail(std::string(kEnvSatelliteUnits) + ": " + units.error());
+    if (units.value().empty()) return fail(std::string(kEnvSatelliteUnits) + " names no unit");
+    const char *size_text = env(kEnvUnitSize);
+    auto size = omni::parse_uint(size_text ? size_text : "", 1, kMaxUnitSizeRanks, kEnvUnitSize);
+    if (!size) return fail(size.error());
+    auto where = locate_coordinator("", "", env);
+    if (!where) return fail(where.error());
+    cfg.endpoint = where.value().endpoint;
+    cfg.secret = where.value().secret;
+    const char *dir = env(kEnvJobDir);
+    cfg.job_dir = dir ? dir : "";
+    cfg.settings.unit_size = static_cast<std::uint32_t>(size.value());
+    cfg.satellite_units = units.value();
+    auto self = self_executable();
+    if (!self) return fail(self.error());
+    cfg.self = self.value();
+    install_signal_handlers();
+    const char *of = env(kEnvSatelliteOf);
+    log_line(LogLevel::Info, kComponent,
+             std::string("satellite of job ") + (of ? of : "?") + ": units [" +
+                 format_unit_list(cfg.satellite_units) + "] join the coordinator " + cfg.endpoint);
+    return run_driver(cfg, g_signals, g_last_signal);
 }
 
 void print_dry_run(const DriverConfig &cfg) {
@@ -120,6 +170,7 @@ int run(int argc, char **argv) {
         return kExitFail;
     }
     cfg.alloc = alloc.value();
+    if (cfg.options.satellite) return run_satellite(cfg);
     auto job = omni::job_options_from_job_env(env);
     if (!job) {
         std::cerr << "omni-launch: the job's OMNI_* options: " << job.error() << "\n";
@@ -181,11 +232,7 @@ int run(int argc, char **argv) {
     cfg.secret = secret.value();
 
     // Signals before any thread exists, so every thread inherits the handlers.
-    struct sigaction sa{};
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGUSR1}) ::sigaction(sig, &sa, nullptr);
+    install_signal_handlers();
 
     CoordinatorConfig cc;
     cc.bind = {"tcp://" + bind + ":0"};

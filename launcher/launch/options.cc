@@ -49,6 +49,9 @@ po::options_description describe() {
                                            "(default: this node's NodeAddr)")
         ("srun-args", po::value<std::string>(), "'ARGS': extra srun options for every step, "
                                                 "e.g. '--gres=gpu:4'")
+        ("satellite-args", po::value<std::string>(), "'ARGS': extra sbatch options for the satellite "
+                                                     "jobs of grows via satellite, e.g. '--qos=scavenger'")
+        ("satellite", "internal: run the units of a satellite job (omni-launch submits it)")
         ("announce", po::value<std::string>(), "yes|no: announce a planned resize one step ahead, "
                                                 "so that ranks allocate for it during that step and the "
                                                 "pause is shorter (default yes)")
@@ -166,12 +169,19 @@ ParsedCommandLine parse_command_line(int argc, const char *const *argv) {
         if (!words) return usage(words.error() + " (expected --srun-args 'SRUN OPTIONS')");
         o.srun_args = std::move(words.value());
     }
+    if (vm.count("satellite-args")) {
+        auto words = split_sbatch_args(vm["satellite-args"].as<std::string>());
+        if (!words) return usage(words.error() + " (expected --satellite-args 'SBATCH OPTIONS')");
+        o.satellite_args = std::move(words.value());
+    }
+    o.satellite = vm.count("satellite") > 0;
+    o.dry_run = vm.count("dry-run") > 0;
+    if (o.satellite && o.dry_run) return usage("--satellite and --dry-run do not go together");
     if (vm.count("announce")) {
         auto a = parse_yes_no(vm["announce"].as<std::string>(), "--announce");
         if (!a) return usage(a.error());
         o.announce = a.value();
     }
-    o.dry_run = vm.count("dry-run") > 0;
     return out;
 }
 

@@ -24,6 +24,8 @@ struct LaunchOptions {
     bool announce = true;                  // planned resizes announced a boundary ahead
     std::string bind;                      // empty: the batch node's NodeAddr
     std::vector<std::string> srun_args;    // split --srun-args
+    std::vector<std::string> satellite_args;  // split --satellite-args: sbatch options
+    bool satellite = false;                // run a satellite job's units (launch/satellite.h)
     bool dry_run = false;
     std::vector<std::string> program;      // PROGRAM ARGS after "--"
 };

@@ -91,9 +91,15 @@ Result<std::vector<std::uint32_t>> parse_unit_list(const std::string &text) {
     return out;
 }
 
-Result<std::vector<std::string>> split_srun_args(const std::string &text) {
+namespace {
+
+// The shell-like word splitting of split_srun_args, then the refusal of `reserved` options
+// (long ones as "--x" or "--x=...", short ones as a prefix); errors name `option`.
+Result<std::vector<std::string>> split_option_words(const std::string &text, const std::string &option,
+                                                    const std::vector<std::string_view> &reserved_long,
+                                                    const std::vector<std::string_view> &reserved_short) {
     if (text.size() > kMaxValueLength)
-        return make_error("--srun-args: longer than " + std::to_string(kMaxValueLength) + " bytes");
+        return make_error(option + ": longer than " + std::to_string(kMaxValueLength) + " bytes");
     std::vector<std::string> words;
     std::string cur;
     bool in_word = false;
@@ -105,7 +111,7 @@ Result<std::vector<std::string>> split_srun_args(const std::string &text) {
             in_word = false;
         } else if (c == '\'') {
             std::size_t end = text.find('\'', i + 1);
-            if (end == std::string::npos) return make_error("--srun-args: unbalanced single quote");
+            if (end == std::string::npos) return make_error(option + ": unbalanced single quote");
             cur.append(text, i + 1, end - i - 1);
             i = end;
             in_word = true;
@@ -116,11 +122,11 @@ Result<std::vector<std::string>> split_srun_args(const std::string &text) {
                     ++j;
                 cur.push_back(text[j]);
             }
-            if (j >= text.size()) return make_error("--srun-args: unbalanced double quote");
+            if (j >= text.size()) return make_error(option + ": unbalanced double quote");
             i = j;
             in_word = true;
         } else if (c == '\\') {
-            if (i + 1 >= text.size()) return make_error("--srun-args: trailing backslash");
+            if (i + 1 >= text.size()) return make_error(option + ": trailing backslash");
             cur.push_back(text[++i]);
             in_word = true;
         } else {
@@ -129,23 +135,32 @@ Result<std::vector<std::string>> split_srun_args(const std::string &text) {
         }
     }
     if (in_word) words.push_back(std::move(cur));
-    // omni-launch decides these per step; a second value would silently win or conflict.
-    static const char *const reserved_long[] = {"--ntasks", "--nodes", "--mpi", "--job-name",
-                                                "--no-kill", "--export"};
-    static const char *const reserved_short[] = {"-n", "-N", "-J", "-k"};
     for (const auto &w : words) {
-        for (const char *r : reserved_long) {
-            std::string_view rv(r);
+        for (auto rv : reserved_long)
             if (w == rv || (w.size() > rv.size() && w.compare(0, rv.size(), rv) == 0 && w[rv.size()] == '='))
-                return make_error("--srun-args: '" + w + "' is set by omni-launch itself");
-        }
-        for (const char *r : reserved_short) {
-            std::string_view rv(r);
+                return make_error(option + ": '" + w + "' is set by omni-launch itself");
+        for (auto rv : reserved_short)
             if (w.compare(0, rv.size(), rv) == 0)
-                return make_error("--srun-args: '" + w + "' is set by omni-launch itself");
-        }
+                return make_error(option + ": '" + w + "' is set by omni-launch itself");
     }
     return words;
+}
+
+}  // namespace
+
+Result<std::vector<std::string>> split_srun_args(const std::string &text) {
+    // omni-launch decides these per step; a second value would silently win or conflict.
+    return split_option_words(text, "--srun-args",
+                              {"--ntasks", "--nodes", "--mpi", "--job-name", "--no-kill", "--export"},
+                              {"-n", "-N", "-J", "-k"});
+}
+
+Result<std::vector<std::string>> split_sbatch_args(const std::string &text) {
+    // The satellite's shape comes from its units; its name is how omni-launch finds it; its
+    // environment carries the coordinator and the secret.
+    return split_option_words(text, "--satellite-args",
+                              {"--ntasks", "--nodes", "--job-name", "--export", "--wrap", "--parsable"},
+                              {"-n", "-N", "-J"});
 }
 
 std::uint32_t unit_nodes(std::uint32_t unit_size, const Allocation &a) {

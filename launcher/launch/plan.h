@@ -56,6 +56,9 @@ Result<std::vector<std::uint32_t>> parse_unit_list(const std::string &text);
 // omni-launch sets itself (-n/--ntasks, -N/--nodes, --mpi, -J/--job-name, -k/--no-kill,
 // --export), naming the offending word.
 Result<std::vector<std::string>> split_srun_args(const std::string &text);
+// The same for --satellite-args (sbatch options of satellite jobs), refusing what omni-launch
+// sets itself there: -n/--ntasks, -N/--nodes, -J/--job-name, --export, --wrap, --parsable.
+Result<std::vector<std::string>> split_sbatch_args(const std::string &text);
 
 struct StepSpec {
     std::string srun = "srun";           // the srun program

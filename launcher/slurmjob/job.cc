@@ -81,6 +81,15 @@ Result<JobInfo> parse_scontrol_job(const std::string &text, std::uint32_t job_id
             if (!nodes) return Error{nodes.error()};
             job.nodes = std::move(nodes).value();
             have_nodes = true;
+        } else if (indent == 3 && body.rfind("Partition=", 0) == 0) {
+            word_value(body, "Partition", job.partition);
+        } else if (indent == 3 && body.rfind("OverSubscribe=", 0) == 0) {
+            word_value(body, "OverSubscribe", v);
+            job.exclusive = v == "NO";
+        } else if (indent == 3 && body.rfind("PreemptEligibleTime=", 0) == 0) {
+            job.preempted = word_value(body, "PreemptTime", v) && v != "None";
+        } else if (indent == 3 && body.rfind("TresPerNode=", 0) == 0) {
+            word_value(body, "TresPerNode", job.tres_per_node);
         } else if (indent == 3 && body.rfind("BatchHost=", 0) == 0) {
             word_value(body, "BatchHost", job.batch_host);
         } else if (indent == 5 && body.rfind("Nodes=", 0) == 0) {
@@ -135,8 +144,11 @@ std::map<std::string, std::string> allocation_environment(const JobInfo &job,
     env["SLURM_NODELIST"] = list;
     env["SLURM_JOB_NUM_NODES"] = count;
     env["SLURM_NNODES"] = count;
-    if (!job.cpus.empty()) env["SLURM_JOB_CPUS_PER_NODE"] = compress_counts(job.cpus);
     unset = {"SLURM_NTASKS", "SLURM_NPROCS", "SLURM_TASKS_PER_NODE"};
+    // Slurm lists per-node CPUs only for the nodes the job started with (an expansion adds
+    // nodes without them): a count that no longer holds is left out rather than kept stale.
+    if (!job.cpus.empty()) env["SLURM_JOB_CPUS_PER_NODE"] = compress_counts(job.cpus);
+    else unset.push_back("SLURM_JOB_CPUS_PER_NODE");
     return env;
 }
 
@@ -147,6 +159,51 @@ Status release_nodes(std::uint32_t job_id, const std::vector<std::string> &keep,
                             "NodeList=" + compress_hostlist(keep)},
                            timeout_ms, 1 << 16, {"SLURM_JOB_ID", "SLURM_JOBID"});
     if (!out) return make_error("releasing nodes of job " + std::to_string(job_id) + ": " + out.error());
+    return Status::success();
+}
+
+Result<std::uint32_t> submit_batch(const std::vector<std::string> &args, const std::string &script,
+                                   const std::map<std::string, std::string> &set,
+                                   const std::vector<std::string> &unset, std::int64_t timeout_ms) {
+    std::vector<std::string> argv = {"sbatch", "--parsable"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.push_back(script);
+    auto out = run_capture(argv, timeout_ms, 1 << 16, unset, set);
+    if (!out) return make_error("submitting a job: " + out.error());
+    // "ID" or "ID;CLUSTER", then a newline.
+    std::string text = out.value().substr(0, out.value().find_first_of(";\n"));
+    auto id = parse_uint(text, 1, UINT32_MAX, "sbatch --parsable");
+    if (!id) return make_error("submitting a job: " + id.error());
+    return static_cast<std::uint32_t>(id.value());
+}
+
+Result<std::map<std::uint32_t, std::string>> live_jobs_named(const std::string &name,
+                                                              std::int64_t timeout_ms) {
+    auto out = run_capture({"squeue", "--me", "--noheader", "--name", name, "--format", "%i %T"},
+                           timeout_ms);
+    if (!out) return make_error("listing jobs named " + name + ": " + out.error());
+    std::map<std::uint32_t, std::string> jobs;
+    std::istringstream lines(out.value());
+    std::string line;
+    while (std::getline(lines, line)) {
+        std::istringstream words(line);
+        std::string id_text, state;
+        if (!(words >> id_text >> state)) continue;
+        auto id = parse_uint(id_text, 1, UINT32_MAX, "squeue job id");
+        if (!id) return make_error("listing jobs named " + name + ": " + id.error());
+        jobs[static_cast<std::uint32_t>(id.value())] = state;
+    }
+    return jobs;
+}
+
+Status cancel_jobs(const std::vector<std::uint32_t> &ids, std::int64_t timeout_ms) {
+    if (ids.empty()) return Status::success();
+    std::vector<std::string> argv = {"scancel"};
+    for (auto id : ids) argv.push_back(std::to_string(id));
+    // scancel of a job that just ended reports it and exits 0 (22.05); any other failure is
+    // the caller's to log.
+    auto out = run_capture(argv, timeout_ms, 1 << 16);
+    if (!out) return make_error("cancelling jobs: " + out.error());
     return Status::success();
 }
 

@@ -27,6 +27,10 @@ struct JobInfo {
     std::string node_list;                 // NodeList as Slurm wrote it ("n[1-4]")
     std::vector<std::string> nodes;        // expanded, in Slurm's order
     std::vector<std::uint32_t> cpus;       // allocated CPUs per node, in `nodes` order
+    std::string partition;                 // Partition
+    std::string tres_per_node;             // TresPerNode ("gres:gpu:2"), empty when none
+    bool exclusive = false;                // OverSubscribe=NO: whole nodes
+    bool preempted = false;                // PreemptTime is set: Slurm is preempting it
 };
 
 // Parses the multi-line output of `scontrol show job -d J`. Fields are taken only where a line
@@ -53,6 +57,21 @@ std::map<std::string, std::string> allocation_environment(const JobInfo &job,
 // writes no resize script into the working directory.
 Status release_nodes(std::uint32_t job_id, const std::vector<std::string> &keep,
                      std::int64_t timeout_ms);
+
+// Submits a batch job: `sbatch --parsable ARGS SCRIPT`. sbatch gets this process's
+// environment without the names in `unset` and with `set` applied; the job gets what sbatch
+// got (secrets travel this way: never on a command line). Returns the job id.
+Result<std::uint32_t> submit_batch(const std::vector<std::string> &args, const std::string &script,
+                                   const std::map<std::string, std::string> &set,
+                                   const std::vector<std::string> &unset, std::int64_t timeout_ms);
+
+// The caller's jobs named `name` that have not ended (squeue --me --name, its default
+// states): job id -> state (PENDING, RUNNING, COMPLETING, ...).
+Result<std::map<std::uint32_t, std::string>> live_jobs_named(const std::string &name,
+                                                              std::int64_t timeout_ms);
+
+// scancel of `ids` (none: nothing to do). Jobs that already ended are not an error.
+Status cancel_jobs(const std::vector<std::uint32_t> &ids, std::int64_t timeout_ms);
 
 // The names of the job's running steps (squeue --steps), e.g. "omni-u3".
 Result<std::vector<std::string>> job_step_names(std::uint32_t job_id, std::int64_t timeout_ms);

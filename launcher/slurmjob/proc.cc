@@ -94,10 +94,11 @@ int exit_code_of(int wait_status) {
 }
 
 Result<std::string> run_capture(const std::vector<std::string> &argv, std::int64_t timeout_ms,
-                                std::size_t max_bytes, const std::vector<std::string> &unset) {
+                                std::size_t max_bytes, const std::vector<std::string> &unset,
+                                const std::map<std::string, std::string> &set) {
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) return make_error("pipe: " + std::string(std::strerror(errno)));
-    std::vector<std::string> env = environment_with({}, unset);
+    std::vector<std::string> env = environment_with(set, unset);
     auto pid = spawn_with(argv, env, fds[1]);
     ::close(fds[1]);
     if (!pid) {

@@ -35,10 +35,11 @@ int exit_code_of(int wait_status);
 
 // Runs a short command and returns its stdout (at most `max_bytes`). Fails if it does not
 // exit 0 within `timeout_ms` (it is killed then), naming the command. The command gets this
-// process's environment without the variables named in `unset`.
+// process's environment without the variables named in `unset`, with `set` applied.
 Result<std::string> run_capture(const std::vector<std::string> &argv, std::int64_t timeout_ms,
                                 std::size_t max_bytes = 1 << 20,
-                                const std::vector<std::string> &unset = {});
+                                const std::vector<std::string> &unset = {},
+                                const std::map<std::string, std::string> &set = {});
 
 // Path of the running executable (/proc/self/exe), for the per-task shim.
 Result<std::string> self_executable();

@@ -18,7 +18,7 @@ for i in 0 1; do
   [ -c "$dir/dev/nvidia$i" ] || fail "$dir/dev/nvidia$i is not a character device"
   expect_eq "major,minor of nvidia$i" "$(stat -c '%t,%T' "$dir/dev/nvidia$i")" "c3,$i"
 done
-expect_eq "node states" "$(sinfo -h -N -o '%N %T' | sort | tr '\n' ' ')" \
+expect_eq "node states" "$(sinfo -h -N -p omni -o '%N %T' | sort | tr '\n' ' ')" \
   "n1 idle n2 idle n3 idle n4 idle "
 expect_eq "gres per node" "$(sinfo -h -N -o '%G' | sort -u)" "gpu:h100:2"
 

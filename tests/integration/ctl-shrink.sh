@@ -24,15 +24,11 @@ write_static_job static.sh 4 "$train"
 elastic_job shrink.sh shrink "--units 4 --boundary-timeout 30" \
   "$train --pace-ms 150 --sample-log $work/samples" <<EOS
 at_step 8 || exit 11
-bad() {  # bad NAME ARGS...: a refused request, its exit status and message
-  "$ctl" shrink "\${@:2}" >"$work/bad-\$1.out" 2>&1
-  echo "bad \$1 \$?"
-}
-bad same --units 4
-bad ga --units 3
-bad batchhost --nodes "\$SLURMD_NODENAME"
-bad notinjob --nodes n9
-bad zero --units 0
+bad same shrink --units 4
+bad ga shrink --units 3
+bad batchhost shrink --nodes "\$SLURMD_NODENAME"
+bad notinjob shrink --nodes n9
+bad zero shrink --units 0
 "$ctl" shrink --units 2 >"$work/shrink-ctl.out" 2>&1
 echo "shrink-exit \$?"
 scontrol show job "\$SLURM_JOB_ID" | sed -n 's/^ *NodeList=\(.*\)/\1/p' >"$work/nodelist.txt"
@@ -44,13 +40,6 @@ node=\$(sed -n 's/^released \([^,:]*\).*/\1/p' "$work/shrink-ctl.out")
 probe=\$!
 # 2 -> 1, and once that applied, 1 -> 2 (a grow asked for before would replace the shrink).
 # Early enough that the joining step, started under load, is in well before step 60.
-units_are() {  # wait until the coordinator reports \$1 units (bounded)
-  for _ in \$(seq 300); do
-    "$ctl" status --json 2>/dev/null | grep -q "^  \"units\": \$1,\$" && return 0
-    sleep 0.1
-  done
-  echo "never had \$1 units"; return 1
-}
 at_step 20 && "$ctl" reshape --units 1 && units_are 1 || exit 12
 "$ctl" reshape --units 2 || exit 13
 # The joining rank (unit 4, started after the shrink): the job as its task sees it.

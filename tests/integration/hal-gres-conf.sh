@@ -29,7 +29,7 @@ if grep -iE 'error.*gres|gres.*error|invalid' "$dir/log/slurmd-n1.log"; then
   fail "slurmd complained about the gres.conf (above)"
 fi
 # Cores=0-1 lie on socket 0, which Slurm shows as the GPUs' socket affinity.
-expect_eq "gres seen by slurmctld" "$(sinfo -h -N -o '%G')" "gpu:h100:2(S:0)"
+expect_eq "gres seen by slurmctld" "$(sinfo -h -N -p omni -o '%G')" "gpu:h100:2(S:0)"
 one=$(srun -N1 --gres=gpu:1 printenv CUDA_VISIBLE_DEVICES)
 case "$one" in 0|1) ;; *) fail "--gres=gpu:1 gave CUDA_VISIBLE_DEVICES='$one'" ;; esac
 expect_eq "--gres=gpu:2" "$(srun -N1 --gres=gpu:2 printenv CUDA_VISIBLE_DEVICES)" "0,1"

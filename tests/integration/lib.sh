@@ -145,15 +145,20 @@ EOS
 
 # elastic_job FILE NAME 'LAUNCH ARGS' 'TRAINER ARGS' < BODY: a batch script that runs
 # omni-train-demo under omni-launch in the background, its metrics in $work/NAME.jsonl and
-# its events in $work/NAME-events.jsonl, then BODY (shell lines read from stdin, which may
-# call `at_step N` to wait for step N), then waits for omni-launch, prints
-# "launch-exit STATUS" and exits with it.
+# its events in $work/NAME-events.jsonl, then BODY (shell lines read from stdin), then waits
+# for omni-launch, prints "launch-exit STATUS" and exits with it. BODY may call
+#   at_step N            wait for step N;
+#   units_are K          wait (30 s at most) until the coordinator reports K units;
+#   bad NAME ARGS...     run omni-ctl ARGS, its output to $work/bad-NAME.out, and print
+#                        "bad NAME STATUS" (for the refusals a test expects).
 elastic_job() {
   {
     printf '#!/bin/bash\n# Written by %s: the trainer under omni-launch (%s).\nset -u\n' "$test_name" "$2"
     printf '"%s" %s --events "%s" -- "%s" %s --metrics "%s" &\n' \
       "$launch" "$3" "$work/$2-events.jsonl" "$demo" "$4" "$work/$2.jsonl"
     printf 'pid=$!\nat_step() { "%s" "%s" "$1"; }\n' "$at_step" "$work/$2.jsonl"
+    printf 'units_are() {\n  for _ in $(seq 300); do\n    "%s" status --json 2>/dev/null | grep -q "^  \\"units\\": $1,$" && return 0\n    sleep 0.1\n  done\n  echo "never had $1 units"; return 1\n}\n' "$ctl"
+    printf 'bad() { "%s" "${@:2}" >"%s/bad-$1.out" 2>&1; echo "bad $1 $?"; }\n' "$ctl" "$work"
     cat
     printf 'wait $pid\nrc=$?\necho "launch-exit $rc"\nexit $rc\n'
   } >"$1"

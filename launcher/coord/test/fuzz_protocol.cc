@@ -52,7 +52,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t *data, std::size_t size
             case Op::Boundary: out = p.boundary(q.id, q.generation, q.step, now, q.batch); break;
             case Op::Lost: out = p.lost(q.id, now); break;
             case Op::Ready: (void)p.ready(q.id, q.generation, now); break;
-            case Op::Reshape: (void)p.request_reshape(q.units, now, q.leave); break;
+            case Op::Reshape: (void)p.request_reshape(q.units, now, q.leave, q.via); break;
             case Op::Stop: out = p.request_stop(q.reason); break;
             default: break;
             }

@@ -363,6 +363,23 @@ TEST(Protocol, ReshapeBackToCurrentCancels) {
     EXPECT_EQ(same_decision(all_arrive(p, 1, 1, {"u0", "u1"}))->kind, DecisionKind::Continue);
 }
 
+// Where a grow's units start is kept with its target, shown in the status, and dropped with
+// it; it means nothing to a shrink.
+TEST(Protocol, GrowViaTravelsWithTheTarget) {
+    auto p = formed(config(1, 2, 1, 4), 2);
+    EXPECT_FALSE(p.request_reshape(1, 0, {}, kViaSatellite));  // a shrink
+    EXPECT_FALSE(p.request_reshape(4, 0, {}, "expand"));
+    ASSERT_TRUE(p.request_reshape(4, 0, {}, kViaSatellite));
+    EXPECT_EQ(p.status().target_units, std::optional<std::uint32_t>(4));
+    EXPECT_EQ(p.status().target_via, kViaSatellite);
+    // The same target asked again without it: now in the allocation.
+    ASSERT_TRUE(p.request_reshape(4, 0));
+    EXPECT_EQ(p.status().target_via, kViaAllocation);
+    ASSERT_TRUE(p.request_reshape(4, 0, {}, kViaSatellite));
+    ASSERT_TRUE(p.request_reshape(2, 0));  // back to the current size: cancelled
+    EXPECT_FALSE(p.status().target_units);
+}
+
 TEST(Protocol, AnnouncedShrinkAppliesAtTheFollowingBoundary) {
     auto c = config(1, 4, 1, 4);
     c.announce_planned = true;

@@ -240,3 +240,21 @@ TEST(Wire, OptionalNodeAndLeavingUnits) {
     EXPECT_EQ(err(R"({"v":1,"op":"status","rid":1,"node":"n1"})"),
               "op status: unexpected field 'node'");
 }
+
+TEST(Wire, GrowVia) {
+    auto r = parse(R"({"v":1,"op":"reshape","rid":2,"units":4,"via":"satellite"})");
+    ASSERT_TRUE(r) << r.error();
+    EXPECT_EQ(r.value().via, "satellite");
+    auto back = parse(request_header(r.value()));
+    ASSERT_TRUE(back) << back.error();
+    EXPECT_EQ(back.value().via, "satellite");
+    auto plain = parse(R"({"v":1,"op":"reshape","rid":3,"units":2})");
+    ASSERT_TRUE(plain);
+    EXPECT_TRUE(plain.value().via.empty());
+    EXPECT_EQ(err(R"({"v":1,"op":"reshape","rid":1,"units":2,"via":"expand"})"),
+              "op reshape: 'via' is 'expand': expected allocation or satellite");
+    EXPECT_EQ(err(R"({"v":1,"op":"reshape","rid":1,"units":2,"via":3})"),
+              "op reshape: field 'via' must be a string");
+    EXPECT_EQ(err(R"({"v":1,"op":"join","rid":1,"id":"a","unit":0,"slot":0,"via":"satellite"})"),
+              "op join: unexpected field 'via'");
+}

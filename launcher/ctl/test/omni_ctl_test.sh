@@ -61,7 +61,7 @@ assert s["min_units"] == 1 and s["max_units"] == 4, s
 assert [m["rank"] for m in s["members"]] == [0, 1], s
 # Every field omni-ctl(1) documents, and no other.
 documented = {"phase", "generation", "units", "world", "unit_size", "min_units", "max_units",
-              "target_units", "target_leave", "boundary_step", "arrived", "last_step",
+              "target_units", "target_leave", "target_via", "boundary_step", "arrived", "last_step",
               "pending_joiners", "lost", "unit_ids", "members", "last_decision", "last_change",
               "change_pause_ms", "global_batch", "micro_batch", "grad_accum", "samples_per_s",
               "changes", "kv", "coordinator"}

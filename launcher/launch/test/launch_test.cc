@@ -16,6 +16,7 @@
 #include "launch/metrics.h"
 #include "launch/options.h"
 #include "launch/plan.h"
+#include "launch/satellite.h"
 
 using namespace omni::launcher;
 
@@ -66,6 +67,8 @@ TEST(LaunchOptions, UsageErrorsNameTheOption) {
              {{"--job-dir", "rel", "--", "x"}, "absolute path"},
              {{"--srun-args", "-n 4", "--", "x"}, "'-n' is set by omni-launch"},
              {{"--srun-args", "--gres='gpu:1", "--", "x"}, "unbalanced single quote"},
+             {{"--satellite-args", "--job-name=x", "--", "x"}, "--satellite-args: '--job-name=x' is set by omni-launch"},
+             {{"--satellite", "--dry-run", "--", "x"}, "--satellite and --dry-run"},
              {{"--frobnicate", "--", "x"}, "frobnicate"},
          }) {
         auto p = parse(c.args);
@@ -288,4 +291,83 @@ TEST(LaunchMetrics, AtomicWrite) {
     EXPECT_NE(bad.error().find("No such file or directory"), std::string::npos) << bad.error();
     ::unlink(path.c_str());
     ::rmdir(dir);
+}
+
+TEST(LaunchPlan, SbatchArgsSplitting) {
+    auto w = split_sbatch_args("--partition=scavenger --qos='low prio' -t 10");
+    ASSERT_TRUE(w) << w.error();
+    EXPECT_EQ(w.value(), (std::vector<std::string>{"--partition=scavenger", "--qos=low prio", "-t", "10"}));
+    for (const char *bad : {"--job-name=x", "-Jx", "--nodes=2", "-N2", "--ntasks=4", "-n4",
+                            "--export=NONE", "--wrap=true", "--parsable"}) {
+        auto r = split_sbatch_args(bad);
+        ASSERT_FALSE(r) << bad;
+        EXPECT_NE(r.error().find("--satellite-args: '"), std::string::npos) << r.error();
+    }
+    EXPECT_TRUE(split_sbatch_args("--mpi=pmix"));  // an srun option: no business of sbatch's here
+}
+
+// The satellite of job 41 for units 6 and 7 of 2 ranks on one node each, in a job on the
+// partition "gpu" holding 4 GPUs per node, whole nodes.
+TEST(LaunchSatellite, SbatchArgsAndScript) {
+    SatelliteSpec s;
+    s.main_job = 41;
+    s.units = {6, 7};
+    s.unit_size = 2;
+    s.unit_nodes = 1;
+    s.partition = "gpu";
+    s.tres_per_node = "gres:gpu:4";
+    s.exclusive = true;
+    s.sbatch_extra = {"--qos=scavenger"};
+    s.self = "/opt/omni/bin/omni-launch";
+    s.srun_extra = {"--gres=gpu:2", "--comment=a b"};
+    s.boundary_timeout_ms = 45000;
+    s.program = {"./train", "--data", "it's here"};
+    EXPECT_EQ(satellite_job_name(41), "omni-sat-41");
+    EXPECT_EQ(satellite_sbatch_args(s),
+              (std::vector<std::string>{"--job-name=omni-sat-41", "--nodes=2", "--ntasks=4", "--partition=gpu",
+                                        "--gres=gpu:4", "--exclusive", "--qos=scavenger"}));
+    const std::string script = satellite_script(s);
+    EXPECT_EQ(script.rfind("#!/bin/sh\n", 0), 0u);
+    // Its last line runs omni-launch; --srun-args is the one word that splits back into them.
+    const std::string run = script.substr(script.rfind('\n', script.size() - 2) + 1);
+    EXPECT_EQ(run, std::string(R"(exec /opt/omni/bin/omni-launch --satellite --boundary-timeout 45 --srun-args )") +
+                       R"('--gres=gpu:2 '\''--comment=a b'\''' -- ./train --data 'it'\''s here')" + "\n");
+    auto back = split_srun_args("--gres=gpu:2 '--comment=a b'");
+    ASSERT_TRUE(back);
+    EXPECT_EQ(back.value(), s.srun_extra);
+    // A job without GRES or a partition name: none asked for.
+    s.tres_per_node.clear();
+    s.partition.clear();
+    s.exclusive = false;
+    s.sbatch_extra.clear();
+    EXPECT_EQ(satellite_sbatch_args(s), (std::vector<std::string>{"--job-name=omni-sat-41", "--nodes=2", "--ntasks=4"}));
+}
+
+TEST(LaunchSatellite, Environment) {
+    SatelliteSpec s;
+    s.main_job = 41;
+    s.units = {6, 7};
+    s.unit_size = 2;
+    const char *env[] = {"SLURM_JOB_ID=41", "SLURM_CONF=/etc/slurm/slurm.conf", "SBATCH_PARTITION=x",
+                         "OMNI_UNIT_ID=0", "OMNI_ELASTIC_MAX=8", "HOME=/root", "SLURMD_NODENAME=n1",
+                         "BROKEN", nullptr};
+    auto unset = satellite_env_unset(env);
+    auto has = [&](const char *n) { return std::find(unset.begin(), unset.end(), n) != unset.end(); };
+    EXPECT_TRUE(has("SLURM_JOB_ID"));
+    EXPECT_TRUE(has("SBATCH_PARTITION"));
+    EXPECT_TRUE(has("OMNI_UNIT_ID"));
+    EXPECT_FALSE(has("SLURM_CONF"));        // sbatch must find the same cluster
+    EXPECT_FALSE(has("OMNI_ELASTIC_MAX"));  // the job's options hold for its satellites too
+    EXPECT_FALSE(has("HOME"));
+    EXPECT_FALSE(has("SLURMD_NODENAME"));   // no SLURM_ prefix: slurmd sets it afresh
+    auto set = satellite_env_set(s, "tcp://10.0.0.1:4000", "SECRET", "/tmp/omni-0/job-c-41");
+    EXPECT_EQ(set, (std::map<std::string, std::string>{{"OMNI_COORD_ADDR", "tcp://10.0.0.1:4000"},
+                                                        {"OMNI_COORD_SECRET", "SECRET"},
+                                                        {"OMNI_JOB_DIR", "/tmp/omni-0/job-c-41"},
+                                                        {"OMNI_UNIT_SIZE", "2"},
+                                                        {"OMNI_SATELLITE_UNITS", format_unit_list({6, 7})},
+                                                        {"OMNI_SATELLITE_OF", "41"}}));
+    auto units = parse_unit_list(set.at("OMNI_SATELLITE_UNITS"));
+    ASSERT_TRUE(units);
+    EXPECT_EQ(units.value(), s.units);
 }

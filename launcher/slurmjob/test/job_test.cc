@@ -43,6 +43,44 @@ const char *kJob2 = R"(JobId=2 JobName=my job NodeList=x
    
 )";
 
+// `scontrol show job -d 3` three seconds after a job of the omni partition (higher
+// PriorityTier) asked for its nodes, on the local cluster (4 nodes x 2 fake GPUs), for
+//   sbatch -p scavenger -N2 --exclusive --gres=gpu:2 -J 'sat PreemptTime=x' --wrap 'sleep 120'
+const char *kJob3Preempted = R"(JobId=3 JobName=sat PreemptTime=x
+   UserId=root(0) GroupId=root(0) MCS_label=N/A
+   Priority=4294901757 Nice=0 Account=root QOS=normal
+   JobState=RUNNING Reason=None Dependency=(null)
+   Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0
+   DerivedExitCode=0:0
+   RunTime=00:00:03 TimeLimit=UNLIMITED TimeMin=N/A
+   SubmitTime=2026-12-04T09:41:49 EligibleTime=2026-12-04T09:41:49
+   AccrueTime=2026-12-04T09:41:49
+   StartTime=2026-12-04T09:41:50 EndTime=Unknown Deadline=N/A
+   PreemptEligibleTime=2026-12-04T09:41:50 PreemptTime=2026-12-04T09:41:53
+   SuspendTime=None SecsPreSuspend=0 LastSchedEval=2026-12-04T09:41:50 Scheduler=Main
+   Partition=scavenger AllocNode:Sid=localhost:1306
+   ReqNodeList=(null) ExcNodeList=(null)
+   NodeList=n[1-2]
+   BatchHost=n1
+   NumNodes=2 NumCPUs=4 NumTasks=2 CPUs/Task=1 ReqB:S:C:T=0:0:*:*
+   TRES=cpu=4,node=2,billing=4,gres/gpu=4
+   Socks/Node=* NtasksPerN:B:S:C=0:0:*:* CoreSpec=*
+   JOB_GRES=gpu:h100:4
+     Nodes=n[1-2] CPU_IDs=0-1 Mem=0 GRES=gpu:h100:2(IDX:0-1)
+   MinCPUsNode=1 MinMemoryNode=0 MinTmpDiskNode=0
+   Features=(null) DelayBoot=00:00:00
+   OverSubscribe=NO Contiguous=0 Licenses=(null) Network=(null)
+   Command=(null)
+   WorkDir=/tmp
+   StdErr=/dev/null
+   StdIn=/dev/null
+   StdOut=/dev/null
+   Power=
+   TresPerNode=gres:gpu:2
+   
+
+)";
+
 }  // namespace
 
 TEST(ScontrolJob, ParsesTheFieldsAtTheirLineStarts) {
@@ -55,6 +93,29 @@ TEST(ScontrolJob, ParsesTheFieldsAtTheirLineStarts) {
     EXPECT_EQ(j.value().node_list, "n[1-3]");  // not the job name's "NodeList=x"
     EXPECT_EQ(j.value().nodes, (std::vector<std::string>{"n1", "n2", "n3"}));
     EXPECT_EQ(j.value().cpus, (std::vector<std::uint32_t>{2, 1, 1}));
+    EXPECT_EQ(j.value().partition, "omni");
+    EXPECT_EQ(j.value().tres_per_node, "");
+    EXPECT_FALSE(j.value().exclusive);  // OverSubscribe=OK
+    EXPECT_FALSE(j.value().preempted);  // no PreemptTime line at all
+}
+
+// What a satellite needs: the main job's partition, GRES and exclusivity; and, for the
+// satellite itself, that Slurm is preempting it (the job name's "PreemptTime=x" is no field).
+TEST(ScontrolJob, PartitionGresExclusiveAndPreemption) {
+    auto j = parse_scontrol_job(kJob3Preempted, 3);
+    ASSERT_TRUE(j) << j.error();
+    EXPECT_EQ(j.value().partition, "scavenger");
+    EXPECT_EQ(j.value().tres_per_node, "gres:gpu:2");
+    EXPECT_TRUE(j.value().exclusive);
+    EXPECT_TRUE(j.value().preempted);
+    EXPECT_EQ(j.value().cpus, (std::vector<std::uint32_t>{2, 2}));
+    std::string before(kJob3Preempted);
+    auto at = before.find("PreemptTime=2026");
+    ASSERT_NE(at, std::string::npos);
+    std::string not_yet = before.substr(0, at) + "PreemptTime=None" + before.substr(before.find('\n', at));
+    auto k = parse_scontrol_job(not_yet, 3);
+    ASSERT_TRUE(k) << k.error();
+    EXPECT_FALSE(k.value().preempted);
 }
 
 TEST(ScontrolJob, RefusesAnotherJobsOutputAndMissingFields) {
@@ -109,4 +170,17 @@ TEST(ScontrolJob, AllocationEnvironmentAfterAShrink) {
     EXPECT_EQ(env.at("SLURM_NNODES"), "2");
     EXPECT_EQ(env.at("SLURM_JOB_CPUS_PER_NODE"), "2,1");
     EXPECT_EQ(unset, (std::vector<std::string>{"SLURM_NTASKS", "SLURM_NPROCS", "SLURM_TASKS_PER_NODE"}));
+}
+
+// After an expansion Slurm lists CPU_IDs for the first nodes only, and the job's CPUs per
+// node come back unknown: the stale count of the batch step is removed, not passed on.
+TEST(ScontrolJob, AllocationEnvironmentWithoutCpuDetails) {
+    auto j = parse_scontrol_job(kJob2, 2);
+    ASSERT_TRUE(j);
+    JobInfo job = j.value();
+    job.cpus.clear();
+    std::vector<std::string> unset;
+    auto env = allocation_environment(job, unset);
+    EXPECT_EQ(env.count("SLURM_JOB_CPUS_PER_NODE"), 0u);
+    EXPECT_NE(std::find(unset.begin(), unset.end(), "SLURM_JOB_CPUS_PER_NODE"), unset.end());
 }
