@@ -185,9 +185,13 @@ Result<std::string> job_dir_from_env(const char *(*get)(const char *)) {
         if (!ok || cluster == "." || cluster == "..")
             return make_error("SLURM_CLUSTER_NAME: " + omni::quoted(cluster) +
                               ": expected 1..64 letters, digits, '_', '-' or '.'");
-        cluster += "-";
     }
-    return "/tmp/omni-" + std::to_string(::geteuid()) + "/job-" + cluster + std::to_string(id.value());
+    return default_job_dir(::geteuid(), cluster, static_cast<std::uint32_t>(id.value()));
+}
+
+std::string default_job_dir(std::uint32_t uid, const std::string &cluster, std::uint32_t job_id) {
+    return "/tmp/omni-" + std::to_string(uid) + "/job-" + (cluster.empty() ? "" : cluster + "-") +
+           std::to_string(job_id);
 }
 
 Status publish_job_files(const std::string &dir, const std::string &secret,
@@ -219,7 +223,11 @@ Result<CoordinatorLocation> locate_coordinator(const std::string &address, const
     } else {
         if (auto st = need_dir(); !st) return Error{st.error()};
         auto a = read_private_file(d + "/" + kAddressFile, 256);
-        if (!a) return make_error("cannot find the coordinator: " + a.error());
+        if (!a)
+            return make_error("cannot find the coordinator: " + a.error() +
+                              (a.error().find("No such file") != std::string::npos
+                                   ? " (is omni-launch running in this job?)"
+                                   : ""));
         loc.endpoint = a.value();
     }
     if (env_secret && *env_secret && dir.empty()) {

@@ -14,6 +14,7 @@
 #ifndef OMNI_LAUNCHER_SECRET_H
 #define OMNI_LAUNCHER_SECRET_H
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -51,6 +52,10 @@ Result<std::string> read_private_file(const std::string &path, std::size_t max_b
 
 // The job's private directory from the environment (see above); `get` is getenv-like.
 Result<std::string> job_dir_from_env(const char *(*get)(const char *));
+// The default directory of job `job_id` of user `uid` on cluster `cluster` (empty: none):
+// /tmp/omni-UID/job-CLUSTER-JOBID, or /tmp/omni-UID/job-JOBID. `cluster` must already be
+// checked (job_dir_from_env does so for SLURM_CLUSTER_NAME).
+std::string default_job_dir(std::uint32_t uid, const std::string &cluster, std::uint32_t job_id);
 
 // omni-launch's side: writes DIR/secret and DIR/coordinator (mode 0600, DIR mode 0700).
 Status publish_job_files(const std::string &dir, const std::string &secret,

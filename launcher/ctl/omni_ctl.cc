@@ -11,18 +11,24 @@
 //
 // The coordinator's endpoint and the job secret come from --address / the environment
 // (OMNI_COORD_ADDR, OMNI_COORD_SECRET) or from the job's private directory (--job-dir,
-// OMNI_JOB_DIR, else /tmp/omni-UID/job-SLURM_CLUSTER_NAME-SLURM_JOB_ID).
+// OMNI_JOB_DIR, else /tmp/omni-UID/job-SLURM_CLUSTER_NAME-SLURM_JOB_ID). With --job J,
+// omni-ctl runs itself as a step of job J on its batch host (ctl/remote.h).
 // Exit: 0 success, 1 failure, 2 usage.
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <map>
 #include <optional>
 #include <set>
 #include <string>
 #include <thread>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
@@ -32,8 +38,10 @@
 #include "coord/client.h"
 #include "coord/protocol.h"
 #include "coord/secret.h"
+#include "ctl/remote.h"
 #include "ctl/shrink_plan.h"
 #include "slurmjob/job.h"
+#include "slurmjob/proc.h"
 
 namespace po = boost::program_options;
 using namespace omni::launcher;
@@ -322,6 +330,38 @@ int grow(CoordinatorClient &client, const GrowArgs &a) {
     }
 }
 
+// omni-ctl --job J: the coordinator of job J, read by a short step of the job
+// (ctl/remote.h).
+Result<CoordinatorLocation> locate_in_job(std::uint32_t job_id, std::int64_t timeout_ms) {
+    auto fail = [&](const std::string &msg) { return make_error("job " + std::to_string(job_id) + ": " + msg); };
+    auto job = load_job(job_id, timeout_ms);
+    if (!job) return fail(job.error());
+    if (job.value().state != "RUNNING") return fail("it is " + job.value().state + ", not running");
+    auto cluster = cluster_name(timeout_ms);
+    if (!cluster) return fail(cluster.error());
+    auto self = self_executable();
+    if (!self) return fail(self.error());
+    RemoteCall c;
+    c.job_id = job_id;
+    c.batch_host = job.value().batch_host;
+    c.job_user = job.value().user;
+    c.job_uid = job.value().uid;
+    c.cluster = cluster.value();
+    c.caller_uid = ::geteuid();
+    c.self = self.value();
+    auto cmd = remote_argv(c);
+    if (!cmd) return Error{cmd.error()};
+    // A step starts in well under a second; Slurm may retry its creation for a while.
+    auto out = run_capture(cmd.value(), std::max<std::int64_t>(timeout_ms, 30000), 1024);
+    if (!out) return fail("reading its coordinator in a step of the job: " + out.error());
+    auto printed = parse_printed_coordinator(out.value());
+    if (!printed) return fail(printed.error());
+    CoordinatorLocation loc{printed.value().first, printed.value().second};
+    if (auto e = parse_endpoint(loc.endpoint, false); !e) return fail(e.error());
+    if (auto st = check_secret_format(loc.secret); !st) return fail(st.error());
+    return loc;
+}
+
 }  // namespace
 
 static int run(int argc, char **argv);
@@ -344,9 +384,10 @@ static int run(int argc, char **argv) {
         "       omni-ctl [OPTIONS] shrink --units K | --nodes LIST [--job-id J] [--wait S]\n"
         "       omni-ctl [OPTIONS] grow --units K [--via satellite|allocation] [--wait S]\n"
         "       omni-ctl [OPTIONS] grow --cancel\n\n"
-        "Talks to the coordinator of the current slurm-omni job (see omni-ctl(1)).\n\nOptions");
+        "Talks to the coordinator of the current slurm-omni job, or with --job J of job J from\n"
+        "outside it (see omni-ctl(1)).\n\nOptions");
     std::string command, units_text, address, job_dir, timeout_text = "10000", nodes_text,
-        job_text, wait_text, via = kViaSatellite;
+        job_text, wait_text, via = kViaSatellite, remote_text;
     opts.add_options()
         ("help,h", "show this help and exit")
         ("json", "status: print the status as one JSON object")
@@ -361,20 +402,29 @@ static int run(int argc, char **argv) {
          "grow: where the new units start: satellite (a job of their own, default) or allocation "
          "(the job's own idle nodes)")
         ("cancel", "grow: withdraw a pending grow")
+        ("job", po::value<std::string>(&remote_text),
+         "J: ask the coordinator of job J from outside it (a login node), as a step of the job; "
+         "its owner and root may")
         ("address", po::value<std::string>(&address),
          "coordinator endpoint tcp://IPV4:PORT (default: $OMNI_COORD_ADDR or the job directory)")
         ("job-dir", po::value<std::string>(&job_dir),
          "the job's private directory (default: $OMNI_JOB_DIR, else /tmp/omni-UID/job-$SLURM_CLUSTER_NAME-$SLURM_JOB_ID)")
         ("timeout", po::value<std::string>(&timeout_text), "milliseconds to wait for the coordinator (default 10000)");
     po::options_description hidden;
-    hidden.add_options()("command", po::value<std::string>(&command));
+    hidden.add_options()("command", po::value<std::string>(&command))(kPrintCoordinatorOption + 2, "internal");
     po::options_description all;
     all.add(opts).add(hidden);
     po::positional_options_description pos;
     pos.add("command", 1);
     po::variables_map vm;
     try {
-        po::store(po::command_line_parser(argc, argv).options(all).positional(pos).run(), vm);
+        // No abbreviations: --job, --job-id and --job-dir differ only in their ends.
+        po::store(po::command_line_parser(argc, argv)
+                      .options(all)
+                      .positional(pos)
+                      .style(po::command_line_style::default_style & ~po::command_line_style::allow_guessing)
+                      .run(),
+                  vm);
         po::notify(vm);
     } catch (const po::error &e) {
         std::cerr << "omni-ctl: " << e.what() << "\nTry 'omni-ctl --help'.\n";
@@ -388,8 +438,10 @@ static int run(int argc, char **argv) {
         std::cerr << "omni-ctl: " << msg << "\nTry 'omni-ctl --help'.\n";
         return kExitUsage;
     };
-    if (command.empty()) return usage("a command is required: status, reshape, shrink or grow");
-    if (command != "status" && command != "reshape" && command != "shrink" && command != "grow")
+    if (command.empty() && !vm.count("print-coordinator"))
+        return usage("a command is required: status, reshape, shrink or grow");
+    if (command != "status" && command != "reshape" && command != "shrink" && command != "grow" &&
+        !vm.count("print-coordinator"))
         return usage("unknown command '" + command + "' (expected status, reshape, shrink or grow)");
     if (command == "status" && vm.count("units")) return usage("--units belongs to reshape, shrink and grow");
     if (command != "status" && vm.count("json")) return usage("--json belongs to status");
@@ -403,6 +455,15 @@ static int run(int argc, char **argv) {
             if (vm.count(o)) return usage(std::string("--") + o + " belongs to grow");
     auto timeout = omni::parse_uint(timeout_text, 1, 3600000, "--timeout");
     if (!timeout) return usage(timeout.error());
+    std::uint32_t remote_job = 0;
+    if (vm.count("job")) {
+        if (vm.count("address") || vm.count("job-dir"))
+            return usage("--job finds the job's coordinator itself: drop --address and --job-dir");
+        if (vm.count("job-id")) return usage("--job names the job already: drop --job-id");
+        auto j = omni::parse_uint(remote_text, 1, UINT32_MAX, "--job");
+        if (!j) return usage(j.error());
+        remote_job = static_cast<std::uint32_t>(j.value());
+    }
     std::uint32_t units = 0;
     ShrinkArgs shrink_args;
     shrink_args.request_timeout_ms = static_cast<std::int64_t>(timeout.value());
@@ -419,12 +480,16 @@ static int run(int argc, char **argv) {
             shrink_args.nodes = std::move(n).value();
         }
         const char *job_env = env("SLURM_JOB_ID");
-        if (!vm.count("job-id") && !job_env)
-            return usage("shrink gives nodes back to a Slurm job: run it inside the job or name it with --job-id");
-        auto j = omni::parse_uint(vm.count("job-id") ? job_text : job_env, 1, UINT32_MAX,
-                                  vm.count("job-id") ? "--job-id" : "SLURM_JOB_ID");
-        if (!j) return usage(j.error());
-        shrink_args.job_id = static_cast<std::uint32_t>(j.value());
+        if (!vm.count("job-id") && !job_env && !remote_job)
+            return usage("shrink gives nodes back to a Slurm job: run it inside the job, or name it with --job (from outside) or --job-id");
+        if (remote_job) {
+            shrink_args.job_id = remote_job;
+        } else {
+            auto j = omni::parse_uint(vm.count("job-id") ? job_text : job_env, 1, UINT32_MAX,
+                                      vm.count("job-id") ? "--job-id" : "SLURM_JOB_ID");
+            if (!j) return usage(j.error());
+            shrink_args.job_id = static_cast<std::uint32_t>(j.value());
+        }
         if (vm.count("wait")) {
             auto w = omni::parse_uint(wait_text, 1, 86400, "--wait");
             if (!w) return usage(w.error());
@@ -462,7 +527,19 @@ static int run(int argc, char **argv) {
         if (auto e = parse_endpoint(address, false); !e) return usage(e.error());
     }
 
-    auto target = locate_coordinator(address, job_dir, env);
+    if (vm.count("print-coordinator")) {
+        if (!vm.count("job-dir") || !command.empty())
+            return usage(std::string(kPrintCoordinatorOption) + " is internal to omni-ctl --job (it needs --job-dir and no command)");
+        auto where = locate_coordinator("", job_dir, env);
+        if (!where) {
+            std::cerr << "omni-ctl: " << where.error() << "\n";
+            return kExitFail;
+        }
+        std::cout << where.value().endpoint << "\n" << where.value().secret << "\n";
+        return kExitOk;
+    }
+    auto target = remote_job ? locate_in_job(remote_job, static_cast<std::int64_t>(timeout.value()))
+                             : locate_coordinator(address, job_dir, env);
     if (!target) {
         std::cerr << "omni-ctl: " << target.error() << "\n";
         return kExitFail;

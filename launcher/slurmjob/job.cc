@@ -207,6 +207,19 @@ Status cancel_jobs(const std::vector<std::uint32_t> &ids, std::int64_t timeout_m
     return Status::success();
 }
 
+Result<std::string> cluster_name(std::int64_t timeout_ms) {
+    auto out = run_capture({"scontrol", "show", "config"}, timeout_ms);
+    if (!out) return make_error("reading Slurm's configuration: " + out.error());
+    std::istringstream lines(out.value());
+    std::string line;
+    while (std::getline(lines, line)) {
+        std::istringstream words(line);
+        std::string key, eq, value;
+        if (words >> key >> eq >> value && key == "ClusterName" && eq == "=") return value;
+    }
+    return make_error("scontrol show config: no ClusterName");
+}
+
 Result<std::vector<std::string>> job_step_names(std::uint32_t job_id, std::int64_t timeout_ms) {
     auto out = run_capture({"squeue", "--steps", "--noheader", "--jobs", std::to_string(job_id),
                             "--format", "%j"},

@@ -73,6 +73,9 @@ Result<std::map<std::uint32_t, std::string>> live_jobs_named(const std::string &
 // scancel of `ids` (none: nothing to do). Jobs that already ended are not an error.
 Status cancel_jobs(const std::vector<std::uint32_t> &ids, std::int64_t timeout_ms);
 
+// The cluster's name (ClusterName in `scontrol show config`).
+Result<std::string> cluster_name(std::int64_t timeout_ms);
+
 // The names of the job's running steps (squeue --steps), e.g. "omni-u3".
 Result<std::vector<std::string>> job_step_names(std::uint32_t job_id, std::int64_t timeout_ms);
 

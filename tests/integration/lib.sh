@@ -20,7 +20,7 @@ need_root() {
 # A scratch directory removed at exit (jobs run as root, so any path works).
 work=$(mktemp -d /tmp/omni-it-"$test_name".XXXXXX)
 chmod 0755 "$work"   # the cluster inside runs munged as user munge
-cleanup_work() { rm -rf "$work"; }
+cleanup_work() { [ -n "${OMNI_KEEP_WORK:-}" ] || rm -rf "$work"; }
 trap cleanup_work EXIT
 own_cluster=
 

@@ -28,7 +28,7 @@ grep -q "reshape --units K" "$tmp/help" || { echo "FAIL: help text"; fails=$((fa
 "$OMNI_CTL" shrink >/dev/null 2>&1; check "shrink without --units or --nodes" 2 $?
 "$OMNI_CTL" shrink --units 2 --nodes n2 >/dev/null 2>&1; check "shrink with both" 2 $?
 "$OMNI_CTL" shrink --units 2 >"$tmp/err" 2>&1; check "shrink outside a job" 2 $?
-grep -q "run it inside the job or name it with --job-id" "$tmp/err" || { echo "FAIL: shrink without a job: $(cat "$tmp/err")"; fails=$((fails + 1)); }
+grep -q "run it inside the job, or name it with --job (from outside) or --job-id" "$tmp/err" || { echo "FAIL: shrink without a job: $(cat "$tmp/err")"; fails=$((fails + 1)); }
 "$OMNI_CTL" shrink --nodes 'n[' --job-id 7 >"$tmp/err" 2>&1; check "shrink --nodes n[" 2 $?
 grep -q "expected a Slurm host list" "$tmp/err" || { echo "FAIL: bad host list message: $(cat "$tmp/err")"; fails=$((fails + 1)); }
 "$OMNI_CTL" shrink --units 2 --job-id 0 >/dev/null 2>&1; check "shrink --job-id 0" 2 $?
