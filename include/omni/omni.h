@@ -170,6 +170,16 @@ int omni_start(uint64_t *step, int *rewind);
  * OMNI_ESTATE (before omni_start, after STOP/LEFT). */
 int omni_boundary(uint64_t step, omni_decision *out);
 
+/* Asks the coordinator to stop the whole job at the next boundary every rank reaches: there
+ * every rank gets STOP (checkpoint, then exit 0). `reason` (1..64 characters) goes to
+ * omni-launch's log and events file. Under omni-launch, omni_init holds SIGTERM (what Slurm
+ * sends a job's steps when it preempts the job with a grace time) unless the program
+ * ignores or handles it: the thread that calls omni_init, and the threads started after,
+ * block it, and the next omni_boundary makes this request. A program with its own SIGTERM
+ * handler calls this itself. Errors: OMNI_EINVAL (reason), OMNI_ESTATE (standalone, not
+ * initialised), OMNI_ECOMM (no answer from the coordinator). */
+int omni_request_stop(const char *reason);
+
 /* Collectives on the current communicator; every rank of the generation makes the same calls
  * with the same counts. Buffers: host memory (Gloo, standalone); device memory on the
  * communicator's CUDA stream with OMNI_COMM_BACKEND=nccl. bf16 is 16-bit storage

@@ -135,6 +135,7 @@ private:
     void finish_satellites();
     void leave_job(const std::string &why);
     void watch_preemption();
+    void await_preemption();
     bool satellite() const { return !cfg_.satellite_units.empty(); }
     void record(GenerationEvent e);
     void write_metrics(const nlohmann::json &status);
@@ -162,6 +163,7 @@ private:
     std::uint32_t seen_world_ = 0;
     std::vector<std::uint32_t> seen_units_;
     bool stop_recorded_ = false;
+    bool ranks_signalled_ = false;  // the STOP came from SIGTERM to the ranks
     std::map<std::uint64_t, std::int64_t> boundary_seen_ms_;  // step -> first seen in progress
     // A change whose pause the ranks have not all reported yet, and since when it waits.
     std::optional<GenerationEvent> pending_;
@@ -402,6 +404,8 @@ void Driver::observe(const Snapshot &s) {
         e.step = s.change_step;
         if (auto it = boundary_seen_ms_.find(s.change_step); it != boundary_seen_ms_.end())
             e.pause_ms = now - it->second;
+        // The runtime asks for this stop when Slurm sends the ranks SIGTERM (preemption).
+        ranks_signalled_ = e.detail.rfind("SIGTERM to rank", 0) == 0;
         const std::string why = "the coordinator decided STOP (" + e.detail + ")";
         record(std::move(e));
         stop_recorded_ = true;
@@ -598,6 +602,33 @@ void Driver::watch_preemption() {
     leave_job("Slurm is preempting satellite job " + std::to_string(alloc_.job_id));
 }
 
+// The job stopped at a boundary because Slurm signalled its steps. When that was Slurm
+// preempting it (PreemptTime set), the checkpoint is written, but ending now would complete
+// the job and take from the site's PreemptMode its say: REQUEUE must find the job still
+// running at the end of its GraceTime to requeue it (a requeued job resumes from that
+// checkpoint). So omni-launch waits for Slurm's SIGTERM, or until the job is no longer
+// being preempted.
+void Driver::await_preemption() {
+    constexpr std::int64_t kLookEveryMs = 30000, kScontrolTimeoutMs = 10000;
+    if (alloc_.job_id == 0) return;
+    auto job = load_job(alloc_.job_id, kScontrolTimeoutMs);
+    if (!job || !job.value().preempted) return;
+    log_line(LogLevel::Info, kComponent,
+             "Slurm is preempting job " + std::to_string(alloc_.job_id) +
+                 ": the ranks stopped at a boundary with their checkpoint; waiting for Slurm to end the "
+                 "job at its grace time (its PreemptMode decides whether it is requeued)");
+    const int signals_before = signals_.load();
+    std::int64_t looked = mono_ms();
+    while (signals_.load() == signals_before) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(kPollMs));
+        if (mono_ms() - looked < kLookEveryMs) continue;
+        looked = mono_ms();
+        auto again = load_job(alloc_.job_id, kScontrolTimeoutMs);
+        if (again && !again.value().preempted) return;
+    }
+    log_line(LogLevel::Info, kComponent, "Slurm is ending the preempted job");
+}
+
 void Driver::leave_job(const std::string &why) {
     leaving_ = true;
     std::vector<std::uint32_t> mine;
@@ -761,6 +792,7 @@ int Driver::run() {
         std::this_thread::sleep_for(std::chrono::milliseconds(kPollMs));
     }
     finish_satellites();
+    if (ranks_signalled_ && !satellite()) await_preemption();
     const int status = exit_status();
     settle_pending(nullptr, mono_ms());
     if (!stop_recorded_) {

@@ -157,9 +157,10 @@ Result<std::vector<std::string>> split_srun_args(const std::string &text) {
 
 Result<std::vector<std::string>> split_sbatch_args(const std::string &text) {
     // The satellite's shape comes from its units; its name is how omni-launch finds it; its
-    // environment carries the coordinator and the secret.
+    // environment carries the coordinator and the secret; it is never requeued.
     return split_option_words(text, "--satellite-args",
-                              {"--ntasks", "--nodes", "--job-name", "--export", "--wrap", "--parsable"},
+                              {"--ntasks", "--nodes", "--job-name", "--export", "--wrap", "--parsable",
+                               "--requeue"},
                               {"-n", "-N", "-J"});
 }
 

@@ -16,6 +16,9 @@ std::vector<std::string> satellite_sbatch_args(const SatelliteSpec &spec) {
         "--job-name=" + satellite_job_name(spec.main_job),
         "--nodes=" + std::to_string(units * spec.unit_nodes),
         "--ntasks=" + std::to_string(units * spec.unit_size),
+        // Its units leave the job for good when it ends: a requeued satellite (PreemptMode
+        // REQUEUE) would start later as units nobody waits for.
+        "--no-requeue",
     };
     if (!spec.partition.empty()) args.push_back("--partition=" + spec.partition);
     // TresPerNode is "gres:NAME[:TYPE]:COUNT"; sbatch takes the part after "gres:".

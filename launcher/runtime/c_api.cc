@@ -301,6 +301,18 @@ int omni_data_load(const char *text, size_t length) {
     });
 }
 
+int omni_request_stop(const char *reason) {
+    return guarded([&] {
+        auto *r = rt::get("omni_request_stop");
+        if (!r) return int(OMNI_ESTATE);
+        const std::size_t n = reason ? strnlen(reason, 65) : 0;
+        if (n == 0 || n > 64) return fail(OMNI_EINVAL, "omni_request_stop: reason must be 1..64 characters");
+        if (r->standalone()) return fail(OMNI_ESTATE, "omni_request_stop: a standalone rank has no job to stop");
+        auto st = r->request_stop(std::string(reason, n));
+        return st ? int(OMNI_OK) : fail(OMNI_ECOMM, "omni_request_stop: " + st.error());
+    });
+}
+
 int omni_start(uint64_t *step, int *rewind) {
     return guarded([&] {
         auto *r = rt::get("omni_start");

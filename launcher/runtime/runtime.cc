@@ -2,6 +2,7 @@
 // hand-off sequence.
 #include "runtime/runtime.h"
 
+#include <pthread.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "comm/nccl.h"
 #include "coord/client.h"
 #include "coord/log.h"
+#include "coord/secret.h"
 #include "runtime/solo.h"
 
 namespace omni::launcher {
@@ -113,7 +115,45 @@ Runtime::~Runtime() {
     pmix_.reset();
 }
 
+namespace {
+constexpr std::int64_t kStopRequestTimeoutMs = 10000;
+volatile sig_atomic_t g_sigterm = 0;  // a held SIGTERM arrived (process-wide)
+extern "C" void note_sigterm(int) { g_sigterm = 1; }
+}  // namespace
+
+// Runtime::request_stop() says why SIGTERM is held, and how.
+static void hold_sigterm() {
+    struct sigaction old {};
+    if (sigaction(SIGTERM, nullptr, &old) != 0 || (old.sa_flags & SA_SIGINFO)) return;
+    if (old.sa_handler != SIG_DFL && old.sa_handler != note_sigterm) return;
+    struct sigaction sa {};
+    sa.sa_handler = note_sigterm;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGTERM, &sa, nullptr);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+// A held SIGTERM: recorded by the handler, or pending because every thread blocks it (then
+// taken, so that it cannot strike later).
+static bool sigterm_arrived() {
+    if (g_sigterm) return true;
+    sigset_t pending;
+    if (sigpending(&pending) != 0 || !sigismember(&pending, SIGTERM)) return false;
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    const struct timespec now {0, 0};
+    if (sigtimedwait(&set, nullptr, &now) == SIGTERM) g_sigterm = 1;
+    return g_sigterm != 0;
+}
+
 Result<std::unique_ptr<Runtime>> Runtime::from_environment() {
+    // Before PMIx starts its threads, so that they inherit the block (request_stop()).
+    if (std::getenv(kEnvCoordAddr) || std::getenv(kEnvCoordSecret) || std::getenv(kEnvJobDir)) hold_sigterm();
     auto pmix = PmixSession::open();
     if (!pmix) return Error{pmix.error()};
     auto opts = runtime_options_from_env([](const char *n) { return std::getenv(n); },
@@ -148,6 +188,7 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions &options) 
         return rt;
     }
     ignore_sigpipe();
+    hold_sigterm();
     auto cl = CoordinatorClient::connect(options.endpoint, options.secret);
     if (!cl) return Error{cl.error()};
     rt->client_ = std::move(cl).value();
@@ -594,6 +635,12 @@ Result<BoundaryResult> Runtime::boundary(std::uint64_t step) {
         return finish(Outcome::Continue);
     }
 
+    if (!stop_requested_ && sigterm_arrived()) {
+        if (auto st = request_stop("SIGTERM to rank " + u(rank_)); !st)
+            log_line(LogLevel::Warning, "libomni", "SIGTERM: asking the coordinator to stop the job: " + st.error());
+        else if (rank_ == 0)
+            log_info("SIGTERM: the job stops at the boundary after step " + u(step));
+    }
     // The ledger's geometry lets the coordinator keep every world one whose GA is whole.
     BatchGeometry batch;
     if (ledger_) batch = {ledger_->config().global_batch, ledger_->config().micro_batch};
@@ -723,6 +770,18 @@ Result<BoundaryResult> Runtime::boundary(std::uint64_t step) {
                        : "hand-off to survivors " + phase1_ms + " ms, then the new communicator " +
                              comm_ms + " ms, to joiners " + ms_since(t_phase2) + " ms)"));
     return finish(d.rewind ? Outcome::Rewind : Outcome::Reshaped);
+}
+
+Status Runtime::request_stop(const std::string &reason) {
+    if (opts_.standalone) return usage_error("request_stop: a standalone rank has no job to stop");
+    if (!client_) return usage_error("request_stop: not connected to the coordinator");
+    Request r;
+    r.op = Op::Stop;
+    r.reason = reason;
+    auto rep = client_->call(std::move(r), kStopRequestTimeoutMs);
+    if (!rep) return Error{rep.error()};
+    stop_requested_ = true;
+    return Status::success();
 }
 
 }  // namespace omni::launcher

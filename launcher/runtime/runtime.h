@@ -143,7 +143,23 @@ public:
     // After optimizer step `step` (1 for the first; after a rewind, the checkpoint's step + 1
     // and so on). Commits the ledger's step (it must be at step-1, or already at step when a
     // failed call is repeated), then waits for the coordinator's decision and applies it.
+    // After a SIGTERM that the runtime holds (see below) it first asks for the job's stop.
     Result<BoundaryResult> boundary(std::uint64_t step);
+
+    // Asks the coordinator to stop the whole job at the next boundary that every rank reaches
+    // (STOP there on every rank: the trainer checkpoints and exits 0). `reason` (1..64
+    // characters) goes to omni-launch's log and events file. Usage error when standalone.
+    //
+    // SIGTERM: Slurm sends it to a job's steps when it preempts the job with a GraceTime,
+    // and for `scancel --signal=TERM`; its default action would kill the rank mid-step and
+    // lose everything since the last checkpoint. So create() (under a coordinator) holds it
+    // when its disposition is still the default: the calling thread, and every thread it
+    // starts afterwards (ZeroMQ's, Gloo's; PMIx's from from_environment()), blocks it, so
+    // that it interrupts none of their system calls; a handler records it in threads started
+    // before. The next boundary() then calls request_stop(). Processes the rank starts
+    // inherit the block. A program that ignores SIGTERM (a satellite's ranks, omni-launch(1))
+    // or handles it itself keeps its disposition, and may call request_stop() itself.
+    Status request_stop(const std::string &reason);
 
 private:
     struct Shard {
@@ -198,6 +214,7 @@ private:
     std::vector<Shard> shards_;
     std::optional<Ledger> ledger_;
     bool started_ = false, finished_ = false;
+    bool stop_requested_ = false;  // request_stop() went out (once is enough)
     Fault fault_ = Fault::none;
 };
 

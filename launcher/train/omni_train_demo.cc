@@ -408,7 +408,7 @@ private:
     }
 
     // The periodic checkpoint, and SIGTERM: a standalone rank stops here; under omni-launch
-    // the launcher turns it into a STOP decision that every rank receives at the same step.
+    // the runtime turns it into a STOP decision that every rank receives at the same step.
     std::optional<int> periodic_checkpoint_or_term() {
         const bool periodic = o_.ckpt_every && s_.step % o_.ckpt_every == 0;
         const bool term = g_term && rt_.standalone();
@@ -438,6 +438,13 @@ private:
 int run(const Options &o) {
     auto rtr = omni::launcher::Runtime::from_environment();
     if (!rtr) return fail(rtr.error());
+    // Standalone, SIGTERM checkpoints and exits at the end of the step. Under omni-launch the
+    // runtime holds it and stops the whole job at a boundary (Runtime::request_stop).
+    if (rtr.value()->standalone()) {
+        struct sigaction sa {};
+        sa.sa_handler = on_term;
+        sigaction(SIGTERM, &sa, nullptr);
+    }
     Trainer t(o, *rtr.value());
     return t.run();
 }
@@ -534,9 +541,6 @@ int main(int argc, char **argv) {
                            batch_from + " " + std::to_string(o.global_batch));
     if (!(o.lr > 0 && o.lr < 10)) return usage_error("--lr: expected a number in (0, 10)");
     if (o.ckpt_every && o.ckpt.empty()) return usage_error("--ckpt-every needs --ckpt DIR");
-    struct sigaction sa {};
-    sa.sa_handler = on_term;
-    sigaction(SIGTERM, &sa, nullptr);
     try {
         return run(o);
     } catch (const std::exception &e) {

@@ -298,7 +298,7 @@ TEST(LaunchPlan, SbatchArgsSplitting) {
     ASSERT_TRUE(w) << w.error();
     EXPECT_EQ(w.value(), (std::vector<std::string>{"--partition=scavenger", "--qos=low prio", "-t", "10"}));
     for (const char *bad : {"--job-name=x", "-Jx", "--nodes=2", "-N2", "--ntasks=4", "-n4",
-                            "--export=NONE", "--wrap=true", "--parsable"}) {
+                            "--export=NONE", "--wrap=true", "--parsable", "--requeue"}) {
         auto r = split_sbatch_args(bad);
         ASSERT_FALSE(r) << bad;
         EXPECT_NE(r.error().find("--satellite-args: '"), std::string::npos) << r.error();
@@ -324,7 +324,7 @@ TEST(LaunchSatellite, SbatchArgsAndScript) {
     s.program = {"./train", "--data", "it's here"};
     EXPECT_EQ(satellite_job_name(41), "omni-sat-41");
     EXPECT_EQ(satellite_sbatch_args(s),
-              (std::vector<std::string>{"--job-name=omni-sat-41", "--nodes=2", "--ntasks=4", "--partition=gpu",
+              (std::vector<std::string>{"--job-name=omni-sat-41", "--nodes=2", "--ntasks=4", "--no-requeue", "--partition=gpu",
                                         "--gres=gpu:4", "--exclusive", "--qos=scavenger"}));
     const std::string script = satellite_script(s);
     EXPECT_EQ(script.rfind("#!/bin/sh\n", 0), 0u);
@@ -340,7 +340,8 @@ TEST(LaunchSatellite, SbatchArgsAndScript) {
     s.partition.clear();
     s.exclusive = false;
     s.sbatch_extra.clear();
-    EXPECT_EQ(satellite_sbatch_args(s), (std::vector<std::string>{"--job-name=omni-sat-41", "--nodes=2", "--ntasks=4"}));
+    EXPECT_EQ(satellite_sbatch_args(s),
+              (std::vector<std::string>{"--job-name=omni-sat-41", "--nodes=2", "--ntasks=4", "--no-requeue"}));
 }
 
 TEST(LaunchSatellite, Environment) {

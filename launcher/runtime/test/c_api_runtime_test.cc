@@ -58,6 +58,12 @@ TEST(RuntimeCApi, StandaloneWithNoEnvironment) {
     EXPECT_EQ(gen, 1u);
     EXPECT_EQ(standalone, 1);
     EXPECT_STREQ(omni_backend(), "solo");
+    // No job to stop; a reason outside 1..64 characters is refused before that.
+    EXPECT_EQ(omni_request_stop(std::string(65, 'x').c_str()), OMNI_EINVAL);
+    EXPECT_EQ(omni_request_stop(""), OMNI_EINVAL);
+    EXPECT_EQ(omni_request_stop(nullptr), OMNI_EINVAL);
+    EXPECT_EQ(omni_request_stop("done"), OMNI_ESTATE);
+    EXPECT_NE(std::string(omni_last_error()).find("standalone"), std::string::npos) << omni_last_error();
 
     float params[5] = {1, 2, 3, 4, 5};
     ASSERT_EQ(omni_register_params(params, 5), OMNI_OK);
