@@ -180,6 +180,12 @@ int omni_boundary(uint64_t step, omni_decision *out);
  * initialised), OMNI_ECOMM (no answer from the coordinator). */
 int omni_request_stop(const char *reason);
 
+/* Tells the coordinator that the checkpoint of step `step` is complete, at `location` (NULL,
+ * or 1..1024 printable characters: a path or URL), so that omni-ctl status and omni-launch's
+ * metrics show the job's last checkpoint. Call on one rank after the checkpoint is committed.
+ * Errors: OMNI_EINVAL (location), OMNI_ESTATE (standalone, not initialised), OMNI_ECOMM. */
+int omni_checkpoint_done(uint64_t step, const char *location);
+
 /* Collectives on the current communicator; every rank of the generation makes the same calls
  * with the same counts. Buffers: host memory (Gloo, standalone); device memory on the
  * communicator's CUDA stream with OMNI_COMM_BACKEND=nccl. bf16 is 16-bit storage

@@ -1,6 +1,8 @@
 // The coordinator service; see coordinator.h.
 #include "coord/coordinator.h"
 
+#include <ctime>
+
 #include <chrono>
 #include <map>
 #include <set>
@@ -52,6 +54,13 @@ struct Coordinator::Impl {
     zmq::socket_t monitor;                          // sock's failed handshakes
     Protocol protocol;
     KvStore kv;
+    // The last checkpoint a rank reported (Op::Checkpoint), for status; wall-clock time.
+    struct CheckpointNote {
+        std::uint64_t step = 0;
+        std::string location;
+        std::int64_t unix_s = 0;
+    };
+    std::optional<CheckpointNote> last_checkpoint;
     std::map<std::string, Waiting, std::less<>> waiting;
     // Waiters by number, and the waiters missing each (generation, key): a kv_set wakes only
     // those waiting for its key, so its cost does not grow with every key everybody awaits.
@@ -257,7 +266,7 @@ struct Coordinator::Impl {
             reply_status(protocol.ready(r.id, r.generation, now));
             return;
         case Op::Reshape: {
-            auto st = protocol.request_reshape(r.units, now, r.leave, r.via);
+            auto st = protocol.request_reshape(r.units, now, r.leave, r.via, r.cause);
             if (!st) {
                 send(routing, error_reply(r.rid, st.error()));
                 return;
@@ -267,7 +276,8 @@ struct Coordinator::Impl {
             log_line(LogLevel::Info, kComponent,
                      "planned reshape to " + std::to_string(r.units) + " units requested" +
                          (leaving.empty() ? std::string() : " (leaving: units " + leaving + ")") +
-                         (r.via.empty() ? std::string() : " via " + r.via));
+                         (r.via.empty() ? std::string() : " via " + r.via) +
+                         (r.cause.empty() ? std::string() : " (" + r.cause + ")"));
             auto s = protocol.status();
             send(routing, ok_reply(r.rid, {{"target_units", r.units}, {"units", s.units},
                                            {"generation", s.generation}}));
@@ -287,9 +297,20 @@ struct Coordinator::Impl {
         case Op::Status: {
             auto j = status_to_json(protocol.status());
             j["kv"] = {{"keys", kv.keys()}, {"bytes", kv.bytes()}};
+            j["last_checkpoint"] = nullptr;
+            if (last_checkpoint)
+                j["last_checkpoint"] = {{"step", last_checkpoint->step},
+                                        {"location", last_checkpoint->location.empty()
+                                                         ? nlohmann::json(nullptr)
+                                                         : nlohmann::json(last_checkpoint->location)},
+                                        {"time", last_checkpoint->unix_s}};
             send(routing, ok_reply(r.rid, {{"status", std::move(j)}}));
             return;
         }
+        case Op::Checkpoint:
+            last_checkpoint = CheckpointNote{r.step, r.location, static_cast<std::int64_t>(::time(nullptr))};
+            send(routing, ok_reply(r.rid));
+            return;
         case Op::KvSet: {
             if (auto st = check_kv_generation(r.generation); !st) return reply_status(st);
             auto st = kv.set(r.generation, r.keys.front(), r.value);

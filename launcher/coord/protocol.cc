@@ -35,6 +35,13 @@ Status check_node_name(std::string_view node) {
     return Status::success();
 }
 
+Status check_resize_cause(std::string_view cause) {
+    for (const char *c : {kCausePlanned, kCausePreemption, kCausePolicy, kCauseScontrol})
+        if (cause == c) return Status::success();
+    return make_error("'cause' is '" + std::string(cause.substr(0, 32)) + "': expected " + kCausePlanned + ", " +
+                      kCausePreemption + ", " + kCausePolicy + " or " + kCauseScontrol);
+}
+
 Status check_grow_via(std::string_view via) {
     if (via == kViaAllocation || via == kViaSatellite) return Status::success();
     return make_error("'via' is '" + std::string(via.substr(0, 32)) + "': expected " + kViaAllocation +
@@ -413,6 +420,16 @@ std::vector<Delivery> Protocol::decide(std::int64_t now_ms) {
             pending_.erase(id);
         }
         for (const auto &id : d->leaving) nodes_.erase(id);
+        ResizeRecord r;
+        r.kind = d->rewind ? kResizeLost : target_units_ && *target_units_ == units.size() ? target_cause_
+                                                                                           : kCausePlanned;
+        r.generation = d->next.generation;
+        r.step = d->step;
+        r.old_units = static_cast<std::uint32_t>(layout_.units.size());
+        r.new_units = static_cast<std::uint32_t>(d->next.units.size());
+        r.old_world = layout_.world;
+        r.new_world = d->next.world;
+        last_resize_ = std::move(r);
         layout_ = d->next;
         generation_began(now_ms);
         if (target_units_ && *target_units_ == units.size()) {
@@ -449,10 +466,13 @@ std::vector<Delivery> Protocol::decide(std::int64_t now_ms) {
 }
 
 Status Protocol::request_reshape(std::uint32_t units, std::int64_t now_ms,
-                                 const std::vector<std::uint32_t> &leave, std::string_view via) {
+                                 const std::vector<std::uint32_t> &leave, std::string_view via,
+                                 std::string_view cause) {
     if (phase_ == Phase::Stopped) return make_error("reshape: the job is stopping");
     if (via.empty()) via = kViaAllocation;
+    if (cause.empty()) cause = kCausePlanned;
     if (auto st = check_grow_via(via); !st) return make_error("reshape: " + st.error());
+    if (auto st = check_resize_cause(cause); !st) return make_error("reshape: " + st.error());
     if (phase_ == Phase::Forming) return make_error("reshape: generation 1 has not formed yet");
     if (units < cfg_.min_units || units > cfg_.max_units)
         return make_error("reshape: " + u(units) + " units is outside the elastic range " +
@@ -492,6 +512,7 @@ Status Protocol::request_reshape(std::uint32_t units, std::int64_t now_ms,
         target_via_ = std::string(via);
         target_since_ms_ = now_ms;
     }
+    target_cause_ = std::string(cause);  // the last one to ask names the change
     return Status::success();
 }
 
@@ -557,6 +578,7 @@ ProtocolStatus Protocol::status() const {
                               double(decided_.back().second - decided_.front().second);
     }
     s.changes = changes_;
+    s.last_resize = last_resize_;
     return s;
 }
 

@@ -67,6 +67,25 @@ Status check_node_name(std::string_view node);
 inline constexpr const char *kViaAllocation = "allocation";
 inline constexpr const char *kViaSatellite = "satellite";
 Status check_grow_via(std::string_view via);
+// Who asked for a planned reshape, kept with the target and reported as the kind of the
+// resize it makes (ProtocolStatus::last_resize): a person or script through omni-ctl
+// ("planned", the default), a satellite leaving because Slurm preempts it ("preemption"),
+// the elastic policy ("policy"), or a node-count change of the job in Slurm ("scontrol").
+// A resize that recovers from lost ranks is of kind "lost".
+inline constexpr const char *kCausePlanned = "planned";
+inline constexpr const char *kCausePreemption = "preemption";
+inline constexpr const char *kCausePolicy = "policy";
+inline constexpr const char *kCauseScontrol = "scontrol";
+inline constexpr const char *kResizeLost = "lost";
+Status check_resize_cause(std::string_view cause);
+
+// The last change of membership after the formation, as status reports it.
+struct ResizeRecord {
+    std::string kind;  // kCause* or kResizeLost
+    std::uint64_t generation = 0;  // the generation it made
+    std::uint64_t step = 0;        // the boundary it applied at
+    std::uint32_t old_units = 0, new_units = 0, old_world = 0, new_world = 0;
+};
 
 struct Member {
     std::string id;
@@ -159,6 +178,7 @@ struct ProtocolStatus {
     std::optional<double> samples_per_s;
     // Generation changes by reason ("formed", "planned", "lost"; a STOP is not one).
     std::map<std::string, std::uint64_t> changes;
+    std::optional<ResizeRecord> last_resize;
 };
 
 // A rank's data ledger as it reports it at boundaries: global batch B and micro-batch b
@@ -201,10 +221,11 @@ public:
     // last units unless `leave` names them: exactly (current units - `units`) distinct units
     // of the current generation (omni-ctl shrink picks them by node). A unit of `leave` lost
     // before the change applies counts as gone; the rest leave as asked. `via` (a grow only;
-    // empty: kViaAllocation) says where omni-launch starts the joining units.
+    // empty: kViaAllocation) says where omni-launch starts the joining units; `cause`
+    // (empty: kCausePlanned) who asked, for status.
     Status request_reshape(std::uint32_t units, std::int64_t now_ms,
                            const std::vector<std::uint32_t> &leave = {},
-                           std::string_view via = {});
+                           std::string_view via = {}, std::string_view cause = {});
     // STOP at the next boundary (e.g. the launcher got SIGTERM). While forming, the job stops
     // at once and the waiting ranks get the STOP.
     Result<std::vector<Delivery>> request_stop(std::string_view reason);
@@ -245,6 +266,8 @@ private:
     std::optional<std::uint32_t> target_units_;
     std::vector<std::uint32_t> target_leave_;  // sorted; empty: a shrink removes the last units
     std::string target_via_ = kViaAllocation;
+    std::string target_cause_ = kCausePlanned;
+    std::optional<ResizeRecord> last_resize_;
     std::int64_t target_since_ms_ = 0;
     std::vector<std::uint32_t> announced_;  // units of the change announced at the last boundary
     std::optional<std::string> stop_reason_;

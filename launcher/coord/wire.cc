@@ -25,12 +25,13 @@ const std::vector<OpSpec> &op_specs() {
         {Op::Boundary, "boundary", {"id", "generation", "step", "global_batch", "micro_batch"}},
         {Op::Lost, "lost", {"id"}},
         {Op::Ready, "ready", {"id", "generation"}},
-        {Op::Reshape, "reshape", {"units", "?leave", "?via"}},
+        {Op::Reshape, "reshape", {"units", "?leave", "?via", "?cause"}},
         {Op::Stop, "stop", {"reason"}},
         {Op::Status, "status", {}},
         {Op::KvSet, "kv_set", {"generation", "key"}},
         {Op::KvGet, "kv_get", {"generation", "key", "timeout_ms"}},
         {Op::KvWait, "kv_wait", {"generation", "keys", "timeout_ms"}},
+        {Op::Checkpoint, "checkpoint", {"step", "?location"}},
     };
     return specs;
 }
@@ -184,6 +185,18 @@ Result<Request> parse_request(std::string_view header, const std::string_view *v
             if (!v) return fail(v.error());
             if (auto st = check_grow_via(v.value()); !st) return fail(st.error());
             r.via = v.value();
+        } else if (name == "cause") {
+            auto v = get_string(j, f, 16);
+            if (!v) return fail(v.error());
+            if (auto st = check_resize_cause(v.value()); !st) return fail(st.error());
+            r.cause = v.value();
+        } else if (name == "location") {
+            auto v = get_string(j, f, kMaxLocationLength);
+            if (!v) return fail(v.error());
+            if (v.value().empty() || !printable(v.value()))
+                return fail("field 'location' must be 1.." + std::to_string(kMaxLocationLength) +
+                            " printable characters");
+            r.location = v.value();
         } else if (name == "key") {
             auto v = get_string(j, f, kMaxKeyLength);
             if (!v) return fail(v.error());
@@ -237,6 +250,11 @@ std::string request_header(const Request &r) {
         j["units"] = r.units;
         if (!r.leave.empty()) j["leave"] = r.leave;
         if (!r.via.empty()) j["via"] = r.via;
+        if (!r.cause.empty()) j["cause"] = r.cause;
+        break;
+    case Op::Checkpoint:
+        j["step"] = r.step;
+        if (!r.location.empty()) j["location"] = r.location;
         break;
     case Op::Stop: j["reason"] = r.reason; break;
     case Op::Status: break;
@@ -395,6 +413,24 @@ json status_to_json(const ProtocolStatus &s) {
     j["last_decision"] = summary(s.last_decision);
     j["last_change"] = summary(s.last_change);
     j["change_pause_ms"] = s.change_pause_ms ? json(*s.change_pause_ms) : json(nullptr);
+    json resize = nullptr;
+    if (const auto &r = s.last_resize) {
+        resize = {{"kind", r->kind},          {"generation", r->generation}, {"step", r->step},
+                  {"old_units", r->old_units}, {"new_units", r->new_units},   {"old_world", r->old_world},
+                  {"new_world", r->new_world}};
+        // Its pause is known once every rank of the generation it made was ready.
+        resize["pause_ms"] = r->generation == s.generation && s.change_pause_ms ? json(*s.change_pause_ms)
+                                                                                : json(nullptr);
+    }
+    j["last_resize"] = std::move(resize);
+    // The nodes each unit's ranks said they run on: {"0": ["n1"], "1": ["n2", "n3"]}.
+    json unit_nodes = json::object();
+    for (const auto &m : s.layout.members)
+        if (auto it = s.nodes.find(m.id); it != s.nodes.end()) {
+            json &list = unit_nodes[std::to_string(m.unit)];
+            if (std::find(list.begin(), list.end(), it->second) == list.end()) list.push_back(it->second);
+        }
+    j["unit_nodes"] = std::move(unit_nodes);
     return j;
 }
 

@@ -48,7 +48,7 @@ constexpr std::size_t kMaxWaitKeys = 4096;
 constexpr std::int64_t kMaxWaitMs = 24LL * 3600 * 1000;
 constexpr std::size_t kSecretHexLength = 64;
 
-enum class Op { Join, Boundary, Lost, Ready, Reshape, Stop, Status, KvSet, KvGet, KvWait };
+enum class Op { Join, Boundary, Lost, Ready, Reshape, Stop, Status, KvSet, KvGet, KvWait, Checkpoint };
 const char *to_string(Op op);
 
 struct Request {
@@ -58,17 +58,22 @@ struct Request {
     std::string id;                 // join, boundary, lost, ready
     std::uint32_t unit = 0, slot = 0;  // join
     std::uint64_t generation = 0;   // boundary, ready, kv_*
-    std::uint64_t step = 0;         // boundary
+    std::uint64_t step = 0;         // boundary, checkpoint
     BatchGeometry batch;            // boundary: the rank's ledger (0/0: none)
     std::string node;               // join (optional): the node the rank runs on
     std::uint32_t units = 0;        // reshape
     std::vector<std::uint32_t> leave;  // reshape (optional): the units a shrink removes
     std::string via;                // reshape (optional): where a grow's units start (protocol.h)
+    std::string cause;              // reshape (optional): who asks (protocol.h, kCause*)
+    std::string location;           // checkpoint (optional): where it was written
     std::string reason;             // stop
     std::vector<std::string> keys;  // kv_set/kv_get: one key; kv_wait: 1..kMaxWaitKeys
     std::int64_t timeout_ms = 0;    // kv_get, kv_wait
     std::string value;              // kv_set: the second frame
 };
+
+// A checkpoint's location as a rank reports it: at most this many printable characters.
+constexpr std::size_t kMaxLocationLength = 1024;
 
 // KV keys: 1..256 characters from [A-Za-z0-9._:/@-].
 Status check_kv_key(std::string_view key);

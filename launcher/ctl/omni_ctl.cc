@@ -20,6 +20,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -120,6 +121,30 @@ void print_status(const std::string &endpoint, const nlohmann::json &s) {
     auto pause = s.value("change_pause_ms", nlohmann::json());
     if (pause.is_number())
         std::cout << "change pause:     " << pause.dump() << " ms (decision to every rank ready)\n";
+    auto resize = s.value("last_resize", nlohmann::json());
+    if (resize.is_object()) {
+        std::cout << "last resize:      " << resize.value("kind", "?") << ", " << resize.value("old_units", 0)
+                  << " -> " << resize.value("new_units", 0) << " units at step " << resize.value("step", 0)
+                  << " (generation " << resize.value("generation", 0) << ")";
+        auto p = resize.value("pause_ms", nlohmann::json());
+        if (p.is_number()) std::cout << ", pause " << p.dump() << " ms";
+        std::cout << "\n";
+    }
+    auto ckpt = s.value("last_checkpoint", nlohmann::json());
+    if (ckpt.is_object()) {
+        std::cout << "last checkpoint:  step " << ckpt.value("step", 0);
+        const auto when = ckpt.value("time", std::int64_t(0));
+        if (when > 0) {
+            const std::time_t t = static_cast<std::time_t>(when);
+            std::tm tm{};
+            char buf[32];
+            if (::gmtime_r(&t, &tm) && std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm))
+                std::cout << " at " << buf;
+        }
+        auto where = ckpt.value("location", nlohmann::json());
+        if (where.is_string()) std::cout << " in " << where.get<std::string>();
+        std::cout << "\n";
+    }
 }
 
 std::int64_t mono_ms() {

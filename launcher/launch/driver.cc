@@ -133,7 +133,7 @@ private:
     void poll_satellites(const Snapshot &s);
     void cancel_satellites(const std::string &why, bool joined_too);
     void finish_satellites();
-    void leave_job(const std::string &why);
+    void leave_job(const std::string &why, const char *cause = kCausePlanned);
     void watch_preemption();
     void await_preemption();
     bool satellite() const { return !cfg_.satellite_units.empty(); }
@@ -599,7 +599,7 @@ void Driver::watch_preemption() {
         return;
     }
     if (!job.value().preempted) return;
-    leave_job("Slurm is preempting satellite job " + std::to_string(alloc_.job_id));
+    leave_job("Slurm is preempting satellite job " + std::to_string(alloc_.job_id), kCausePreemption);
 }
 
 // The job stopped at a boundary because Slurm signalled its steps. When that was Slurm
@@ -629,7 +629,7 @@ void Driver::await_preemption() {
     log_line(LogLevel::Info, kComponent, "Slurm is ending the preempted job");
 }
 
-void Driver::leave_job(const std::string &why) {
+void Driver::leave_job(const std::string &why, const char *cause) {
     leaving_ = true;
     std::vector<std::uint32_t> mine;
     if (last_snapshot_)
@@ -646,6 +646,7 @@ void Driver::leave_job(const std::string &why) {
     r.op = Op::Reshape;
     r.units = last_snapshot_->units - static_cast<std::uint32_t>(mine.size());
     r.leave = mine;
+    r.cause = cause;
     if (auto st = send(std::move(r)); !st) {
         log_line(LogLevel::Warning, kComponent, why + ": units [" + format_unit_list(mine) +
                                                     "] cannot leave at a boundary (" + st.error() +

@@ -80,6 +80,28 @@ std::string prometheus_text(const nlohmann::json &s, std::uint32_t job_id) {
         for (auto it = changes->begin(); it != changes->end(); ++it)
             if (it->is_number()) t.sample(it->get<double>(), "reason=\"" + it.key() + "\"");
     }
+    auto resize = s.find("last_resize");
+    if (resize != s.end() && resize->is_object()) {
+        t.metric("omni_last_resize_info", "gauge",
+                 "1, labelled with the kind of the last resize (planned, preemption, policy, scontrol, lost).");
+        t.sample(1, "kind=\"" + resize->value("kind", std::string("unknown")) + "\"");
+        if (number(*resize, "step", v)) {
+            t.metric("omni_last_resize_step", "gauge", "The step boundary the last resize applied at.");
+            t.sample(v);
+        }
+    }
+    auto ckpt = s.find("last_checkpoint");
+    if (ckpt != s.end() && ckpt->is_object()) {
+        if (number(*ckpt, "step", v)) {
+            t.metric("omni_last_checkpoint_step", "gauge", "The step of the last checkpoint a rank reported.");
+            t.sample(v);
+        }
+        if (number(*ckpt, "time", v)) {
+            t.metric("omni_last_checkpoint_timestamp_seconds", "gauge",
+                     "When the last checkpoint was reported, in seconds since the epoch.");
+            t.sample(v);
+        }
+    }
     if (number(s, "change_pause_ms", v)) {
         t.metric("omni_last_change_pause_seconds", "gauge",
                  "The last change's pause: from the decision until every rank was ready.");

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/c_status.h"
+#include "coord/wire.h"
 #include "runtime/ledger.h"
 #include "runtime/runtime.h"
 #include "runtime/solo.h"
@@ -310,6 +311,24 @@ int omni_request_stop(const char *reason) {
         if (r->standalone()) return fail(OMNI_ESTATE, "omni_request_stop: a standalone rank has no job to stop");
         auto st = r->request_stop(std::string(reason, n));
         return st ? int(OMNI_OK) : fail(OMNI_ECOMM, "omni_request_stop: " + st.error());
+    });
+}
+
+int omni_checkpoint_done(uint64_t step, const char *location) {
+    return guarded([&] {
+        auto *r = rt::get("omni_checkpoint_done");
+        if (!r) return int(OMNI_ESTATE);
+        std::string where;
+        if (location) {
+            const std::size_t n = strnlen(location, omni::launcher::kMaxLocationLength + 1);
+            if (n == 0 || n > omni::launcher::kMaxLocationLength)
+                return fail(OMNI_EINVAL, "omni_checkpoint_done: location must be 1.." +
+                                             std::to_string(omni::launcher::kMaxLocationLength) + " characters");
+            where.assign(location, n);
+        }
+        if (r->standalone()) return fail(OMNI_ESTATE, "omni_checkpoint_done: a standalone rank has no coordinator");
+        auto st = r->note_checkpoint(step, where);
+        return st ? int(OMNI_OK) : fail(OMNI_ECOMM, "omni_checkpoint_done: " + st.error());
     });
 }
 

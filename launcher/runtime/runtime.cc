@@ -116,7 +116,7 @@ Runtime::~Runtime() {
 }
 
 namespace {
-constexpr std::int64_t kStopRequestTimeoutMs = 10000;
+constexpr std::int64_t kStopRequestTimeoutMs = 10000;  // and other one-off requests
 volatile sig_atomic_t g_sigterm = 0;  // a held SIGTERM arrived (process-wide)
 extern "C" void note_sigterm(int) { g_sigterm = 1; }
 }  // namespace
@@ -781,6 +781,18 @@ Status Runtime::request_stop(const std::string &reason) {
     auto rep = client_->call(std::move(r), kStopRequestTimeoutMs);
     if (!rep) return Error{rep.error()};
     stop_requested_ = true;
+    return Status::success();
+}
+
+Status Runtime::note_checkpoint(std::uint64_t step, const std::string &location) {
+    if (opts_.standalone) return usage_error("note_checkpoint: a standalone rank has no coordinator");
+    if (!client_) return usage_error("note_checkpoint: not connected to the coordinator");
+    Request r;
+    r.op = Op::Checkpoint;
+    r.step = step;
+    r.location = location;
+    auto rep = client_->call(std::move(r), kStopRequestTimeoutMs);
+    if (!rep) return Error{rep.error()};
     return Status::success();
 }
 

@@ -161,6 +161,12 @@ public:
     // or handles it itself keeps its disposition, and may call request_stop() itself.
     Status request_stop(const std::string &reason);
 
+    // Tells the coordinator that the checkpoint of step `step` is complete at `location`
+    // (empty, or 1..1024 printable characters), for omni-ctl status and omni-launch's
+    // metrics. One rank says it, once the checkpoint is committed. Usage error when
+    // standalone.
+    Status note_checkpoint(std::uint64_t step, const std::string &location);
+
 private:
     struct Shard {
         std::vector<float> *storage;

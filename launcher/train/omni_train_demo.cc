@@ -279,8 +279,14 @@ private:
         const int rank = static_cast<int>(rt_.rank()), world = static_cast<int>(rt_.world());
         if (auto st = save_shard(o_.ckpt, s_, rank, world); !st) return st;
         if (auto st = rt_.comm().barrier(); !st) return st;
-        if (rank == 0)
-            if (auto c = commit_state(o_.ckpt, s_, world); !c) return omni::Error{c.error()};
+        if (rank == 0) {
+            auto c = commit_state(o_.ckpt, s_, world);
+            if (!c) return omni::Error{c.error()};
+            // For omni-ctl status; the checkpoint stands without it.
+            if (!rt_.standalone())
+                if (auto st = rt_.note_checkpoint(s_.step, c.value()); !st)
+                    std::cerr << kProg << ": telling the coordinator of the checkpoint: " << st.error() << "\n";
+        }
         return rt_.comm().barrier();
     }
 

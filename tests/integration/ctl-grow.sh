@@ -50,6 +50,7 @@ nodes=\$(awk 'NR == 1 { print \$3 }' "$work/satellite.txt")
 preemptor=\$(sbatch --parsable -p omni -w "\$nodes" -N2 --exclusive -t 2 -o /dev/null --wrap 'sleep 100')
 echo "preemptor \$preemptor"
 units_are 2; echo "preempted-units-exit \$?"
+"$ctl" status --json >"$work/after-preemption.json"
 # The preemptor holds those nodes now: a grow to 4 units stays pending, then is withdrawn.
 "$ctl" grow --units 4 --wait 2 >"$work/pending-ctl.out" 2>&1
 echo "pending-exit \$?"
@@ -110,6 +111,12 @@ expect_eq "units after the preemption" "$(sed -n 's/^preempted-units-exit //p' "
 grep -q "Slurm is preempting satellite job $sat: units \[2,3\] leave the job at the next boundary" \
   "$work/slurm-$sat.out" || { cat "$work/slurm-$sat.out" >&2; fail "the satellite did not leave on preemption"; }
 
+/usr/bin/python3 - "$work/after-preemption.json" <<'PY' || fail "the status after the preemption (above)"
+import json, sys
+r = json.load(open(sys.argv[1]))["last_resize"]
+assert r["kind"] == "preemption" and (r["old_units"], r["new_units"]) == (4, 2), r
+print("ok: last resize", r)
+PY
 # The grow Slurm could not run: pending, said so, withdrawn, its satellite cancelled.
 expect_eq "omni-ctl grow --units 4 --wait 2 exit" "$(sed -n 's/^pending-exit //p' "$work/grow.out")" 1
 grep -q "grow to 4 units did not apply within 2 s; it stays pending" "$work/pending-ctl.out" || fail "the pending grow: $(cat "$work/pending-ctl.out")"

@@ -15,7 +15,9 @@
 #    once, and the per-step loss, LR and samples bitwise those of a static run that was
 #    never interrupted;
 #  - the stop lost nothing the last periodic checkpoint would have cost: steps between it
-#    and the stop were not recomputed (the sample logs show each step once).
+#    and the stop were not recomputed (the sample logs show each step once);
+#  - omni-ctl status (--json and text) and omni-launch's metrics file name the last
+#    checkpoint the ranks reported.
 . "$(dirname "$0")/lib.sh"
 train_commands
 cluster_acquire 4 0 netns
@@ -26,13 +28,20 @@ train="--steps 60 --dataset-size 480 --lr 0.05 --warmup 5 --global-batch 32 --mi
 write_static_job static.sh 2 "$train"
 mkdir -p "$work/samples"
 # The body runs in both runs of the batch script; only the first one calls for a preemptor.
-elastic_job pre.sh pre "--units 2" \
+elastic_job pre.sh pre "--units 2 --metrics-file $work/pre.prom" \
   "$train --pace-ms 150 --ckpt $work/ckpt --ckpt-every 10 --sample-log $work/samples" <<EOS
 echo "run \${SLURM_RESTART_COUNT:-0} on \$SLURM_JOB_NODELIST"
 if [ "\${SLURM_RESTART_COUNT:-0}" = 0 ]; then
   at_step 15 || exit 11
   preemptor=\$(sbatch --parsable -p omni -w "\$SLURM_JOB_NODELIST" -N2 --exclusive -t 2 -o /dev/null --wrap 'sleep 3')
   echo "preemptor \$preemptor at \$(date +%s)"
+else
+  # The last checkpoint in the status and the metrics, a few steps after one.
+  at_step 34 || exit 12
+  "$ctl" status --json >"$work/status-run1.json"
+  "$ctl" status >"$work/status-run1.txt"
+  sleep 1.5  # omni-launch writes the metrics file at most once a second
+  cp "$work/pre.prom" "$work/pre-run1.prom"
 fi
 EOS
 out=$(timeout 240 sbatch --wait -N2 -t 5 -o "$work/static.out" --parsable static.sh) ||
@@ -72,6 +81,24 @@ grep -q "resumed at step $stop from $work/ckpt" "$work/pre.out" || fail "the sec
 "$top_build/ckpt/omni-ckpt" ls "$work/ckpt" >"$work/ckpt-ls.txt" || fail "omni-ckpt ls failed"
 cat "$work/ckpt-ls.txt"
 grep -Eq "(^|[^0-9])$stop([^0-9]|$)" "$work/ckpt-ls.txt" || fail "no checkpoint of step $stop"
+
+# The second run's status and metrics name the last checkpoint: a step of --ckpt-every 10
+# past 30, in the checkpoint directory, reported within the last minute.
+/usr/bin/python3 - "$work/status-run1.json" "$work/pre-run1.prom" "$work/ckpt" <<'PY' ||
+import json, re, sys, time
+s = json.load(open(sys.argv[1]))
+c = s["last_checkpoint"]
+assert c and c["step"] % 10 == 0 and 30 <= c["step"] <= s["last_step"], (c, s["last_step"])
+assert c["location"].startswith(sys.argv[3] + "/"), c
+assert 0 <= time.time() - c["time"] < 60, c
+prom = open(sys.argv[2]).read()
+m = re.search(r'^omni_last_checkpoint_step\{job="\d+"\} (\d+)$', prom, re.M)
+assert m and int(m.group(1)) % 10 == 0 and int(m.group(1)) >= 30, prom
+print("ok: last checkpoint", c, "metrics step", m.group(1))
+PY
+  fail "the last checkpoint in status and metrics (above)"
+grep -q "^last checkpoint:  step [0-9]*0 at 20[0-9-]*T[0-9:]*Z in $work/ckpt/" "$work/status-run1.txt" ||
+  fail "omni-ctl status shows no last checkpoint: $(cat "$work/status-run1.txt")"
 
 # Every step once, in order, bitwise the static run's; every sample once per epoch.
 /usr/bin/python3 "$top_src/tests/integration/same-steps.py" "$work/static.jsonl" "$work/pre.jsonl" 60 ||

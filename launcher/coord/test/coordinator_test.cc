@@ -322,6 +322,23 @@ TEST(Coordinator, GenerationsEndToEnd) {
     EXPECT_EQ(s.value().body["status"]["generation"], 2);
     EXPECT_EQ(s.value().body["status"]["units"], 3);
     EXPECT_EQ(s.value().body["status"]["phase"], "running");
+    EXPECT_EQ(s.value().body["status"]["last_resize"]["kind"], "planned");
+    EXPECT_EQ(s.value().body["status"]["last_resize"]["new_units"], 3);
+    // A rank reports a checkpoint; status shows it, with when it was reported.
+    EXPECT_TRUE(s.value().body["status"]["last_checkpoint"].is_null());
+    Request note;
+    note.op = Op::Checkpoint;
+    note.step = 1;
+    note.location = "/ckpt/step-1";
+    const auto before = static_cast<std::int64_t>(::time(nullptr));
+    ASSERT_TRUE(client(*c)->call(note, 3000));
+    auto s2 = status(*ctl);
+    ASSERT_TRUE(s2);
+    const auto &ck = s2.value().body["status"]["last_checkpoint"];
+    EXPECT_EQ(ck["step"], 1);
+    EXPECT_EQ(ck["location"], "/ckpt/step-1");
+    EXPECT_GE(ck["time"].get<std::int64_t>(), before);
+    EXPECT_LE(ck["time"].get<std::int64_t>(), before + 5);
 }
 
 TEST(Coordinator, KeyValueStore) {

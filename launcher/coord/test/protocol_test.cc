@@ -380,6 +380,42 @@ TEST(Protocol, GrowViaTravelsWithTheTarget) {
     EXPECT_FALSE(p.status().target_units);
 }
 
+// Status names who asked for the last resize: omni-ctl (planned), a preempted satellite,
+// or a loss; the formation is none.
+TEST(Protocol, LastResizeSaysItsKind) {
+    auto p = formed(config(1, 3, 1, 4), 3);
+    EXPECT_FALSE(p.status().last_resize);
+    EXPECT_FALSE(p.request_reshape(2, 0, {}, {}, "whim"));
+    ASSERT_TRUE(p.request_reshape(2, 0, {2}, {}, kCausePreemption));
+    (void)all_arrive(p, 1, 4, {"u0", "u1", "u2"});
+    auto r = p.status().last_resize;
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->kind, kCausePreemption);
+    EXPECT_EQ(r->generation, 2u);
+    EXPECT_EQ(r->step, 4u);
+    EXPECT_EQ(r->old_units, 3u);
+    EXPECT_EQ(r->new_units, 2u);
+    EXPECT_EQ(r->old_world, 3u);
+    EXPECT_EQ(r->new_world, 2u);
+    ASSERT_TRUE(p.request_reshape(1, 0));
+    (void)all_arrive(p, 2, 5, {"u0", "u1"});
+    EXPECT_EQ(p.status().last_resize->kind, kCausePlanned);
+    EXPECT_EQ(p.status().last_resize->new_units, 1u);
+}
+
+TEST(Protocol, ALossIsAResizeOfKindLost) {
+    auto p = formed(config(1, 3, 1, 4), 3);
+    (void)ok(p.boundary("u0", 1, 5, 1000));
+    (void)ok(p.boundary("u1", 1, 5, 1200));
+    (void)p.tick(2000);
+    auto r = p.status().last_resize;
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->kind, kResizeLost);
+    EXPECT_EQ(r->old_units, 3u);
+    EXPECT_EQ(r->new_units, 2u);
+    EXPECT_EQ(r->step, 5u);
+}
+
 TEST(Protocol, AnnouncedShrinkAppliesAtTheFollowingBoundary) {
     auto c = config(1, 4, 1, 4);
     c.announce_planned = true;

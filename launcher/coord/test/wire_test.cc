@@ -241,6 +241,55 @@ TEST(Wire, OptionalNodeAndLeavingUnits) {
               "op status: unexpected field 'node'");
 }
 
+TEST(Wire, ReshapeCauseAndCheckpoint) {
+    auto r = parse(R"({"v":1,"op":"reshape","rid":2,"units":1,"cause":"preemption"})");
+    ASSERT_TRUE(r) << r.error();
+    EXPECT_EQ(r.value().cause, "preemption");
+    auto back = parse(request_header(r.value()));
+    ASSERT_TRUE(back) << back.error();
+    EXPECT_EQ(back.value().cause, "preemption");
+    EXPECT_EQ(err(R"({"v":1,"op":"reshape","rid":1,"units":2,"cause":"whim"})"),
+              "op reshape: 'cause' is 'whim': expected planned, preemption, policy or scontrol");
+    auto c = parse(R"({"v":1,"op":"checkpoint","rid":3,"step":40,"location":"/ckpt/step-40"})");
+    ASSERT_TRUE(c) << c.error();
+    EXPECT_EQ(c.value().op, Op::Checkpoint);
+    EXPECT_EQ(c.value().step, 40u);
+    EXPECT_EQ(c.value().location, "/ckpt/step-40");
+    auto cb = parse(request_header(c.value()));
+    ASSERT_TRUE(cb) << cb.error();
+    EXPECT_EQ(cb.value().location, "/ckpt/step-40");
+    EXPECT_TRUE(parse(R"({"v":1,"op":"checkpoint","rid":3,"step":40})"));
+    EXPECT_EQ(err(R"({"v":1,"op":"checkpoint","rid":3})"), "op checkpoint: field 'step' is missing");
+    EXPECT_EQ(err(R"({"v":1,"op":"checkpoint","rid":3,"step":1,"location":""})"),
+              "op checkpoint: field 'location' must be 1..1024 printable characters");
+    EXPECT_EQ(err(R"({"v":1,"op":"checkpoint","rid":3,"step":1,"location":"a\nb"})"),
+              "op checkpoint: field 'location' must be 1..1024 printable characters");
+    const std::string long_location = "{\"v\":1,\"op\":\"checkpoint\",\"rid\":3,\"step\":1,\"location\":\"" +
+                                      std::string(1025, 'x') + "\"}";
+    EXPECT_EQ(err(long_location), "op checkpoint: field 'location' is longer than 1024 bytes");
+}
+
+// Status: the last resize with its kind and pause, and the nodes of each unit.
+TEST(Wire, StatusCarriesTheLastResizeAndUnitNodes) {
+    ProtocolStatus s;
+    s.generation = 3;
+    s.layout.members = {{"a", 0, 0, 0}, {"b", 0, 1, 1}, {"c", 4, 0, 2}};
+    s.nodes = {{"a", "n1"}, {"b", "n2"}, {"c", "n1"}};
+    s.change_pause_ms = 31;
+    s.last_resize = ResizeRecord{"policy", 3, 90, 4, 2, 8, 4};
+    auto j = status_to_json(s);
+    EXPECT_EQ(j["last_resize"]["kind"], "policy");
+    EXPECT_EQ(j["last_resize"]["step"], 90);
+    EXPECT_EQ(j["last_resize"]["old_units"], 4);
+    EXPECT_EQ(j["last_resize"]["new_world"], 4);
+    EXPECT_EQ(j["last_resize"]["pause_ms"], 31);
+    EXPECT_EQ(j["unit_nodes"], nlohmann::json::parse(R"({"0":["n1","n2"],"4":["n1"]})"));
+    s.last_resize->generation = 2;  // the pause is the current generation's, not this one's
+    EXPECT_TRUE(status_to_json(s)["last_resize"]["pause_ms"].is_null());
+    s.last_resize.reset();
+    EXPECT_TRUE(status_to_json(s)["last_resize"].is_null());
+}
+
 TEST(Wire, GrowVia) {
     auto r = parse(R"({"v":1,"op":"reshape","rid":2,"units":4,"via":"satellite"})");
     ASSERT_TRUE(r) << r.error();

@@ -256,7 +256,9 @@ TEST(LaunchMetrics, PrometheusText) {
     auto status = nlohmann::json::parse(R"({"phase":"running","generation":3,"units":2,"world":4,
         "unit_size":2,"min_units":1,"max_units":4,"target_units":null,"last_step":120,
         "pending_joiners":[],"global_batch":64,"micro_batch":4,"grad_accum":4,
-        "samples_per_s":512.5,"changes":{"formed":1,"planned":2},"change_pause_ms":42})");
+        "samples_per_s":512.5,"changes":{"formed":1,"planned":2},"change_pause_ms":42,
+        "last_resize":{"kind":"preemption","generation":3,"step":110,"old_units":4,"new_units":2},
+        "last_checkpoint":{"step":100,"location":"/c/step-100","time":1796387442}})");
     const std::string t = prometheus_text(status, 77);
     auto has = [&](const std::string &line) { return t.find(line + "\n") != std::string::npos; };
     EXPECT_TRUE(has("# TYPE omni_up gauge")) << t;
@@ -268,6 +270,10 @@ TEST(LaunchMetrics, PrometheusText) {
     EXPECT_TRUE(has("# TYPE omni_changes_total counter")) << t;
     EXPECT_TRUE(has("omni_changes_total{job=\"77\",reason=\"planned\"} 2")) << t;
     EXPECT_TRUE(has("omni_last_change_pause_seconds{job=\"77\"} 0.042")) << t;
+    EXPECT_TRUE(has("omni_last_resize_info{job=\"77\",kind=\"preemption\"} 1")) << t;
+    EXPECT_TRUE(has("omni_last_resize_step{job=\"77\"} 110")) << t;
+    EXPECT_TRUE(has("omni_last_checkpoint_step{job=\"77\"} 100")) << t;
+    EXPECT_TRUE(has("omni_last_checkpoint_timestamp_seconds{job=\"77\"} 1796387442")) << t;
     EXPECT_EQ(t.find("omni_target_units"), std::string::npos) << t;  // null: left out
     // Outside a job: no label at all.
     EXPECT_TRUE(prometheus_text(status, 0).find("\nomni_units 2\n") != std::string::npos);

@@ -63,6 +63,9 @@ TEST(RuntimeCApi, StandaloneWithNoEnvironment) {
     EXPECT_EQ(omni_request_stop(""), OMNI_EINVAL);
     EXPECT_EQ(omni_request_stop(nullptr), OMNI_EINVAL);
     EXPECT_EQ(omni_request_stop("done"), OMNI_ESTATE);
+    EXPECT_EQ(omni_checkpoint_done(3, ""), OMNI_EINVAL);
+    EXPECT_EQ(omni_checkpoint_done(3, std::string(1025, 'x').c_str()), OMNI_EINVAL);
+    EXPECT_EQ(omni_checkpoint_done(3, "/c/step-3"), OMNI_ESTATE);
     EXPECT_NE(std::string(omni_last_error()).find("standalone"), std::string::npos) << omni_last_error();
 
     float params[5] = {1, 2, 3, 4, 5};
