@@ -176,6 +176,7 @@ struct ShrinkArgs {
     std::uint32_t job_id = 0;
     std::int64_t request_timeout_ms = 10000;
     std::int64_t wait_ms = 600000;
+    std::string cause = kCausePlanned;
 };
 
 // omni-ctl shrink: choose (ctl/shrink_plan.h), ask the coordinator for the planned shrink
@@ -227,6 +228,7 @@ int shrink(CoordinatorClient &client, const ShrinkArgs &a) {
         r.op = Op::Reshape;
         r.units = p.target;
         r.leave = p.leave;
+        r.cause = a.cause;
         auto reply = client.call(r, a.request_timeout_ms);
         if (!reply) return fail(reply.error());
         // Applied when a later generation holds none of the leaving units.
@@ -412,7 +414,7 @@ static int run(int argc, char **argv) {
         "Talks to the coordinator of the current slurm-omni job, or with --job J of job J from\n"
         "outside it (see omni-ctl(1)).\n\nOptions");
     std::string command, units_text, address, job_dir, timeout_text = "10000", nodes_text,
-        job_text, wait_text, via = kViaSatellite, remote_text;
+        job_text, wait_text, via = kViaSatellite, remote_text, cause = kCausePlanned;
     opts.add_options()
         ("help,h", "show this help and exit")
         ("json", "status: print the status as one JSON object")
@@ -427,6 +429,9 @@ static int run(int argc, char **argv) {
          "grow: where the new units start: satellite (a job of their own, default) or allocation "
          "(the job's own idle nodes)")
         ("cancel", "grow: withdraw a pending grow")
+        ("cause", po::value<std::string>(&cause),
+         "shrink: who asks, as omni-ctl status reports the resize: planned (default), scontrol "
+         "(omni-launch, for a shrink that job_submit/omni deferred), policy or preemption")
         ("job", po::value<std::string>(&remote_text),
          "J: ask the coordinator of job J from outside it (a login node), as a step of the job; "
          "its owner and root may")
@@ -471,7 +476,7 @@ static int run(int argc, char **argv) {
     if (command == "status" && vm.count("units")) return usage("--units belongs to reshape, shrink and grow");
     if (command != "status" && vm.count("json")) return usage("--json belongs to status");
     if (command != "shrink")
-        for (const char *o : {"nodes", "job-id"})
+        for (const char *o : {"nodes", "job-id", "cause"})
             if (vm.count(o)) return usage(std::string("--") + o + " belongs to shrink");
     if (command != "shrink" && command != "grow" && vm.count("wait"))
         return usage("--wait belongs to shrink and grow");
@@ -520,6 +525,9 @@ static int run(int argc, char **argv) {
             if (!w) return usage(w.error());
             shrink_args.wait_ms = static_cast<std::int64_t>(w.value()) * 1000;
         }
+        if (!check_resize_cause(cause))
+            return usage("--cause '" + cause.substr(0, 32) + "': expected planned, scontrol, policy or preemption");
+        shrink_args.cause = cause;
     }
     GrowArgs grow_args;
     grow_args.request_timeout_ms = static_cast<std::int64_t>(timeout.value());

@@ -136,6 +136,7 @@ private:
     void leave_job(const std::string &why, const char *cause = kCausePlanned);
     void watch_preemption();
     void await_preemption();
+    void watch_release_request();
     bool satellite() const { return !cfg_.satellite_units.empty(); }
     void record(GenerationEvent e);
     void write_metrics(const nlohmann::json &status);
@@ -156,6 +157,11 @@ private:
     std::vector<Satellite> satellites_;
     std::int64_t satellites_polled_ms_ = 0;  // the main job's squeue of its satellites
     std::int64_t preempt_polled_ms_ = 0;      // a satellite's look at its own job
+    // job_submit/omni's deferred shrinks (watch_release_request): the last record acted on,
+    // the omni-ctl shrink draining it while it runs, and when the job was last looked at.
+    std::string release_handled_;
+    pid_t release_pid_ = 0;
+    std::int64_t release_polled_ms_ = 0;
     std::uint32_t next_unit_ = 0;
     int own_failure_ = 0;    // omni-launch's own: the coordinator stopped answering
     // Observed state.
@@ -602,6 +608,54 @@ void Driver::watch_preemption() {
     leave_job("Slurm is preempting satellite job " + std::to_string(alloc_.job_id), kCausePreemption);
 }
 
+// A plain `scontrol update JobId=J NumNodes=N` (or NodeList=) that would take nodes where
+// units run: job_submit/omni (job_submit/job_submit_omni.c) keeps Slurm from applying it and
+// records the nodes in the job's SystemComment. omni-launch looks every few seconds and hands
+// the record to `omni-ctl shrink --nodes` (its units leave at the next boundary, then the
+// nodes go back to Slurm), one record at a time; a record it acted on is not acted on again
+// (the plugin writes a new one, with its time, for every request).
+void Driver::watch_release_request() {
+    constexpr std::int64_t kEveryMs = 3000, kScontrolTimeoutMs = 10000;
+    if (alloc_.job_id == 0 || shutdown_deadline_) return;
+    if (release_pid_) {
+        auto ws = try_reap(release_pid_);
+        if (!ws) return;
+        const int code = exit_code_of(*ws);
+        log_line(code == 0 ? LogLevel::Info : LogLevel::Warning, kComponent,
+                 "the shrink Slurm asked for (" + release_handled_ + ") " +
+                     (code == 0 ? std::string("is done")
+                                : "failed (omni-ctl exit " + std::to_string(code) +
+                                      "); the nodes stay in the job"));
+        release_pid_ = 0;
+    }
+    const std::int64_t now = mono_ms();
+    if (now - release_polled_ms_ < kEveryMs) return;
+    release_polled_ms_ = now;
+    auto job = load_job(alloc_.job_id, kScontrolTimeoutMs);
+    if (!job) {
+        log_line(LogLevel::Warning, kComponent, job.error());
+        return;
+    }
+    const std::string &record = job.value().release_request;
+    if (record.empty() || record == release_handled_) return;
+    release_handled_ = record;
+    const std::string nodes = record.substr(0, record.rfind('@'));
+    const auto slash = cfg_.self.rfind('/');
+    const std::string ctl = (slash == std::string::npos ? std::string() : cfg_.self.substr(0, slash + 1)) + "omni-ctl";
+    std::vector<std::string> argv = {ctl, "--job-dir", cfg_.job_dir, "shrink", "--nodes", nodes,
+                                     "--job-id", std::to_string(alloc_.job_id), "--cause", kCauseScontrol};
+    log_line(LogLevel::Info, kComponent,
+             "Slurm was asked to take nodes " + nodes +
+                 " from the job (scontrol update, deferred by job_submit/omni): their units leave at the next "
+                 "boundary, then the nodes go back: " + shell_join(argv));
+    auto pid = spawn(argv, environment_with({}));
+    if (!pid) {
+        log_line(LogLevel::Warning, kComponent, "cannot start omni-ctl shrink: " + pid.error());
+        return;
+    }
+    release_pid_ = pid.value();
+}
+
 // The job stopped at a boundary because Slurm signalled its steps. When that was Slurm
 // preempting it (PreemptTime set), the checkpoint is written, but ending now would complete
 // the job and take from the site's PreemptMode its say: REQUEUE must find the job still
@@ -766,6 +820,7 @@ int Driver::run() {
             if (!satellite()) {
                 maybe_grow(*snap);
                 poll_satellites(*snap);
+                watch_release_request();
             } else {
                 watch_preemption();
             }

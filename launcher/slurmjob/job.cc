@@ -90,6 +90,13 @@ Result<JobInfo> parse_scontrol_job(const std::string &text, std::uint32_t job_id
             job.preempted = word_value(body, "PreemptTime", v) && v != "None";
         } else if (indent == 3 && body.rfind("TresPerNode=", 0) == 0) {
             word_value(body, "TresPerNode", job.tres_per_node);
+        } else if (indent == 3 && body.rfind("SystemComment=", 0) == 0) {
+            // Set only by Slurm and its plugins (job_submit/omni writes the record).
+            std::istringstream words(body.substr(std::string("SystemComment=").size()));
+            std::string w;
+            const std::string mark = "omni-release=";
+            while (words >> w)
+                if (w.rfind(mark, 0) == 0) job.release_request = w.substr(mark.size());
         } else if (indent == 3 && body.rfind("BatchHost=", 0) == 0) {
             word_value(body, "BatchHost", job.batch_host);
         } else if (indent == 5 && body.rfind("Nodes=", 0) == 0) {

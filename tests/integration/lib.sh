@@ -24,12 +24,16 @@ cleanup_work() { [ -n "${OMNI_KEEP_WORK:-}" ] || rm -rf "$work"; }
 trap cleanup_work EXIT
 own_cluster=
 
-# cluster_acquire NODES GPUS_PER_NODE [HOSTS]: reuse the cluster named by OMNI_TEST_CLUSTER
+# cluster_acquire NODES GPUS_PER_NODE [HOSTS [UP-OPTIONS...]]: reuse the cluster named by OMNI_TEST_CLUSTER
 # (it must have at least that many nodes and GPUs, and HOSTS, local or netns, when given), or
-# start a private one that is stopped at exit (with --hosts HOSTS). Sets CLUSTER_DIR and
+# start a private one that is stopped at exit (with --hosts HOSTS, and UP-OPTIONS, which
+# always make it private). Sets CLUSTER_DIR and
 # CLUSTER_HOSTS.
 cluster_acquire() {
   local want_nodes=$1 want_gpus=$2 want_hosts=${3:-}
+  shift $(($# < 3 ? $# : 3))
+  # More options for omni-cluster up: a cluster of this test's own, never the shared one.
+  local extra=("$@")
   need_root
   local NODES GPUS HOSTS=local
   if [ -n "${OMNI_TEST_CLUSTER:-}" ]; then
@@ -39,14 +43,14 @@ cluster_acquire() {
     [ "$NODES" -ge "$want_nodes" ] && [ "$GPUS" -ge "$want_gpus" ] ||
       fail "OMNI_TEST_CLUSTER=$OMNI_TEST_CLUSTER has $NODES node(s) x $GPUS GPU(s); this test needs $want_nodes x $want_gpus"
   fi
-  if [ -n "${OMNI_TEST_CLUSTER:-}" ] && { [ -z "$want_hosts" ] || [ "$want_hosts" = "$HOSTS" ]; }; then
+  if [ -n "${OMNI_TEST_CLUSTER:-}" ] && [ ${#extra[@]} = 0 ] && { [ -z "$want_hosts" ] || [ "$want_hosts" = "$HOSTS" ]; }; then
     CLUSTER_DIR=$OMNI_TEST_CLUSTER CLUSTER_HOSTS=$HOSTS
   else
     CLUSTER_DIR=$work/cluster CLUSTER_HOSTS=${want_hosts:-local}
     own_cluster=1
     trap 'cluster_release; cleanup_work' EXIT
     "$top_src/tests/integration/test-cluster" "$CLUSTER_DIR" "$top_build" "$want_nodes" \
-      "$want_gpus" --hosts "$CLUSTER_HOSTS" || fail "omni-cluster up failed"
+      "$want_gpus" --hosts "$CLUSTER_HOSTS" "${extra[@]}" || fail "omni-cluster up failed"
   fi
   eval "$("$omni_cluster" --dir "$CLUSTER_DIR" env)"
 }

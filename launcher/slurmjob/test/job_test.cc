@@ -184,3 +184,27 @@ TEST(ScontrolJob, AllocationEnvironmentWithoutCpuDetails) {
     EXPECT_EQ(env.count("SLURM_JOB_CPUS_PER_NODE"), 0u);
     EXPECT_NE(std::find(unset.begin(), unset.end(), "SLURM_JOB_CPUS_PER_NODE"), unset.end());
 }
+
+// job_submit/omni's record of a deferred shrink, as `scontrol show job` printed it on the
+// local cluster after `scontrol update JobId=1 NumNodes=2` on a 4-node omni job; a job name
+// or a user's Comment with the same words is no record.
+TEST(ScontrolJob, DeferredShrinkRecord) {
+    std::string text(kJob2);
+    auto j = parse_scontrol_job(text, 2);
+    ASSERT_TRUE(j) << j.error();
+    EXPECT_EQ(j.value().release_request, "");
+    const std::string record = "   SystemComment=omni-release=n[3-4]@1796388564 \n";
+    const std::string fake = "   Comment=omni-release=n[1-9]@1 \n";
+    auto at = text.find("   Power=");
+    ASSERT_NE(at, std::string::npos);
+    std::string with = text.substr(0, at) + fake + record + text.substr(at);
+    with.replace(0, std::string("JobId=2 JobName=my job").size(), "JobId=2 JobName=SystemComment=omni-release=x");
+    auto k = parse_scontrol_job(with, 2);
+    ASSERT_TRUE(k) << k.error();
+    EXPECT_EQ(k.value().release_request, "n[3-4]@1796388564");
+    // Among other words of the comment.
+    std::string among = text.substr(0, at) + "   SystemComment=site note omni-release=n4@7 more\n" + text.substr(at);
+    auto m = parse_scontrol_job(among, 2);
+    ASSERT_TRUE(m) << m.error();
+    EXPECT_EQ(m.value().release_request, "n4@7");
+}

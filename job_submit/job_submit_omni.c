@@ -1,0 +1,205 @@
+/*
+ * job_submit/omni: a plain `scontrol update JobId=J NumNodes=N` (or `NodeList=`) on a running
+ * slurm-omni job becomes a graceful shrink.
+ *
+ * Without it, Slurm kills the job's steps on the nodes it releases at once, with no signal a
+ * rank can act on, and the job recovers through the lost-rank path (a rewind to its last
+ * checkpoint). slurmctld calls job_modify() before it applies an update; when the update
+ * would take nodes on which a unit step of omni-launch runs (a step named omni-uN), this
+ * plugin takes the node change out of the update and records it on the job instead, in its
+ * SystemComment, as
+ *
+ *     omni-release=HOSTLIST@UNIXTIME
+ *
+ * (the nodes Slurm itself would have released: for NumNodes=N the batch host and the first
+ * N-1 other nodes stay, as slurmctld chooses). omni-launch looks at its job every few
+ * seconds, drains the units on those nodes at the next step boundary and gives the nodes
+ * back with `scontrol update NodeList=`, which then takes no unit step's node and passes
+ * here untouched (clearing the record). Anything else passes untouched too: pending jobs,
+ * growth, NumNodes=0 and ALL, NodeList= naming a node outside the job, and a shrink whose
+ * nodes run no unit step (nothing to drain, so there is nothing to wait for).
+ *
+ * It runs inside slurmctld with the job write lock held: no I/O, no waiting, no allocation
+ * beyond the node names of one job, and it never refuses an update.
+ */
+#include "config.h"
+
+#include <inttypes.h>
+#include <stdbool.h>
+#include <string.h>
+#include <time.h>
+
+#include "slurm/slurm.h"
+#include "slurm/slurm_errno.h"
+#include "src/common/bitstring.h"
+#include "src/common/list.h"
+#include "src/common/log.h"
+#include "src/common/node_conf.h"
+#include "src/common/xmalloc.h"
+#include "src/common/xstring.h"
+#include "src/slurmctld/slurmctld.h"
+
+const char plugin_name[] = "slurm-omni: graceful node-count shrink of elastic jobs";
+const char plugin_type[] = "job_submit/omni";
+const uint32_t plugin_version = SLURM_VERSION_NUMBER;
+
+#define PREFIX "job_submit/omni: "
+#define MARK "omni-release="
+#define UNIT_STEP_PREFIX "omni-u"
+
+int init(void)
+{
+	return SLURM_SUCCESS;
+}
+
+int fini(void)
+{
+	return SLURM_SUCCESS;
+}
+
+extern int job_submit(job_desc_msg_t *job_desc, uint32_t submit_uid,
+		      char **err_msg)
+{
+	(void) job_desc;
+	(void) submit_uid;
+	(void) err_msg;
+	return SLURM_SUCCESS;
+}
+
+/*
+ * The nodes this update takes from the running job, or NULL when it takes none (or is not
+ * a plain shrink). The caller frees the bitmap.
+ */
+static bitstr_t *_taken_nodes(job_desc_msg_t *d, job_record_t *job)
+{
+	bitstr_t *taken = NULL;
+
+	if (d->req_nodes) {
+		bitstr_t *keep = NULL;
+
+		if ((d->req_nodes[0] == '\0') ||
+		    node_name2bitmap(d->req_nodes, false, &keep) ||
+		    (bit_size(keep) != bit_size(job->node_bitmap)) ||
+		    !bit_super_set(keep, job->node_bitmap)) {
+			FREE_NULL_BITMAP(keep);
+			return NULL;
+		}
+		taken = bit_copy(job->node_bitmap);
+		bit_and_not(taken, keep);
+		FREE_NULL_BITMAP(keep);
+	} else if ((d->min_nodes != NO_VAL) && (d->min_nodes != INFINITE) &&
+		   (d->min_nodes > 0) && (d->min_nodes < job->node_cnt)) {
+		/* As slurmctld's _update_job: the batch host stays, then the first. */
+		bitstr_t *batch = NULL;
+		uint32_t kept = 0;
+		int64_t i, first, last;
+
+		taken = bit_copy(job->node_bitmap);
+		if (job->batch_host &&
+		    !node_name2bitmap(job->batch_host, false, &batch) &&
+		    (bit_size(batch) == bit_size(taken))) {
+			bit_and_not(taken, batch);
+			kept = 1;
+		}
+		FREE_NULL_BITMAP(batch);
+		first = bit_ffs(taken);
+		last = (first >= 0) ? bit_fls(taken) : -2;
+		for (i = first; i <= last; i++) {
+			if (!bit_test(taken, i))
+				continue;
+			if (++kept <= d->min_nodes)
+				bit_clear(taken, i);
+		}
+	} else {
+		return NULL;
+	}
+	if (bit_set_count(taken) == 0)
+		FREE_NULL_BITMAP(taken);
+	return taken;
+}
+
+/* Whether a running unit step of omni-launch has a node in `nodes`. */
+static bool _unit_step_on(job_record_t *job, bitstr_t *nodes)
+{
+	ListIterator it;
+	step_record_t *step;
+	bool found = false;
+
+	if (!job->step_list)
+		return false;
+	it = list_iterator_create(job->step_list);
+	while ((step = list_next(it))) {
+		if (!step->name ||
+		    strncmp(step->name, UNIT_STEP_PREFIX,
+			    strlen(UNIT_STEP_PREFIX)))
+			continue;
+		if (step->state != JOB_RUNNING || !step->step_node_bitmap)
+			continue;
+		if ((bit_size(step->step_node_bitmap) == bit_size(nodes)) &&
+		    bit_overlap_any(step->step_node_bitmap, nodes)) {
+			found = true;
+			break;
+		}
+	}
+	list_iterator_destroy(it);
+	return found;
+}
+
+/*
+ * Replaces the job's omni-release record (a word of its SystemComment) with `record`, or
+ * removes it when `record` is NULL; the rest of the comment is kept.
+ */
+static void _set_record(job_record_t *job, const char *record)
+{
+	char *out = NULL, *save = NULL, *copy, *word;
+
+	if (job->system_comment) {
+		copy = xstrdup(job->system_comment);
+		for (word = strtok_r(copy, " ", &save); word;
+		     word = strtok_r(NULL, " ", &save)) {
+			if (!strncmp(word, MARK, strlen(MARK)))
+				continue;
+			xstrfmtcat(out, "%s%s", out ? " " : "", word);
+		}
+		xfree(copy);
+	}
+	if (record)
+		xstrfmtcat(out, "%s%s", out ? " " : "", record);
+	xfree(job->system_comment);
+	job->system_comment = out;
+}
+
+extern int job_modify(job_desc_msg_t *job_desc, job_record_t *job_ptr,
+		      uint32_t submit_uid)
+{
+	bitstr_t *taken;
+	char *names, *record = NULL;
+
+	if (!job_desc || !job_ptr || !IS_JOB_RUNNING(job_ptr) ||
+	    !job_ptr->node_bitmap)
+		return SLURM_SUCCESS;
+	taken = _taken_nodes(job_desc, job_ptr);
+	if (!taken)
+		return SLURM_SUCCESS;
+	if (!_unit_step_on(job_ptr, taken)) {
+		/* Drained already (omni-launch's own release), or not an omni job. */
+		if (job_ptr->system_comment &&
+		    strstr(job_ptr->system_comment, MARK))
+			_set_record(job_ptr, NULL);
+		FREE_NULL_BITMAP(taken);
+		return SLURM_SUCCESS;
+	}
+	names = bitmap2node_name(taken);
+	xstrfmtcat(record, "%s%s@%" PRId64, MARK, names, (int64_t) time(NULL));
+	_set_record(job_ptr, record);
+	info(PREFIX "%pJ: shrink by uid %u deferred: omni-launch drains the units on %s at their next step boundary, then gives the nodes back",
+	     job_ptr, submit_uid, names);
+	/* The node change waits for omni-launch; the rest of the update applies. */
+	job_desc->min_nodes = NO_VAL;
+	job_desc->max_nodes = NO_VAL;
+	xfree(job_desc->req_nodes);
+	xfree(record);
+	xfree(names);
+	FREE_NULL_BITMAP(taken);
+	return SLURM_SUCCESS;
+}
