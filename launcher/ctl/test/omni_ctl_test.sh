@@ -64,10 +64,11 @@ documented = {"phase", "generation", "units", "world", "unit_size", "min_units",
               "target_units", "target_leave", "target_via", "boundary_step", "arrived", "last_step",
               "pending_joiners", "lost", "unit_ids", "members", "last_decision", "last_change",
               "change_pause_ms", "global_batch", "micro_batch", "grad_accum", "samples_per_s",
-              "changes", "kv", "coordinator"}
+              "changes", "last_resize", "unit_nodes", "last_checkpoint", "kv", "coordinator"}
 assert set(s) == documented, (sorted(set(s) - documented), sorted(documented - set(s)))
 assert all(set(m) == {"id", "unit", "slot", "rank", "node"} for m in s["members"]), s["members"]
 assert s["changes"] == {"formed": 1}, s["changes"]
+assert s["last_resize"] is None and s["last_checkpoint"] is None, s  # none yet
 print("ok: status --json fields")
 PY
 
