@@ -55,6 +55,7 @@ struct Snapshot {
     std::vector<std::pair<std::string, std::uint32_t>> members;  // id, unit
     std::vector<std::string> pending;
     std::string change_kind, change_reason;
+    std::string resize_kind;  // last_resize's kind, when it made the current generation
     std::uint64_t change_generation = 0, change_step = 0;
     std::uint64_t last_step = 0;  // the last decided boundary
     std::optional<std::int64_t> change_pause_ms;  // the current generation's, once known
@@ -78,6 +79,9 @@ Result<Snapshot> parse_snapshot(const nlohmann::json &s) {
         out.pending = s.at("pending_joiners").get<std::vector<std::string>>();
         if (auto it = s.find("change_pause_ms"); it != s.end() && !it->is_null())
             out.change_pause_ms = it->get<std::int64_t>();
+        if (auto r = s.find("last_resize"); r != s.end() && r->is_object() &&
+                                            r->value("generation", std::uint64_t(0)) == out.generation)
+            out.resize_kind = r->value("kind", std::string());
         const auto &lc = s.at("last_change");
         if (lc.is_object()) {
             out.change_kind = lc.at("kind").get<std::string>();
@@ -373,6 +377,7 @@ void Driver::observe(const Snapshot &s) {
         e.old_units = seen_units_;
         e.new_units = s.unit_ids;
         e.detail = s.change_reason;
+        e.kind = s.resize_kind;
         e.step = s.change_step;
         e.reason = event_reason("reshaped", s.change_reason, seen_generation_);
         if (seen_generation_ == 0) {

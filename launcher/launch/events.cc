@@ -22,7 +22,7 @@ std::string iso_time(std::int64_t unix_ms) {
 }
 
 nlohmann::json event_to_json(const GenerationEvent &e) {
-    return {{"time", iso_time(e.unix_ms)},   {"unix_ms", e.unix_ms},
+    nlohmann::json j = {{"time", iso_time(e.unix_ms)},   {"unix_ms", e.unix_ms},
             {"job", e.job},                  {"old_generation", e.old_generation},
             {"generation", e.generation},    {"old_world", e.old_world},
             {"new_world", e.new_world},      {"old_units", e.old_units},
@@ -30,6 +30,8 @@ nlohmann::json event_to_json(const GenerationEvent &e) {
             {"detail", e.detail},            {"step", e.step},
             {"pause_ms", e.pause_ms},        {"pause_source", e.pause_source},
             {"resolution_ms", e.resolution_ms}};
+    if (!e.kind.empty()) j["kind"] = e.kind;
+    return j;
 }
 
 std::string event_summary(const GenerationEvent &e) {

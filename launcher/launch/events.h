@@ -4,7 +4,9 @@
 // A line: {"time": "2026-11-29T12:00:00.123Z", "unix_ms": ..., "job": J, "generation": G,
 // "old_generation": G0, "old_world": W0, "new_world": W, "old_units": [...], "new_units": [...],
 // "reason": "initial"|"planned"|"lost"|"stop", "detail": the coordinator's reason,
-// "step": the boundary step, "pause_ms": P, "pause_source": S, "resolution_ms": R}
+// "step": the boundary step, "pause_ms": P, "pause_source": S, "resolution_ms": R}, and for
+// a resize "kind": who asked for it (planned, preemption, policy, scontrol, lost; the
+// coordinator's ResizeRecord).
 // pause_ms (S = "ranks") is the time from the coordinator's decision until every rank of the
 // new generation reported its communicator built and its state in place; when that report
 // cannot complete (a rank died in the change), S = "poll": how long omni-launch saw the
@@ -32,6 +34,7 @@ struct GenerationEvent {
     std::vector<std::uint32_t> old_units, new_units;
     std::string reason;  // initial | planned | lost | stop
     std::string detail;  // "formed", "planned", "lost", "below-min", "signal SIGTERM", ...
+    std::string kind;    // a resize's: planned | preemption | policy | scontrol | lost ("": none)
     std::uint64_t step = 0;
     std::int64_t pause_ms = 0;
     std::string pause_source = "poll";  // ranks | poll | launch (see omni-launch(1))

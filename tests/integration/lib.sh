@@ -147,6 +147,20 @@ EOS
   chmod +x "$1"
 }
 
+# same_training NAME STEPS D STEPS_PER_EPOCH [redone-ok]: the run $work/NAME.jsonl is the
+# static run's step for step, bitwise (same-steps.py), and the sample logs in $work/samples
+# used every sample once per epoch (exactly-once.py); unless redone-ok (the lost-rank path),
+# no step was trained twice either.
+same_training() {
+  /usr/bin/python3 "$top_src/tests/integration/same-steps.py" "$work/static.jsonl" "$work/$1.jsonl" "$2" ||
+    fail "the static run and $1 differ (above)"
+  /usr/bin/python3 "$top_src/tests/integration/exactly-once.py" "$work/samples" "$3" "$4" "$2" >"$work/once.txt" ||
+    { cat "$work/once.txt"; fail "samples of $1 (above)"; }
+  cat "$work/once.txt"
+  [ "${5:-}" = redone-ok ] || grep -q "(.* 0 steps redone after a rewind)" "$work/once.txt" ||
+    fail "$1 trained steps twice"
+}
+
 # elastic_job FILE NAME 'LAUNCH ARGS' 'TRAINER ARGS' < BODY: a batch script that runs
 # omni-train-demo under omni-launch in the background, its metrics in $work/NAME.jsonl and
 # its events in $work/NAME-events.jsonl, then BODY (shell lines read from stdin), then waits

@@ -101,10 +101,5 @@ grep -q "^last checkpoint:  step [0-9]*0 at 20[0-9-]*T[0-9:]*Z in $work/ckpt/" "
   fail "omni-ctl status shows no last checkpoint: $(cat "$work/status-run1.txt")"
 
 # Every step once, in order, bitwise the static run's; every sample once per epoch.
-/usr/bin/python3 "$top_src/tests/integration/same-steps.py" "$work/static.jsonl" "$work/pre.jsonl" 60 ||
-  fail "static and preempted runs differ (above)"
-/usr/bin/python3 "$top_src/tests/integration/exactly-once.py" "$work/samples" 480 15 60 >"$work/once.txt" ||
-  { cat "$work/once.txt"; fail "samples (above)"; }
-cat "$work/once.txt"
-grep -q "(.* 0 steps redone after a rewind)" "$work/once.txt" || fail "steps were trained twice"
+same_training pre 60 480 15
 note "ok: preempted at step $stop with a checkpoint there, requeued, resumed, bitwise the static run"

@@ -58,12 +58,10 @@ ev = [json.loads(l) for l in open(sys.argv[1])]
 got = [(e["reason"], e["old_world"], e["new_world"]) for e in ev]
 assert got == [("initial", 0, 4), ("lost", 4, 2), ("stop", 2, 0)], got
 assert 14 <= ev[1]["step"] <= 20, ev[1]
+assert ev[1]["kind"] == "lost", ev[1]
 r = json.load(open(sys.argv[2]))["last_resize"]
 assert r["kind"] == "lost" and (r["old_units"], r["new_units"]) == (4, 2), r
 print("ok: events", got, "last resize", r["kind"])
 PY
-/usr/bin/python3 "$top_src/tests/integration/same-steps.py" "$work/static.jsonl" "$work/sc.jsonl" 60 ||
-  fail "static and shrunk runs differ (above)"
-/usr/bin/python3 "$top_src/tests/integration/exactly-once.py" "$work/samples" 480 15 60 ||
-  fail "samples (above)"
+same_training sc 60 480 15 redone-ok
 note "ok: scontrol NumNodes=2 on a 4-unit job: lost-rank path, rewound to step 10, bitwise the static run"

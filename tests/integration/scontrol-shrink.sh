@@ -87,15 +87,11 @@ ev = [json.loads(l) for l in open(sys.argv[1])]
 got = [(e["reason"], e["old_world"], e["new_world"]) for e in ev]
 assert got == [("initial", 0, 4), ("planned", 4, 2), ("planned", 2, 1), ("stop", 1, 0)], got
 assert 14 <= ev[1]["step"] < 30 and 30 <= ev[2]["step"] < 60, [e["step"] for e in ev]
+assert [e.get("kind") for e in ev] == [None, "scontrol", "scontrol", None], ev
 for path, units in ((sys.argv[2], (4, 2)), (sys.argv[3], (2, 1))):
     r = json.load(open(path))["last_resize"]
     assert r["kind"] == "scontrol" and (r["old_units"], r["new_units"]) == units, r
 print("ok: events", got, "resizes of kind scontrol")
 PY
-/usr/bin/python3 "$top_src/tests/integration/same-steps.py" "$work/static.jsonl" "$work/sc.jsonl" 60 ||
-  fail "static and shrunk runs differ (above)"
-/usr/bin/python3 "$top_src/tests/integration/exactly-once.py" "$work/samples" 480 15 60 >"$work/once.txt" ||
-  { cat "$work/once.txt"; fail "samples (above)"; }
-cat "$work/once.txt"
-grep -q "(.* 0 steps redone after a rewind)" "$work/once.txt" || fail "steps were trained twice"
+same_training sc 60 480 15
 note "ok: scontrol NumNodes=2 and NodeList= shrank the job gracefully (4 -> 2 -> 1), bitwise the static run"

@@ -41,5 +41,7 @@ check_bad omni-cluster up --purge
 check_bad omni-cluster --dir '/tmp/a b' status
 check_bad omni-cluster up --conf-extra /nonexistent/slurm.conf
 check_bad demo --nodes 65
+check_bad demo --nodes 3
+check_bad demo --out ''
 check_bad demo --gpus-per-node x
 note "ok: --help and bad invocations of ${scripts[*]}"

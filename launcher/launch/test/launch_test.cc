@@ -222,6 +222,9 @@ TEST(LaunchEvents, JsonLines) {
     EXPECT_EQ(j["reason"], "planned");
     EXPECT_EQ(j["old_world"], 4);
     EXPECT_EQ(j["new_units"], nlohmann::json({0, 1}));
+    EXPECT_FALSE(j.contains("kind"));  // not known: left out
+    e.kind = "scontrol";
+    EXPECT_EQ(event_to_json(e)["kind"], "scontrol");
     EXPECT_EQ(event_summary(e), "generation 1 -> 2: world 4 -> 2 (planned, step 9, pause 12 ms)");
     EXPECT_EQ(event_reason("reshaped", "formed", 0), "initial");
     EXPECT_EQ(event_reason("reshaped", "lost", 3), "lost");
