@@ -108,6 +108,12 @@ public:
         detail::check(omni_boundary(step, &d), "omni_boundary");
         return d;
     }
+    // The whole job stops at the next boundary (omni_request_stop).
+    void request_stop(const char *reason) { detail::check(omni_request_stop(reason), "omni_request_stop"); }
+    // A committed checkpoint, for omni-ctl status and the metrics (omni_checkpoint_done).
+    void checkpoint_done(std::uint64_t step, const char *location = nullptr) {
+        detail::check(omni_checkpoint_done(step, location), "omni_checkpoint_done");
+    }
 
     // Collectives on the current communicator (host memory with Gloo).
     void allreduce(void *buf, std::size_t count, omni_dtype t, omni_reduce_op op = OMNI_SUM) {

@@ -273,6 +273,12 @@ TEST(RuntimeCApi, CppWrapperStandalone) {
         EXPECT_EQ(params[3], 4.0f);
         EXPECT_EQ(s.boundary(1).kind, OMNI_CONTINUE);
         try {
+            s.request_stop("done");
+            ADD_FAILURE() << "a standalone rank has no job to stop";
+        } catch (const omni::api_error &e) {
+            EXPECT_EQ(e.status(), OMNI_ESTATE);
+        }
+        try {
             s.boundary(7);
             ADD_FAILURE() << "a step out of sequence must throw";
         } catch (const omni::api_error &e) {
