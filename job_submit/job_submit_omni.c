@@ -19,8 +19,9 @@
  * growth, NumNodes=0 and ALL, NodeList= naming a node outside the job, and a shrink whose
  * nodes run no unit step (nothing to drain, so there is nothing to wait for).
  *
- * It runs inside slurmctld with the job write lock held: no I/O, no waiting, no allocation
- * beyond the node names of one job, and it never refuses an update.
+ * Only the job's owner and Slurm's operators are deferred (slurmctld checks the requester
+ * after this plugin). It runs inside slurmctld with the job write lock held: no I/O, no
+ * waiting, no allocation beyond the node names of one job, and it never refuses an update.
  */
 #include "config.h"
 
@@ -177,6 +178,14 @@ extern int job_modify(job_desc_msg_t *job_desc, job_record_t *job_ptr,
 
 	if (!job_desc || !job_ptr || !IS_JOB_RUNNING(job_ptr) ||
 	    !job_ptr->node_bitmap)
+		return SLURM_SUCCESS;
+	/*
+	 * slurmctld checks who may update the job only after this call: a record made for
+	 * anyone else would shrink another user's job through its omni-launch. The job's
+	 * owner and Slurm's operators are deferred; other requests pass untouched, for
+	 * slurmctld to refuse (or, for an account coordinator, to apply at once).
+	 */
+	if ((submit_uid != job_ptr->user_id) && !validate_operator(submit_uid))
 		return SLURM_SUCCESS;
 	taken = _taken_nodes(job_desc, job_ptr);
 	if (!taken)

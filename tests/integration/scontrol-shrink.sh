@@ -10,6 +10,8 @@
 #    no step recomputed) and then gives exactly those nodes back; the record is gone, the
 #    nodes are idle in sinfo, and omni-ctl status calls the resize "scontrol";
 #  - the same for NodeList= (2 -> 1 unit);
+#  - another user's `scontrol update NumNodes=1` (as nobody, before) is refused by slurmctld
+#    and leaves no record: the job keeps its 4 nodes and units;
 #  - per-step loss, LR and samples bitwise those of a static run, every sample once per
 #    epoch, no step trained twice; events initial 4, planned 4 -> 2, planned 2 -> 1, stop.
 . "$(dirname "$0")/lib.sh"
@@ -26,6 +28,11 @@ train="--steps 60 --dataset-size 480 --lr 0.05 --warmup 5 --global-batch 32 --mi
 write_static_job static.sh 4 "$train"
 mkdir -p "$work/samples"
 elastic_job sc.sh sc "--units 4" "$train --pace-ms 150 --sample-log $work/samples" <<EOS
+at_step 10 || exit 10
+# Another user may not shrink the job: slurmctld refuses, and no record is left behind.
+runuser -u nobody -- scontrol update JobId=\$SLURM_JOB_ID NumNodes=1 >"$work/scontrol-nobody.out" 2>&1
+echo "scontrol-nobody-exit \$?"
+scontrol show job \$SLURM_JOB_ID >"$work/job-nobody.txt"
 at_step 14 || exit 11
 scontrol update JobId=\$SLURM_JOB_ID NumNodes=2 >"$work/scontrol-1.out" 2>&1
 echo "scontrol-1-exit \$?"
@@ -67,6 +74,13 @@ expect_eq "2 units after NumNodes=2" "$(sed -n 's/^units-2-exit //p' "$work/sc.o
 expect_eq "1 unit after NodeList=" "$(sed -n 's/^units-1-exit //p' "$work/sc.out")" 0
 expect_eq "omni-launch exit" "$(sed -n 's/^launch-exit //p' "$work/sc.out")" 0
 expect_eq "job $job state" "$(job_state "$job")" COMPLETED
+
+# Another user's request: refused by slurmctld, no record, nothing released.
+[ "$(sed -n 's/^scontrol-nobody-exit //p' "$work/sc.out")" != 0 ] || fail "nobody shrank root's job"
+grep -qi "access\|denied\|permission\|not authorized\|Invalid user" "$work/scontrol-nobody.out" ||
+  fail "scontrol as nobody: $(cat "$work/scontrol-nobody.out")"
+grep -q 'omni-release=' "$work/job-nobody.txt" && fail "another user's request left a record"
+grep -q '^   NodeList=n\[1-4\]$' "$work/job-nobody.txt" || fail "after nobody's request: $(grep NodeList "$work/job-nobody.txt")"
 
 # Deferred: still 4 nodes, the record naming the two Slurm would have taken.
 grep -q '^   NodeList=n\[1-4\]$' "$work/job-deferred.txt" || fail "the job lost its nodes before its units left: $(grep NodeList "$work/job-deferred.txt")"
