@@ -38,7 +38,61 @@ std::string range_text(const JobOptions &o) {
     return std::to_string(o.elastic->first) + ".." + std::to_string(o.elastic->second);
 }
 
+// The keys of --omni-policy=auto,KEY=S and where each lands; the order is policy_text's.
+struct PolicyKey {
+    const char *name;
+    std::uint64_t PolicyOptions::*field;
+    std::uint64_t min, max;
+};
+const PolicyKey kPolicyKeys[] = {
+    {"grow_cooldown", &PolicyOptions::grow_cooldown, 0, kMaxPolicySeconds},
+    {"shrink_cooldown", &PolicyOptions::shrink_cooldown, 0, kMaxPolicySeconds},
+    {"grow_after", &PolicyOptions::grow_after, 0, kMaxPolicySeconds},
+    {"shrink_after", &PolicyOptions::shrink_after, 0, kMaxPolicySeconds},
+    {"interval", &PolicyOptions::interval, 1, kMaxPolicyInterval},
+};
+
+// "none" | "auto[,KEY=S...]". Returns nullopt for none.
+Result<std::optional<PolicyOptions>> parse_policy(std::string_view value) {
+    const auto comma = value.find(',');
+    const std::string_view mode = value.substr(0, comma);
+    if (mode == "none") {
+        if (comma != std::string_view::npos) return make_error("'none' takes no settings");
+        return std::optional<PolicyOptions>();
+    }
+    if (mode != "auto") return make_error(quoted(mode) + ": expected auto or none (form auto[,KEY=SECONDS...])");
+    PolicyOptions p;
+    std::vector<std::string> items;
+    std::size_t pos = comma;
+    while (pos != std::string_view::npos) {
+        const std::size_t next = value.find(',', pos + 1);
+        items.emplace_back(value.substr(pos + 1, next == std::string_view::npos ? next : next - pos - 1));
+        pos = next;
+    }
+    std::vector<std::string> names;
+    for (const auto &k : kPolicyKeys) names.push_back(k.name);
+    auto kvs = parse_key_values(items, names, "");
+    if (!kvs) {
+        const std::string &e = kvs.error();
+        return make_error(e.rfind(": ", 0) == 0 ? e.substr(2) : e);
+    }
+    for (const auto &kv : kvs.value())
+        for (const auto &k : kPolicyKeys)
+            if (kv.key == k.name) {
+                auto n = parse_uint(kv.value, k.min, k.max, kv.key);
+                if (!n) return Error{n.error()};
+                p.*(k.field) = n.value();
+            }
+    return std::optional<PolicyOptions>(p);
+}
+
 }  // namespace
+
+std::string policy_text(const PolicyOptions &p) {
+    std::string out = "auto";
+    for (const auto &k : kPolicyKeys) out += "," + std::string(k.name) + "=" + std::to_string(p.*(k.field));
+    return out;
+}
 
 const std::vector<std::string> &domain_kinds() {
     static const std::vector<std::string> kinds{"pcie", "nvlink", "numa", "node", "any"};
@@ -48,13 +102,15 @@ const std::vector<std::string> &domain_kinds() {
 const std::vector<std::string> &job_option_names() {
     static const std::vector<std::string> names{
         "omni-elastic",      "omni-unit",     "omni-mp",   "omni-global-batch",
-        "omni-micro-batch", "omni-sm-slice", "omni-ckpt"};
+        "omni-micro-batch", "omni-sm-slice", "omni-ckpt",         "omni-policy"};
     return names;
 }
 
 Result<SiteConfig> parse_site_config(const std::vector<std::string> &args) {
-    static const std::vector<std::string> keys{"topology", "bind", "allow_sm_slice", "max_units",
-                                               "default_domain"};
+    static const std::vector<std::string> keys{"topology",       "bind",
+                                               "allow_sm_slice", "max_units",
+                                               "default_domain", "policy",
+                                               "policy_min_cooldown", "policy_min_interval"};
     auto kvs = parse_key_values(args, keys, "plugstack.conf");
     if (!kvs) return Error{kvs.error()};
     SiteConfig site;
@@ -72,6 +128,15 @@ Result<SiteConfig> parse_site_config(const std::vector<std::string> &args) {
             auto n = parse_uint(kv.value, 1, 65536, what);
             if (!n) return Error{n.error()};
             site.max_units = n.value();
+        } else if (kv.key == "policy") {
+            auto p = parse_choice(kv.value, {"allow", "deny"}, what);
+            if (!p) return Error{p.error()};
+            site.allow_policy = p.value() == "allow";
+        } else if (kv.key == "policy_min_cooldown" || kv.key == "policy_min_interval") {
+            const bool cd = kv.key == "policy_min_cooldown";
+            auto n = parse_uint(kv.value, cd ? 0 : 1, cd ? kMaxPolicySeconds : kMaxPolicyInterval, what);
+            if (!n) return Error{n.error()};
+            (cd ? site.policy_min_cooldown : site.policy_min_interval) = n.value();
         } else {  // default_domain
             auto d = parse_choice(kv.value, domain_kinds(), what);
             if (!d) return Error{d.error()};
@@ -146,6 +211,10 @@ Status set_job_option(JobOptions &o, std::string_view name, std::string_view val
         if (auto st = check_env_value("DIR", dir); !st) return fail(name, value, st.error());
         o.ckpt_dir = std::string(dir);
         o.ckpt_every = every;
+    } else if (name == "omni-policy") {
+        auto p = parse_policy(value);
+        if (!p) return fail(name, value, p.error());
+        o.policy = p.value();
     } else {
         return make_error("--" + std::string(name.substr(0, 64)) + ": not an slurm-omni option");
     }
@@ -180,6 +249,22 @@ Status validate_job_options(const JobOptions &o, const SiteConfig &site) {
         return make_error("--omni-sm-slice=" + std::to_string(*o.sm_slice) +
                           ": SM slices are not allowed on this cluster (plugstack.conf "
                           "allow_sm_slice=no)");
+    if (o.policy) {
+        const std::string pl = "--omni-policy=auto";
+        if (!o.elastic)
+            return make_error(pl + ": needs --omni-elastic=MIN:MAX (a policy resizes the job within that range)");
+        if (!site.allow_policy)
+            return make_error(pl + ": elastic policies are not allowed on this cluster (plugstack.conf policy=deny)");
+        for (auto [key, v] : {std::pair{"grow_cooldown", o.policy->grow_cooldown},
+                              std::pair{"shrink_cooldown", o.policy->shrink_cooldown}})
+            if (v < site.policy_min_cooldown)
+                return make_error(pl + ": " + key + "=" + std::to_string(v) + " is below this cluster's minimum " +
+                                  std::to_string(site.policy_min_cooldown) + " s (plugstack.conf policy_min_cooldown)");
+        if (o.policy->interval < site.policy_min_interval)
+            return make_error(pl + ": interval=" + std::to_string(o.policy->interval) +
+                              " is below this cluster's minimum " + std::to_string(site.policy_min_interval) +
+                              " s (plugstack.conf policy_min_interval)");
+    }
     if (o.global_batch) {
         const std::uint64_t B = *o.global_batch, b = o.micro_batch.value_or(1);
         const std::string bl = "--omni-global-batch=" + std::to_string(B);
@@ -246,6 +331,7 @@ std::vector<std::pair<std::string, std::string>> job_option_env(const JobOptions
         env.emplace_back("OMNI_CKPT_DIR", *o.ckpt_dir);
         env.emplace_back("OMNI_CKPT_EVERY", std::to_string(o.ckpt_every));
     }
+    if (o.policy) env.emplace_back("OMNI_POLICY", policy_text(*o.policy));
     return env;
 }
 
@@ -281,9 +367,16 @@ Result<JobOptions> job_options_from_env(const std::function<const char *(const c
         if (e && std::string_view(e) != "0") v += std::string(":") + e;
         if (auto st = set_job_option(o, "omni-ckpt", v, site); !st) return Error{st.error()};
     }
-    // The environment is read after submission: SM slices were checked against the site then.
+    if (const char *p = get("OMNI_POLICY")) {
+        if (auto st = set_job_option(o, "omni-policy", p, site); !st) return Error{st.error()};
+    }
+    // The environment is read after submission: SM slices and the policy were checked against
+    // the site's plugstack.conf then, which the launcher does not see.
     SiteConfig lenient = site;
     lenient.allow_sm_slice = true;
+    lenient.allow_policy = true;
+    lenient.policy_min_cooldown = 0;
+    lenient.policy_min_interval = 1;
     if (auto st = validate_job_options(o, lenient); !st) return Error{st.error()};
     return o;
 }

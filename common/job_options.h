@@ -33,11 +33,31 @@ struct SiteConfig {
     bool allow_sm_slice = false;       /* allow_sm_slice=yes|no */
     std::uint64_t max_units = 1024;    /* max_units=N, 1..65536 */
     std::string default_domain = "node";  /* default_domain=KIND */
+    bool allow_policy = true;          /* policy=allow|deny: may jobs ask for --omni-policy */
+    std::uint64_t policy_min_cooldown = 60;  /* policy_min_cooldown=S: floor of both cooldowns */
+    std::uint64_t policy_min_interval = 5;   /* policy_min_interval=S: floor of interval */
 };
 
-/* Parses plugstack arguments ("key=value" each). Unknown keys, repeated keys and bad values
+/* Parses plugstack arguments ("key=value" each): topology, bind, allow_sm_slice, max_units,
+ * default_domain, policy, policy_min_cooldown (0..86400), policy_min_interval (1..3600). Unknown keys, repeated keys and bad values
  * are errors naming the key. topology must be an absolute path when given. */
 Result<SiteConfig> parse_site_config(const std::vector<std::string> &args);
+
+/* --omni-policy=auto[,KEY=SECONDS...]: the elastic policy omni-launch runs for the job
+ * (launch/policy.h). Times are whole seconds. */
+struct PolicyOptions {
+    std::uint64_t grow_cooldown = 180;    /* no policy grow sooner after the job's last resize */
+    std::uint64_t shrink_cooldown = 600;  /* no policy shrink sooner after the last resize */
+    std::uint64_t grow_after = 60;        /* a grow's condition holds this long first */
+    std::uint64_t shrink_after = 30;      /* a shrink's condition holds this long first */
+    std::uint64_t interval = 10;          /* how often omni-launch reads the queue */
+};
+constexpr std::uint64_t kMaxPolicySeconds = 86400;
+constexpr std::uint64_t kMaxPolicyInterval = 3600;
+
+/* The canonical text of a policy: "auto,grow_cooldown=180,...", every key in a fixed order
+ * (what OMNI_POLICY holds). */
+std::string policy_text(const PolicyOptions &p);
 
 /* The options of one job, after parsing. Unset optional values are std::nullopt. */
 struct JobOptions {
@@ -50,6 +70,7 @@ struct JobOptions {
     std::optional<std::uint64_t> sm_slice;       /* percent, 1..100 */
     std::optional<std::string> ckpt_dir;         /* absolute */
     std::uint64_t ckpt_every = 0;                /* steps; 0: no periodic checkpoints */
+    std::optional<PolicyOptions> policy;         /* --omni-policy=auto; unset: none */
     bool unit_given = false, mp_given = false;   /* for messages and the environment */
 };
 
@@ -70,7 +91,9 @@ Status set_job_option(JobOptions &opts, std::string_view name, std::string_view 
 /* Cross-option rules, once all options are in: MP divides the unit size; the global batch is
  * divisible by micro-batch * d for every unit count u in MIN..MAX (d = u * N / M; the error
  * lists the failing unit counts and the nearest global batch sizes that work for the whole
- * range); the micro-batch needs a global batch; SM slices only where the site allows them. */
+ * range); the micro-batch needs a global batch; SM slices only where the site allows them;
+ * a policy needs an elastic range, a site that allows policies, and cooldowns and interval at
+ * or above the site's floors. */
 Status validate_job_options(const JobOptions &opts, const SiteConfig &site);
 
 /* The OMNI_* variables for a validated job, in a fixed order. Only options that were given

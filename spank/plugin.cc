@@ -63,13 +63,16 @@ const OptionDoc kDocs[] = {
     {"b", "[omni] micro-batch per rank"},
     {"PCT", "[omni] share of a GPU's SMs (MPS), 1..100, where the site allows it"},
     {"DIR[:EVERY]", "[omni] checkpoint directory (absolute) and interval in steps"},
+    {"auto[,KEY=S...]|none", "[omni] let omni-launch grow into idle nodes and give nodes back to "
+                             "higher-priority jobs (keys: grow_cooldown, shrink_cooldown, "
+                             "grow_after, shrink_after, interval)"},
 };
 
 }  // namespace
 
 int register_options(spank_t sp) {
     const auto &names = omni::job_option_names();
-    static_assert(sizeof(kDocs) / sizeof(kDocs[0]) == 7, "one doc per option");
+    static_assert(sizeof(kDocs) / sizeof(kDocs[0]) == 8, "one doc per option");
     for (std::size_t i = 0; i < names.size(); ++i) {
         // Slurm keeps the pointers: the strings must outlive the plugin's registration.
         spank_option opt{};

@@ -204,7 +204,8 @@ TEST(SiteConfig, ParsesAndRejects) {
     EXPECT_TRUE(d.value().bind);
     EXPECT_EQ(parse_site_config({"colour=blue"}).error(),
               "plugstack.conf: unknown key 'colour' in 'colour=blue'; expected one of topology, "
-              "bind, allow_sm_slice, max_units, default_domain");
+              "bind, allow_sm_slice, max_units, default_domain, policy, policy_min_cooldown, "
+              "policy_min_interval");
     EXPECT_EQ(parse_site_config({"max_units=0"}).error(),
               "plugstack.conf: max_units: '0' is out of range; expected an integer in 1..65536");
     EXPECT_EQ(parse_site_config({"topology=site.json"}).error(),
@@ -278,4 +279,87 @@ TEST(JobOptions, SiteLimitRefusesAboveIt) {
     const std::string e = run({{"omni-elastic", "1:4097"}}, site);
     EXPECT_NE(e.find("--omni-elastic=1:4097"), std::string::npos) << e;
     EXPECT_NE(e.find("4096"), std::string::npos) << e;
+}
+
+// --omni-policy: the canonical text in the environment, the keys and their bounds, and the
+// site's say (policy=deny, the floors), worked out from job_options.h.
+TEST(JobOptions, PolicyOptionAndItsEnvironment) {
+    JobOptions o;
+    ASSERT_EQ(run({{"omni-elastic", "1:4"}, {"omni-policy", "auto"}}, SiteConfig(), &o), "");
+    ASSERT_TRUE(o.policy);
+    EXPECT_EQ(env_of(o)["OMNI_POLICY"],
+              "auto,grow_cooldown=180,shrink_cooldown=600,grow_after=60,shrink_after=30,interval=10");
+    ASSERT_EQ(run({{"omni-elastic", "1:4"}, {"omni-policy", "auto,shrink_after=5,grow_cooldown=300"}},
+                  SiteConfig(), &o), "");
+    EXPECT_EQ(o.policy->shrink_after, 5u);
+    EXPECT_EQ(o.policy->grow_cooldown, 300u);
+    EXPECT_EQ(o.policy->shrink_cooldown, 600u);
+    ASSERT_EQ(run({{"omni-elastic", "1:4"}, {"omni-policy", "none"}}, SiteConfig(), &o), "");
+    EXPECT_FALSE(o.policy);
+    EXPECT_EQ(env_of(o).count("OMNI_POLICY"), 0u);
+}
+
+TEST(JobOptions, PolicyRefusals) {
+    const std::vector<std::pair<std::string, std::string>> el = {{"omni-elastic", "1:4"}};
+    auto with = [&](const std::string &v, const SiteConfig &site = SiteConfig()) {
+        auto opts = el;
+        opts.emplace_back("omni-policy", v);
+        return run(opts, site);
+    };
+    EXPECT_EQ(with("always"), "--omni-policy=always: 'always': expected auto or none (form auto[,KEY=SECONDS...])");
+    EXPECT_EQ(with("none,interval=5"), "--omni-policy=none,interval=5: 'none' takes no settings");
+    EXPECT_EQ(with("auto,speed=9"),
+              "--omni-policy=auto,speed=9: unknown key 'speed' in 'speed=9'; expected one of grow_cooldown, "
+              "shrink_cooldown, grow_after, shrink_after, interval");
+    EXPECT_EQ(with("auto,interval=0"),
+              "--omni-policy=auto,interval=0: interval: '0' is out of range; expected an integer in 1..3600");
+    EXPECT_EQ(with("auto,grow_after=86401"),
+              "--omni-policy=auto,grow_after=86401: grow_after: '86401' is out of range; expected an integer "
+              "in 0..86400");
+    EXPECT_EQ(with("auto,grow_after=1,grow_after=2"),
+              "--omni-policy=auto,grow_after=1,grow_after=2: key 'grow_after' given twice");
+    EXPECT_EQ(with("auto,"), "--omni-policy=auto,: argument '': expected key=value with key one of "
+                             "grow_cooldown, shrink_cooldown, grow_after, shrink_after, interval");
+    EXPECT_EQ(run({{"omni-policy", "auto"}}),
+              "--omni-policy=auto: needs --omni-elastic=MIN:MAX (a policy resizes the job within that range)");
+    auto deny = parse_site_config({"policy=deny"});
+    ASSERT_TRUE(deny.ok()) << deny.error();
+    EXPECT_EQ(with("auto", deny.value()),
+              "--omni-policy=auto: elastic policies are not allowed on this cluster (plugstack.conf policy=deny)");
+    EXPECT_EQ(with("none", deny.value()), "") << "none is always allowed";
+    EXPECT_EQ(with("auto,shrink_cooldown=30"),
+              "--omni-policy=auto: shrink_cooldown=30 is below this cluster's minimum 60 s (plugstack.conf "
+              "policy_min_cooldown)");
+    EXPECT_EQ(with("auto,interval=2"),
+              "--omni-policy=auto: interval=2 is below this cluster's minimum 5 s (plugstack.conf "
+              "policy_min_interval)");
+    auto low = parse_site_config({"policy_min_cooldown=0", "policy_min_interval=1"});
+    ASSERT_TRUE(low.ok()) << low.error();
+    EXPECT_EQ(with("auto,grow_cooldown=0,shrink_cooldown=0,interval=1", low.value()), "");
+    EXPECT_FALSE(parse_site_config({"policy=maybe"}).ok());
+    EXPECT_FALSE(parse_site_config({"policy_min_interval=0"}).ok());
+    EXPECT_FALSE(parse_site_config({"policy_min_cooldown=86401"}).ok());
+}
+
+// The launcher reads the policy back after submission, where the site's floors are unknown:
+// what sbatch accepted under a low floor still reads back; a bad value does not.
+TEST(JobOptions, PolicyReadsBackFromTheEnvironment) {
+    auto low = parse_site_config({"policy_min_cooldown=0", "policy_min_interval=1"});
+    ASSERT_TRUE(low.ok());
+    JobOptions o;
+    ASSERT_EQ(run({{"omni-elastic", "1:4"}, {"omni-policy", "auto,grow_cooldown=5,interval=1"}}, low.value(), &o), "");
+    auto env = env_of(o, low.value());
+    auto get = [&](const char *k) -> const char * {
+        auto it = env.find(k);
+        return it == env.end() ? nullptr : it->second.c_str();
+    };
+    auto back = job_options_from_job_env(get);
+    ASSERT_TRUE(back.ok()) << back.error();
+    ASSERT_TRUE(back.value().policy);
+    EXPECT_EQ(back.value().policy->grow_cooldown, 5u);
+    EXPECT_EQ(back.value().policy->interval, 1u);
+    env["OMNI_POLICY"] = "auto,interval=x";
+    auto bad = job_options_from_job_env(get);
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.error().find("interval"), std::string::npos) << bad.error();
 }

@@ -19,9 +19,11 @@
 #include "coord/secret.h"
 #include "launch/events.h"
 #include "launch/metrics.h"
+#include "launch/policy.h"
 #include "launch/satellite.h"
 #include "slurmjob/job.h"
 #include "slurmjob/proc.h"
+#include "slurmjob/queue.h"
 
 namespace omni::launcher {
 namespace {
@@ -121,7 +123,9 @@ struct Satellite {
 class Driver {
 public:
     Driver(const DriverConfig &cfg, const std::atomic<int> &signals, const std::atomic<int> &last_signal)
-        : cfg_(cfg), signals_(signals), last_signal_(last_signal), alloc_(cfg.alloc) {}
+        : cfg_(cfg), signals_(signals), last_signal_(last_signal), alloc_(cfg.alloc) {
+        if (cfg.policy && cfg.satellite_units.empty()) policy_.emplace(*cfg.policy);
+    }
 
     int run();
 
@@ -141,6 +145,11 @@ private:
     void watch_preemption();
     void await_preemption();
     void watch_release_request();
+    Result<JobInfo> own_job(std::int64_t max_age_ms);
+    bool start_ctl_shrink(std::vector<std::string> args, const std::string &what);
+    bool ctl_shrink_running();
+    void run_policy(const Snapshot &s);
+    void record_policy(const PolicyDecision &d, std::uint32_t units);
     bool satellite() const { return !cfg_.satellite_units.empty(); }
     void record(GenerationEvent e);
     void write_metrics(const nlohmann::json &status);
@@ -162,10 +171,23 @@ private:
     std::int64_t satellites_polled_ms_ = 0;  // the main job's squeue of its satellites
     std::int64_t preempt_polled_ms_ = 0;      // a satellite's look at its own job
     // job_submit/omni's deferred shrinks (watch_release_request): the last record acted on,
-    // the omni-ctl shrink draining it while it runs, and when the job was last looked at.
+    // and when the job was last looked at.
     std::string release_handled_;
-    pid_t release_pid_ = 0;
     std::int64_t release_polled_ms_ = 0;
+    // The omni-ctl shrink running for a deferred shrink or the policy (one at a time), and
+    // what it is for.
+    pid_t ctl_shrink_pid_ = 0;
+    std::string ctl_shrink_what_;
+    // The job as Slurm last showed it (own_job), and when.
+    std::optional<JobInfo> own_job_;
+    std::int64_t own_job_ms_ = 0;
+    // --omni-policy=auto: the policy, its last look, the target of its own grow in flight,
+    // and when the job's size last changed (monotonic; none before the first resize).
+    std::optional<ElasticPolicy> policy_;
+    std::int64_t policy_looked_ms_ = 0;
+    std::optional<std::uint32_t> policy_grow_;
+    std::optional<std::int64_t> last_resize_ms_;
+    bool policy_failed_ = false;  // the last look could not read Slurm (logged once)
     std::uint32_t next_unit_ = 0;
     int own_failure_ = 0;    // omni-launch's own: the coordinator stopped answering
     // Observed state.
@@ -397,6 +419,7 @@ void Driver::observe(const Snapshot &s) {
             pending_since_ = now;
             settle_pending(&s, now);  // already known when the ranks were quick
         }
+        if (seen_generation_ > 0) last_resize_ms_ = now;
         seen_generation_ = s.generation;
         seen_world_ = s.world;
         seen_units_ = s.unit_ids;
@@ -620,23 +643,12 @@ void Driver::watch_preemption() {
 // nodes go back to Slurm), one record at a time; a record it acted on is not acted on again
 // (the plugin writes a new one, with its time, for every request).
 void Driver::watch_release_request() {
-    constexpr std::int64_t kEveryMs = 3000, kScontrolTimeoutMs = 10000;
-    if (alloc_.job_id == 0 || shutdown_deadline_) return;
-    if (release_pid_) {
-        auto ws = try_reap(release_pid_);
-        if (!ws) return;
-        const int code = exit_code_of(*ws);
-        log_line(code == 0 ? LogLevel::Info : LogLevel::Warning, kComponent,
-                 "the shrink Slurm asked for (" + release_handled_ + ") " +
-                     (code == 0 ? std::string("is done")
-                                : "failed (omni-ctl exit " + std::to_string(code) +
-                                      "); the nodes stay in the job"));
-        release_pid_ = 0;
-    }
+    constexpr std::int64_t kEveryMs = 3000;
+    if (alloc_.job_id == 0 || shutdown_deadline_ || ctl_shrink_running()) return;
     const std::int64_t now = mono_ms();
     if (now - release_polled_ms_ < kEveryMs) return;
     release_polled_ms_ = now;
-    auto job = load_job(alloc_.job_id, kScontrolTimeoutMs);
+    auto job = own_job(0);
     if (!job) {
         log_line(LogLevel::Warning, kComponent, job.error());
         return;
@@ -645,20 +657,149 @@ void Driver::watch_release_request() {
     if (record.empty() || record == release_handled_) return;
     release_handled_ = record;
     const std::string nodes = record.substr(0, record.rfind('@'));
+    start_ctl_shrink({"--nodes", nodes, "--cause", kCauseScontrol},
+                     "the shrink Slurm asked for (scontrol update of nodes " + nodes +
+                         ", deferred by job_submit/omni): their units leave at the next boundary, then the "
+                         "nodes go back");
+}
+
+// The job as `scontrol show job` shows it, read again when the last reading is older than
+// max_age_ms: the deferred-shrink watch and the policy share one reading.
+Result<JobInfo> Driver::own_job(std::int64_t max_age_ms) {
+    constexpr std::int64_t kScontrolTimeoutMs = 10000;
+    const std::int64_t now = mono_ms();
+    if (own_job_ && now - own_job_ms_ <= max_age_ms) return *own_job_;
+    auto job = load_job(alloc_.job_id, kScontrolTimeoutMs);
+    if (!job) return job;
+    own_job_ = job.value();
+    own_job_ms_ = now;
+    return job;
+}
+
+// omni-ctl shrink ARGS for this job, in the background (it drains the units at a boundary,
+// waits for their steps, then gives the nodes back), one at a time. False when one runs
+// already or it cannot start.
+bool Driver::start_ctl_shrink(std::vector<std::string> args, const std::string &what) {
+    if (ctl_shrink_running()) return false;
     const auto slash = cfg_.self.rfind('/');
     const std::string ctl = (slash == std::string::npos ? std::string() : cfg_.self.substr(0, slash + 1)) + "omni-ctl";
-    std::vector<std::string> argv = {ctl, "--job-dir", cfg_.job_dir, "shrink", "--nodes", nodes,
-                                     "--job-id", std::to_string(alloc_.job_id), "--cause", kCauseScontrol};
-    log_line(LogLevel::Info, kComponent,
-             "Slurm was asked to take nodes " + nodes +
-                 " from the job (scontrol update, deferred by job_submit/omni): their units leave at the next "
-                 "boundary, then the nodes go back: " + shell_join(argv));
+    std::vector<std::string> argv = {ctl, "--job-dir", cfg_.job_dir, "shrink", "--job-id", std::to_string(alloc_.job_id)};
+    argv.insert(argv.end(), args.begin(), args.end());
+    log_line(LogLevel::Info, kComponent, what + ": " + shell_join(argv));
     auto pid = spawn(argv, environment_with({}));
     if (!pid) {
         log_line(LogLevel::Warning, kComponent, "cannot start omni-ctl shrink: " + pid.error());
+        return false;
+    }
+    ctl_shrink_pid_ = pid.value();
+    ctl_shrink_what_ = what.substr(0, what.find(':'));
+    return true;
+}
+
+bool Driver::ctl_shrink_running() {
+    if (!ctl_shrink_pid_) return false;
+    auto ws = try_reap(ctl_shrink_pid_);
+    if (!ws) return true;
+    const int code = exit_code_of(*ws);
+    log_line(code == 0 ? LogLevel::Info : LogLevel::Warning, kComponent,
+             ctl_shrink_what_ + (code == 0 ? std::string(" is done")
+                                          : " failed (omni-ctl exit " + std::to_string(code) +
+                                                "); the nodes stay in the job"));
+    ctl_shrink_pid_ = 0;
+    return false;
+}
+
+void Driver::record_policy(const PolicyDecision &d, std::uint32_t units) {
+    log_line(LogLevel::Info, kComponent, "policy: " + d.reason);
+    if (!events_) return;
+    PolicyEvent e;
+    e.unix_ms = unix_ms();
+    e.job = alloc_.job_id;
+    e.action = policy_action_name(d.action);
+    e.units = units;
+    e.target = d.target;
+    e.why = d.reason;
+    if (auto st = events_->append(policy_event_to_json(e)); !st)
+        log_line(LogLevel::Error, kComponent, st.error());
+}
+
+// --omni-policy=auto: every `interval` seconds, one look at the job, its partition's waiting
+// jobs and idle nodes (launch/policy.h decides), and the action: a grow by satellite, a
+// shrink by omni-ctl (the same paths as omni-ctl grow and shrink), or the withdrawal of the
+// policy's own grow whose satellite has not started.
+void Driver::run_policy(const Snapshot &s) {
+    constexpr std::int64_t kSlurmTimeoutMs = 10000;
+    if (!policy_ || alloc_.job_id == 0 || shutdown_deadline_ || s.phase != "running") return;
+    const std::int64_t now = mono_ms();
+    const std::int64_t every = static_cast<std::int64_t>(policy_->options().interval) * 1000;
+    if (now - policy_looked_ms_ < every) return;
+    policy_looked_ms_ = now;
+    auto job = own_job(every / 2);
+    Result<std::vector<PendingJob>> pending = make_error("not read");
+    Result<std::vector<std::string>> idle = make_error("not read");
+    if (job) {
+        pending = pending_jobs(job.value().partition, kSlurmTimeoutMs);
+        if (pending) idle = idle_nodes(job.value().partition, kSlurmTimeoutMs);
+    }
+    if (!job || !pending || !idle) {
+        if (!policy_failed_)
+            log_line(LogLevel::Warning, kComponent,
+                     "policy: cannot read Slurm (" + (!job ? job.error() : !pending ? pending.error() : idle.error()) +
+                         "); no decision until it answers (not repeated in the log)");
+        policy_failed_ = true;
         return;
     }
-    release_pid_ = pid.value();
+    policy_failed_ = false;
+    PolicyQueue q;
+    q.idle_nodes = idle.value();
+    for (const auto &p : pending.value())
+        if (std::none_of(satellites_.begin(), satellites_.end(),
+                         [&](const Satellite &sat) { return sat.job_id == p.job_id; }))
+            q.pending.push_back(p);
+    PolicyJob pj;
+    pj.units = s.units;
+    pj.min_units = cfg_.settings.min_units;
+    pj.max_units = cfg_.settings.max_units;
+    pj.nodes_per_unit = std::max<std::uint32_t>(1, unit_nodes(cfg_.settings.unit_size, cfg_.alloc));
+    if (cfg_.alloc.nodes > 0 && cfg_.settings.unit_size > 0)
+        pj.units_per_node = std::max<std::uint32_t>(1, cfg_.alloc.capacity_ranks / cfg_.alloc.nodes / cfg_.settings.unit_size);
+    pj.priority = job.value().priority;
+    pj.last_resize_ms = last_resize_ms_;
+    pj.busy = s.target.has_value() || ctl_shrink_running() || !s.pending.empty();
+    if (policy_grow_ && (!s.target || *s.target != *policy_grow_)) policy_grow_.reset();  // applied or withdrawn
+    if (policy_grow_) {
+        // Withdrawable while none of its satellites has started.
+        const bool started = std::any_of(satellites_.begin(), satellites_.end(), [](const Satellite &sat) {
+            return !sat.cancelled && (sat.admitted || (sat.state != "SUBMITTED" && sat.state != "PENDING"));
+        });
+        if (!started) pj.policy_grow = policy_grow_;
+    }
+    const PolicyDecision d = policy_->decide(now, pj, q);
+    if (d.report) record_policy(d, s.units);
+    if (d.action == PolicyAction::Grow) {
+        Request r;
+        r.op = Op::Reshape;
+        r.units = d.target;
+        r.via = kViaSatellite;
+        r.cause = kCausePolicy;
+        if (auto st = send(std::move(r)); !st) {
+            log_line(LogLevel::Warning, kComponent, "policy: asking for the grow: " + st.error());
+            return;
+        }
+        grow_failed_target_.reset();
+        policy_grow_ = d.target;
+    } else if (d.action == PolicyAction::Shrink) {
+        start_ctl_shrink({"--units", std::to_string(d.target), "--cause", kCausePolicy},
+                         "the policy's shrink to " + std::to_string(d.target) + " units");
+    } else if (d.action == PolicyAction::Withdraw) {
+        Request r;
+        r.op = Op::Reshape;
+        r.units = s.units;
+        if (auto st = send(std::move(r)); !st)
+            log_line(LogLevel::Warning, kComponent, "policy: withdrawing its grow: " + st.error());
+        else
+            policy_grow_.reset();
+    }
 }
 
 // The job stopped at a boundary because Slurm signalled its steps. When that was Slurm
@@ -763,6 +904,11 @@ int Driver::run() {
         for (std::uint32_t u = 0; u < cfg_.settings.units; ++u) initial.push_back(u);
     next_unit_ = cfg_.settings.units;
     launched_ms_ = mono_ms();
+    if (policy_)
+        log_line(LogLevel::Info, kComponent,
+                 "elastic policy " + policy_text(policy_->options()) + " (--omni-policy): the job grows into idle "
+                 "nodes and gives nodes back to waiting jobs of higher priority, within " +
+                     std::to_string(cfg_.settings.min_units) + ".." + std::to_string(cfg_.settings.max_units) + " units");
     if (auto st = launch(initial, satellite()); !st) {
         log_line(LogLevel::Error, kComponent, st.error());
         return 1;
@@ -826,6 +972,7 @@ int Driver::run() {
                 maybe_grow(*snap);
                 poll_satellites(*snap);
                 watch_release_request();
+                run_policy(*snap);
             } else {
                 watch_preemption();
             }

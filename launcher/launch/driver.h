@@ -10,9 +10,11 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "common/job_options.h"
 #include "launch/options.h"
 #include "launch/plan.h"
 
@@ -34,6 +36,9 @@ struct DriverConfig {
     // them as joiners, records no events, starts no grows, and its first signal makes its
     // units leave the job at the next boundary.
     std::vector<std::uint32_t> satellite_units;
+    // --omni-policy=auto (launch/policy.h): the main omni-launch looks at the queue every
+    // interval and grows (by satellite) or shrinks (omni-ctl shrink) the job by itself.
+    std::optional<PolicyOptions> policy;
 };
 
 // Runs the job until every step has ended; returns omni-launch's exit status: the first

@@ -34,6 +34,12 @@ nlohmann::json event_to_json(const GenerationEvent &e) {
     return j;
 }
 
+nlohmann::json policy_event_to_json(const PolicyEvent &e) {
+    return {{"time", iso_time(e.unix_ms)}, {"unix_ms", e.unix_ms}, {"job", e.job},
+            {"event", "policy"},           {"action", e.action},   {"units", e.units},
+            {"target", e.target},          {"why", e.why}};
+}
+
 std::string event_summary(const GenerationEvent &e) {
     std::string s = "generation " + std::to_string(e.old_generation) + " -> " +
                     (e.reason == "stop" ? std::string("stop") : std::to_string(e.generation)) +

@@ -41,6 +41,21 @@ struct GenerationEvent {
     std::int64_t resolution_ms = 0;
 };
 
+// A decision of the elastic policy (--omni-policy=auto, launch/policy.h), in the same file:
+// {"time", "unix_ms", "job", "event": "policy", "action": "grow"|"shrink"|"withdraw"|"none",
+// "units": the job's units then, "target": the units it asks for, "why": in words, naming the
+// jobs and nodes it saw}. "none" lines tell what the policy waits for (a threshold, a
+// cooldown) or that a wish went away. A policy line has no "reason" or "generation", so
+// readers of generation changes tell the two apart.
+struct PolicyEvent {
+    std::int64_t unix_ms = 0;
+    std::uint32_t job = 0;
+    std::string action;
+    std::uint32_t units = 0, target = 0;
+    std::string why;
+};
+nlohmann::json policy_event_to_json(const PolicyEvent &e);
+
 // The event's JSON object (keys as documented above).
 nlohmann::json event_to_json(const GenerationEvent &e);
 // The stderr line: "generation 1 -> 2: world 4 -> 2 (planned, step 7, pause 12 ms)".

@@ -133,6 +133,7 @@ void print_dry_run(const DriverConfig &cfg) {
     std::cout << "# " << cfg.settings.units << " unit(s) of " << cfg.settings.unit_size
               << " rank(s), range " << cfg.settings.min_units << ".." << cfg.settings.max_units
               << "; one srun step per unit, joining units get steps of their own\n";
+    if (cfg.policy) std::cout << "# elastic policy " << omni::policy_text(*cfg.policy) << " (--omni-policy)\n";
     for (std::uint32_t unit = 0; unit < cfg.settings.units; ++unit) {
         StepSpec spec;
         spec.extra = cfg.options.srun_args;
@@ -185,6 +186,7 @@ int run(int argc, char **argv) {
         return kExitUsage;
     }
     cfg.settings = settings.value();
+    cfg.policy = jo.policy;
     auto self = self_executable();
     if (!self) {
         std::cerr << "omni-launch: " << self.error() << "\n";

@@ -88,6 +88,11 @@ Result<JobInfo> parse_scontrol_job(const std::string &text, std::uint32_t job_id
             job.exclusive = v == "NO";
         } else if (indent == 3 && body.rfind("PreemptEligibleTime=", 0) == 0) {
             job.preempted = word_value(body, "PreemptTime", v) && v != "None";
+        } else if (indent == 3 && body.rfind("Priority=", 0) == 0) {
+            word_value(body, "Priority", v);
+            auto p = parse_uint(v, 0, UINT64_MAX, "Priority");
+            if (!p) return make_error(what + ": " + p.error());
+            job.priority = p.value();
         } else if (indent == 3 && body.rfind("TresPerNode=", 0) == 0) {
             word_value(body, "TresPerNode", job.tres_per_node);
         } else if (indent == 3 && body.rfind("SystemComment=", 0) == 0) {

@@ -31,6 +31,7 @@ struct JobInfo {
     std::string tres_per_node;             // TresPerNode ("gres:gpu:2"), empty when none
     bool exclusive = false;                // OverSubscribe=NO: whole nodes
     bool preempted = false;                // PreemptTime is set: Slurm is preempting it
+    std::uint64_t priority = 0;            // Priority
     // A node-count shrink that job_submit/omni deferred to omni-launch: the value of the
     // "omni-release=" word of SystemComment, "HOSTLIST@UNIXTIME" (empty: none).
     std::string release_request;

@@ -9,7 +9,7 @@ grep -q '^required .*spank_omni.so' "$CLUSTER_DIR/etc/plugstack.conf" ||
 cd "$work"
 
 options=(omni-elastic=MIN:MAX 'omni-unit=N[@DOMAIN]' omni-mp=M omni-global-batch=B
-         omni-micro-batch=b omni-sm-slice=PCT 'omni-ckpt=DIR[:EVERY]')
+         omni-micro-batch=b omni-sm-slice=PCT 'omni-ckpt=DIR[:EVERY]' 'omni-policy=auto[,KEY=S...]|none')
 for cmd in sbatch salloc srun; do
   help=$($cmd --help)
   for o in "${options[@]}"; do
@@ -49,6 +49,11 @@ bad=(
   "--omni-ckpt=/ckpt:0|EVERY: '0' is out of range"
   "--omni-ckpt=/ckpt:|EVERY: empty value"
   "--omni-elastic= 1:4|MIN: ' 1' is not a number"
+  "--omni-policy=auto|--omni-policy=auto: needs --omni-elastic=MIN:MAX"
+  "--omni-elastic=1:4 --omni-policy=always|'always': expected auto or none"
+  "--omni-elastic=1:4 --omni-policy=auto,interval=0|interval: '0' is out of range; expected an integer in 1..3600"
+  "--omni-elastic=1:4 --omni-policy=auto,cooldown=9|unknown key 'cooldown' in 'cooldown=9'"
+  "--omni-elastic=1:4 --omni-policy=none,interval=5|'none' takes no settings"
 )
 [ ${#bad[@]} -ge 25 ] || fail "the table needs at least 25 bad inputs"
 i=0
@@ -79,13 +84,13 @@ done
 # (then only the plugin can have put them there).
 mkdir -p "$work/ckpt"
 good=(--omni-elastic=1:4 --omni-unit=2@pcie --omni-global-batch=48 --omni-micro-batch=2
-      --omni-ckpt="$work/ckpt:5")
-want="OMNI_CKPT_DIR=$work/ckpt OMNI_CKPT_EVERY=5 OMNI_ELASTIC_MAX=4 OMNI_ELASTIC_MIN=1 OMNI_GLOBAL_BATCH=48 OMNI_MICRO_BATCH=2 OMNI_MP=1 OMNI_UNIT_DOMAIN=pcie OMNI_UNIT_SIZE=2 "
+      --omni-ckpt="$work/ckpt:5" --omni-policy=auto,shrink_after=7,interval=3)
+want="OMNI_CKPT_DIR=$work/ckpt OMNI_CKPT_EVERY=5 OMNI_ELASTIC_MAX=4 OMNI_ELASTIC_MIN=1 OMNI_GLOBAL_BATCH=48 OMNI_MICRO_BATCH=2 OMNI_MP=1 OMNI_POLICY=auto,grow_cooldown=180,shrink_cooldown=600,grow_after=60,shrink_after=7,interval=3 OMNI_UNIT_DOMAIN=pcie OMNI_UNIT_SIZE=2 "
 cat >job.sh <<'EOS'
 #!/bin/bash
 export PATH=/usr/bin:/bin   # --export=NONE leaves the script without a PATH
-echo "batch $(env | grep -E "^OMNI_(ELASTIC|UNIT|MP|GLOBAL|MICRO|SM|CKPT)" | sort | tr '\n' ' ')"
-srun -N2 -n2 /bin/bash -c 'PATH=/usr/bin:/bin; echo "step $(env | grep -E "^OMNI_(ELASTIC|UNIT|MP|GLOBAL|MICRO|SM|CKPT)" | sort | tr "\n" " ")"'
+echo "batch $(env | grep -E "^OMNI_(ELASTIC|UNIT|MP|GLOBAL|MICRO|SM|CKPT|POLICY)" | sort | tr '\n' ' ')"
+srun -N2 -n2 /bin/bash -c 'PATH=/usr/bin:/bin; echo "step $(env | grep -E "^OMNI_(ELASTIC|UNIT|MP|GLOBAL|MICRO|SM|CKPT|POLICY)" | sort | tr "\n" " ")"'
 EOS
 for export in ALL NONE; do
   out=$(sbatch --parsable --wait -N2 --export=$export "${good[@]}" -o "$work/good-$export.out" job.sh) ||
@@ -103,7 +108,7 @@ for where in slurmctld n1 n2; do
   rec=$CLUSTER_DIR/prolog-env/$jobid.$where
   [ -f "$rec" ] || fail "no prolog record $rec (start the cluster with tests/integration/test-cluster)"
   expect_eq "spank job environment seen by the $where prolog" \
-    "$(grep -E '^SPANK_OMNI_(ELASTIC|UNIT|MP|GLOBAL|MICRO|SM|CKPT)' "$rec" | sort | tr '\n' ' ')" "$spank_want"
+    "$(grep -E '^SPANK_OMNI_(ELASTIC|UNIT|MP|GLOBAL|MICRO|SM|CKPT|POLICY)' "$rec" | sort | tr '\n' ' ')" "$spank_want"
 done
 
 # The checkpoint directory is checked as the job's user in every task.
@@ -118,6 +123,28 @@ rc=0; SLURM_CONF=$work/slurm.conf sbatch --wrap true >/dev/null 2>"$work/err" ||
 [ $rc != 0 ] || fail "sbatch ran with an unknown plugstack key"
 grep -qF "omni: plugstack.conf: unknown key 'bnid' in 'bnid=no'" "$work/err" ||
   fail "the unknown key is not named: $(cat "$work/err")"
+
+# The site's say on policies (sbatch reads plugstack.conf itself): policy=deny refuses
+# --omni-policy=auto and lets none through; the default floors refuse short cooldowns and
+# intervals, naming the key.
+plug=$(awk '/^required/ {print $2}' "$CLUSTER_DIR/etc/plugstack.conf")
+site_policy() {  # site_policy 'PLUGSTACK ARGS' SBATCH-OPTIONS...: sbatch's exit and stderr
+  echo "required $plug $1" >"$work/bad-plugstack.conf"
+  shift
+  rc=0; SLURM_CONF=$work/slurm.conf sbatch --parsable -N1 --hold "$@" --wrap true >"$work/out" 2>"$work/err" || rc=$?
+}
+site_policy "policy=deny" --omni-elastic=1:2 --omni-policy=auto
+[ $rc != 0 ] && grep -qF "elastic policies are not allowed on this cluster (plugstack.conf policy=deny)" "$work/err" ||
+  fail "policy=deny let --omni-policy=auto through: rc=$rc $(cat "$work/err")"
+site_policy "policy=deny" --omni-elastic=1:2 --omni-policy=none
+[ $rc = 0 ] || fail "policy=deny refused --omni-policy=none: $(cat "$work/err")"
+scancel "$(cut -d';' -f1 "$work/out")"
+site_policy "" --omni-elastic=1:2 --omni-policy=auto,grow_cooldown=10
+[ $rc != 0 ] && grep -qF "grow_cooldown=10 is below this cluster's minimum 60 s (plugstack.conf policy_min_cooldown)" "$work/err" ||
+  fail "the default cooldown floor let grow_cooldown=10 through: rc=$rc $(cat "$work/err")"
+site_policy "policy_min_interval=30" --omni-elastic=1:2 --omni-policy=auto,interval=10
+[ $rc != 0 ] && grep -qF "interval=10 is below this cluster's minimum 30 s (plugstack.conf policy_min_interval)" "$work/err" ||
+  fail "policy_min_interval=30 let interval=10 through: rc=$rc $(cat "$work/err")"
 echo "required $(awk '/^required/ {print $2}' "$CLUSTER_DIR/etc/plugstack.conf") max_units=8" >"$work/bad-plugstack.conf"
 rc=0; SLURM_CONF=$work/slurm.conf sbatch --omni-elastic=1:9 --wrap true >/dev/null 2>"$work/err" || rc=$?
 [ $rc != 0 ] && grep -qF "MAX: '9' is out of range; expected an integer in 1..8" "$work/err" ||
