@@ -103,8 +103,9 @@ ParsedCommandLine parse_command_line(int argc, const char *const *argv) {
     if (vm.count("help")) {
         std::ostringstream s;
         s << desc << "\nEnvironment: OMNI_ELASTIC_MIN, OMNI_ELASTIC_MAX, OMNI_UNIT_SIZE (set by "
-                     "sbatch --omni-elastic/--omni-unit),\nOMNI_JOB_DIR. Ranks get OMNI_UNIT_ID, "
-                     "OMNI_UNIT_SLOT, OMNI_UNIT_SIZE, OMNI_MEMBER_ID,\nOMNI_COORD_ADDR, "
+                     "sbatch --omni-elastic/--omni-unit),\nOMNI_POLICY (sbatch --omni-policy=auto: "
+                     "the job resizes itself), OMNI_JOB_DIR.\nRanks get OMNI_UNIT_ID, "
+                     "OMNI_UNIT_SLOT, OMNI_UNIT_SIZE, OMNI_MEMBER_ID, OMNI_COORD_ADDR, "
                      "OMNI_COORD_SECRET and OMNI_JOB_DIR.\n"
                      "Exit status: the trainer's: 0 when the ranks finished (also after losing units\n"
                      "the job went on without), else the first failure it could not recover from;\n"
