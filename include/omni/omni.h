@@ -175,8 +175,9 @@ int omni_boundary(uint64_t step, omni_decision *out);
  * omni-launch's log and events file. Under omni-launch, omni_init holds SIGTERM (what Slurm
  * sends a job's steps when it preempts the job with a grace time) unless the program
  * ignores or handles it: the thread that calls omni_init, and the threads started after,
- * block it, and the next omni_boundary makes this request. A program with its own SIGTERM
- * handler calls this itself. Errors: OMNI_EINVAL (reason), OMNI_ESTATE (standalone, not
+ * block it, and the next omni_boundary makes this request. A process the rank forks gets
+ * SIGTERM back; one started by posix_spawn or system() inherits the block. A program with
+ * its own SIGTERM handler calls this itself. Errors: OMNI_EINVAL (reason), OMNI_ESTATE (standalone, not
  * initialised), OMNI_ECOMM (no answer from the coordinator). */
 int omni_request_stop(const char *reason);
 

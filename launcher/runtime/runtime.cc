@@ -11,6 +11,7 @@
 #include <cstring>
 #include <exception>
 #include <future>
+#include <mutex>
 #include <system_error>
 
 #include "comm/gloo_store.h"
@@ -119,6 +120,24 @@ namespace {
 constexpr std::int64_t kStopRequestTimeoutMs = 10000;  // and other one-off requests
 volatile sig_atomic_t g_sigterm = 0;  // a held SIGTERM arrived (process-wide)
 extern "C" void note_sigterm(int) { g_sigterm = 1; }
+// A process the rank forks (a data-loader worker, a helper) is not a rank: it gets SIGTERM
+// back as a fresh process has it, or the signal mask it inherits, and keeps across exec,
+// would leave it unkillable by SIGTERM. (posix_spawn, and so glibc's system(), runs no
+// fork handlers: its child keeps the mask.)
+extern "C" void release_sigterm_in_child() {
+    struct sigaction now {};
+    if (sigaction(SIGTERM, nullptr, &now) == 0 && !(now.sa_flags & SA_SIGINFO) && now.sa_handler == note_sigterm) {
+        struct sigaction dfl {};
+        dfl.sa_handler = SIG_DFL;
+        sigemptyset(&dfl.sa_mask);
+        sigaction(SIGTERM, &dfl, nullptr);
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, SIGTERM);
+        pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+    }
+    g_sigterm = 0;
+}
 }  // namespace
 
 // Runtime::request_stop() says why SIGTERM is held, and how.
@@ -131,6 +150,8 @@ static void hold_sigterm() {
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
     sigaction(SIGTERM, &sa, nullptr);
+    static std::once_flag atfork;
+    std::call_once(atfork, [] { pthread_atfork(nullptr, nullptr, release_sigterm_in_child); });
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);

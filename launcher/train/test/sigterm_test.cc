@@ -6,6 +6,8 @@
 // binary: the signal is held process-wide, so it would stop any later test's ranks too.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <thread>
@@ -121,4 +123,35 @@ TEST(RuntimeSigterm, StopsEveryRankAtOneBoundary) {
     }
     EXPECT_EQ(seen[0].stop_step, seen[1].stop_step);
     EXPECT_EQ(seen[0].reason, seen[1].reason);
+}
+
+// A process a rank forks is not a rank: SIGTERM is neither blocked nor handled in it, and
+// kills it as it would any process. Runs after the tests above, with SIGTERM held here.
+TEST(RuntimeSigterm, ForkedChildrenGetSigtermBack) {
+    struct sigaction now {};
+    ASSERT_EQ(sigaction(SIGTERM, nullptr, &now), 0);
+    ASSERT_NE(now.sa_handler, SIG_DFL) << "the runtime holds SIGTERM in this process";
+    sigset_t term;
+    sigemptyset(&term);
+    sigaddset(&term, SIGTERM);
+    ASSERT_EQ(pthread_sigmask(SIG_BLOCK, &term, nullptr), 0);  // as in a rank's threads
+    int pipefd[2];
+    ASSERT_EQ(::pipe(pipefd), 0);
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        ::close(pipefd[0]);
+        if (::write(pipefd[1], "x", 1) != 1) ::_exit(3);
+        // Ended by the signal; a child that survives it says so by exiting 7 after 5 s.
+        for (int i = 0; i < 50; ++i) ::usleep(100000);
+        ::_exit(7);
+    }
+    ::close(pipefd[1]);
+    char c;
+    ASSERT_EQ(::read(pipefd[0], &c, 1), 1);
+    ::close(pipefd[0]);
+    ASSERT_EQ(::kill(child, SIGTERM), 0);
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << "status " << status;
 }
