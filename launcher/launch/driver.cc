@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include <signal.h>
@@ -149,6 +150,7 @@ private:
     bool start_ctl_shrink(std::vector<std::string> args, const std::string &what);
     bool ctl_shrink_running();
     void run_policy(const Snapshot &s);
+    void size_shared_steps();
     void record_policy(const PolicyDecision &d, std::uint32_t units);
     bool satellite() const { return !cfg_.satellite_units.empty(); }
     void record(GenerationEvent e);
@@ -174,6 +176,7 @@ private:
     // and when the job was last looked at.
     std::string release_handled_;
     std::int64_t release_polled_ms_ = 0;
+    bool release_watch_ = true;  // off where slurmctld loads no job_submit/omni
     // The omni-ctl shrink running for a deferred shrink or the policy (one at a time), and
     // what it is for.
     pid_t ctl_shrink_pid_ = 0;
@@ -188,6 +191,7 @@ private:
     std::optional<std::uint32_t> policy_grow_;
     std::optional<std::int64_t> last_resize_ms_;
     bool policy_failed_ = false;  // the last look could not read Slurm (logged once)
+    std::vector<std::string> share_args_;  // each unit step's share where units share nodes
     std::uint32_t next_unit_ = 0;
     int own_failure_ = 0;    // omni-launch's own: the coordinator stopped answering
     // Observed state.
@@ -254,6 +258,7 @@ Status Driver::launch(const std::vector<std::uint32_t> &units, bool joiner) {
     for (auto unit : units) {
         StepSpec spec;
         spec.extra = cfg_.options.srun_args;
+        spec.extra.insert(spec.extra.end(), share_args_.begin(), share_args_.end());
         spec.self = cfg_.self;
         spec.program = cfg_.options.program;
         spec.tasks = cfg_.settings.unit_size;
@@ -644,7 +649,7 @@ void Driver::watch_preemption() {
 // (the plugin writes a new one, with its time, for every request).
 void Driver::watch_release_request() {
     constexpr std::int64_t kEveryMs = 3000;
-    if (alloc_.job_id == 0 || shutdown_deadline_ || ctl_shrink_running()) return;
+    if (!release_watch_ || alloc_.job_id == 0 || shutdown_deadline_ || ctl_shrink_running()) return;
     const std::int64_t now = mono_ms();
     if (now - release_polled_ms_ < kEveryMs) return;
     release_polled_ms_ = now;
@@ -661,6 +666,31 @@ void Driver::watch_release_request() {
                      "the shrink Slurm asked for (scontrol update of nodes " + nodes +
                          ", deferred by job_submit/omni): their units leave at the next boundary, then the "
                          "nodes go back");
+}
+
+// Where several units share a node, each unit's step asks for its share of the node
+// (step_share_args), read off what the job holds on its nodes; the smallest node decides.
+void Driver::size_shared_steps() {
+    constexpr std::int64_t kScontrolTimeoutMs = 10000;
+    if (alloc_.job_id == 0 || alloc_.nodes == 0 || alloc_.capacity_ranks / alloc_.nodes <= cfg_.settings.unit_size)
+        return;
+    auto job = load_job(alloc_.job_id, kScontrolTimeoutMs);
+    if (!job || job.value().cpus.empty()) {
+        log_line(LogLevel::Warning, kComponent,
+                 "units share nodes, but the job's CPUs per node are unknown (" +
+                     (job ? std::string("no details") : job.error()) +
+                     "); the unit steps ask for nothing of their own (see omni-launch(1), BUGS)");
+        return;
+    }
+    const JobInfo &j = job.value();
+    NodeShare node{*std::min_element(j.cpus.begin(), j.cpus.end()),
+                   *std::min_element(j.gpus.begin(), j.gpus.end()),
+                   *std::min_element(j.mem_mb.begin(), j.mem_mb.end())};
+    share_args_ = step_share_args(cfg_.settings.unit_size, alloc_, node, cfg_.options.srun_args);
+    if (!share_args_.empty())
+        log_line(LogLevel::Info, kComponent,
+                 std::to_string(alloc_.capacity_ranks / alloc_.nodes / cfg_.settings.unit_size) +
+                     " units share each node: every unit's step asks for its share, " + shell_join(share_args_));
 }
 
 // The job as `scontrol show job` shows it, read again when the last reading is older than
@@ -903,6 +933,24 @@ int Driver::run() {
     if (!satellite())
         for (std::uint32_t u = 0; u < cfg_.settings.units; ++u) initial.push_back(u);
     next_unit_ = cfg_.settings.units;
+    size_shared_steps();
+    if (!satellite() && alloc_.job_id != 0) {
+        // Only job_submit/omni writes release records: without it, reading the job every few
+        // seconds for them would only load slurmctld. Unknown: watch.
+        constexpr std::int64_t kScontrolTimeoutMs = 10000;
+        auto plugins = config_value("JobSubmitPlugins", kScontrolTimeoutMs);
+        if (plugins) {
+            release_watch_ = false;
+            std::istringstream names(plugins.value());
+            std::string name;
+            while (std::getline(names, name, ','))
+                if (name == "omni" || name == "job_submit/omni") release_watch_ = true;
+            if (!release_watch_)
+                log_line(LogLevel::Info, kComponent,
+                         "slurmctld loads no job_submit/omni: a plain scontrol update that shrinks the job "
+                         "kills the units on the nodes it takes (they are recovered as lost ranks)");
+        }
+    }
     launched_ms_ = mono_ms();
     if (policy_)
         log_line(LogLevel::Info, kComponent,

@@ -170,6 +170,23 @@ std::uint32_t unit_nodes(std::uint32_t unit_size, const Allocation &a) {
     return std::min(a.nodes, (unit_size + per_node - 1) / per_node);
 }
 
+std::vector<std::string> step_share_args(std::uint32_t unit_size, const Allocation &a, const NodeShare &node,
+                                         const std::vector<std::string> &user_args) {
+    if (a.nodes == 0 || unit_size == 0 || node.cpus == 0) return {};
+    const std::uint32_t per_node = a.capacity_ranks / a.nodes;
+    if (per_node <= unit_size) return {};
+    for (const auto &arg : user_args) {
+        for (const char *opt : {"--exact", "--cpus-per-task", "--gres", "--gpus", "--mem"})
+            if (arg.rfind(opt, 0) == 0) return {};
+        if (arg.rfind("-c", 0) == 0) return {};
+    }
+    std::vector<std::string> out = {"--exact",
+                                    "--cpus-per-task=" + std::to_string(std::max<std::uint32_t>(1, node.cpus / per_node))};
+    if (node.gpus >= per_node) out.push_back("--gres=gpu:" + std::to_string(node.gpus / per_node * unit_size));
+    if (node.mem_mb > 0) out.push_back("--mem=" + std::to_string(node.mem_mb / per_node * unit_size) + "M");
+    return out;
+}
+
 std::vector<std::string> srun_argv(const StepSpec &s) {
     std::vector<std::string> a = {s.srun,         "--mpi=pmix", "--no-kill", "--kill-on-bad-exit=0",
                                   "--export=ALL", "-J",         s.name,      "-n",

@@ -79,6 +79,25 @@ struct StepSpec {
 // least 1), rounded up, at most the allocation's nodes. 0 when the node count is unknown.
 std::uint32_t unit_nodes(std::uint32_t unit_size, const Allocation &a);
 
+// What the job holds on each of its nodes (the smallest over its nodes): CPUs, GPUs (GRES
+// gpu) and memory in MB (0: Slurm does not track it).
+struct NodeShare {
+    std::uint32_t cpus = 0, gpus = 0;
+    std::uint64_t mem_mb = 0;
+};
+
+// The srun options that give a unit's step its share of a node where several units share one
+// (the allocation holds more ranks per node than a unit has): on Slurm 22.05 a step that asks
+// for nothing gets every CPU, GPU and byte of memory the job holds on its node, and the next
+// unit's step waits for it ("Requested nodes are busy"). Each rank gets its node's CPUs,
+// GPUs and memory divided by the ranks per node:
+//   --exact --cpus-per-task=C [--gres=gpu:G] [--mem=MM]   (G, M for the unit's ranks)
+// GPUs only where each rank gets at least one. Empty where a unit fills its nodes, where the
+// share is unknown (no CPUs), or where `user_args` (--srun-args) sizes steps itself
+// (--exact, -c/--cpus-per-task, --gres, --gpus*, --mem*): the user's choice wins.
+std::vector<std::string> step_share_args(std::uint32_t unit_size, const Allocation &a, const NodeShare &node,
+                                         const std::vector<std::string> &user_args);
+
 // The argv of one unit's step:
 //   srun --mpi=pmix --no-kill --kill-on-bad-exit=0 --export=ALL -J NAME -n T [-N NODES]
 //        EXTRA... SELF --exec-task -- PROGRAM ARGS

@@ -1,6 +1,7 @@
 // Jobs as scontrol and squeue show them; see slurm/job.h.
 #include "slurmjob/job.h"
 
+#include <optional>
 #include <sstream>
 
 #include "common/hostlist.h"
@@ -41,6 +42,27 @@ Result<std::uint32_t> count_ids(const std::string &list) {
     return n;
 }
 
+// "gpu:h100:2(IDX:0-1),nic:1" -> 2: the GPUs of a details line's GRES= (commas inside the
+// parentheses belong to the index list).
+Result<std::uint32_t> count_gpus(const std::string &gres) {
+    std::uint32_t n = 0;
+    std::size_t start = 0;
+    int depth = 0;
+    for (std::size_t i = 0; i <= gres.size(); ++i) {
+        if (i < gres.size() && gres[i] == '(') ++depth;
+        if (i < gres.size() && gres[i] == ')') --depth;
+        if (i < gres.size() && (gres[i] != ',' || depth > 0)) continue;
+        std::string item = gres.substr(start, i - start);
+        start = i + 1;
+        item = item.substr(0, item.find('('));
+        if (item.rfind("gpu:", 0) != 0) continue;
+        auto count = parse_uint(item.substr(item.rfind(':') + 1), 0, 1u << 16, "GRES gpu count");
+        if (!count) return make_error("GRES '" + gres + "': " + count.error());
+        n += static_cast<std::uint32_t>(count.value());
+    }
+    return n;
+}
+
 }  // namespace
 
 Result<JobInfo> parse_scontrol_job(const std::string &text, std::uint32_t job_id) {
@@ -48,7 +70,11 @@ Result<JobInfo> parse_scontrol_job(const std::string &text, std::uint32_t job_id
     JobInfo job;
     job.job_id = job_id;
     bool have_id = false, have_nodes = false;
-    std::map<std::string, std::uint32_t> cpus;
+    struct Details {
+        std::uint32_t cpus = 0, gpus = 0;
+        std::uint64_t mem_mb = 0;
+    };
+    std::map<std::string, Details> details;
     std::istringstream lines(text);
     std::string line;
     while (std::getline(lines, line)) {
@@ -112,18 +138,35 @@ Result<JobInfo> parse_scontrol_job(const std::string &text, std::uint32_t job_id
             if (!nodes) return Error{nodes.error()};
             auto n = count_ids(ids);
             if (!n) return make_error(what + ": " + n.error());
-            for (const auto &node : nodes.value()) cpus[node] = n.value();
+            Details d;
+            d.cpus = n.value();
+            if (word_value(body, "GRES", v) && !v.empty()) {
+                auto g = count_gpus(v);
+                if (!g) return make_error(what + ": " + g.error());
+                d.gpus = g.value();
+            }
+            if (word_value(body, "Mem", v)) {
+                auto m = parse_uint(v, 0, UINT64_MAX, "Mem");
+                if (!m) return make_error(what + ": " + m.error());
+                d.mem_mb = m.value();
+            }
+            for (const auto &node : nodes.value()) details[node] = d;
         }
     }
     if (!have_id) return make_error(what + ": no JobId line in the output");
     if (!have_nodes) return make_error(what + ": no NodeList line in the output");
     for (const auto &node : job.nodes) {
-        auto it = cpus.find(node);
-        if (it == cpus.end()) {
-            job.cpus.clear();  // no details (a job that is not running): unknown
+        auto it = details.find(node);
+        if (it == details.end()) {
+            // No details (a job that is not running): unknown.
+            job.cpus.clear();
+            job.gpus.clear();
+            job.mem_mb.clear();
             break;
         }
-        job.cpus.push_back(it->second);
+        job.cpus.push_back(it->second.cpus);
+        job.gpus.push_back(it->second.gpus);
+        job.mem_mb.push_back(it->second.mem_mb);
     }
     return job;
 }
@@ -219,17 +262,31 @@ Status cancel_jobs(const std::vector<std::uint32_t> &ids, std::int64_t timeout_m
     return Status::success();
 }
 
-Result<std::string> cluster_name(std::int64_t timeout_ms) {
-    auto out = run_capture({"scontrol", "show", "config"}, timeout_ms);
-    if (!out) return make_error("reading Slurm's configuration: " + out.error());
-    std::istringstream lines(out.value());
+std::optional<std::string> parse_config_value(const std::string &text, const std::string &key) {
+    std::istringstream lines(text);
     std::string line;
     while (std::getline(lines, line)) {
         std::istringstream words(line);
-        std::string key, eq, value;
-        if (words >> key >> eq >> value && key == "ClusterName" && eq == "=") return value;
+        std::string k, eq, value;
+        if (!(words >> k >> eq) || k != key || eq != "=") continue;
+        words >> value;  // none: an empty value
+        return value == "(null)" ? std::string() : value;
     }
-    return make_error("scontrol show config: no ClusterName");
+    return std::nullopt;
+}
+
+Result<std::string> config_value(const std::string &key, std::int64_t timeout_ms) {
+    auto out = run_capture({"scontrol", "show", "config"}, timeout_ms);
+    if (!out) return make_error("reading Slurm's configuration: " + out.error());
+    auto v = parse_config_value(out.value(), key);
+    if (!v) return make_error("scontrol show config: no " + key);
+    return *v;
+}
+
+Result<std::string> cluster_name(std::int64_t timeout_ms) {
+    auto v = config_value("ClusterName", timeout_ms);
+    if (v && v.value().empty()) return make_error("scontrol show config: no ClusterName");
+    return v;
 }
 
 Result<std::vector<std::string>> job_step_names(std::uint32_t job_id, std::int64_t timeout_ms) {

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,8 @@ struct JobInfo {
     std::string node_list;                 // NodeList as Slurm wrote it ("n[1-4]")
     std::vector<std::string> nodes;        // expanded, in Slurm's order
     std::vector<std::uint32_t> cpus;       // allocated CPUs per node, in `nodes` order
+    std::vector<std::uint32_t> gpus;       // allocated GPUs per node (GRES gpu), same order
+    std::vector<std::uint64_t> mem_mb;     // allocated memory per node in MB (0: not tracked)
     std::string partition;                 // Partition
     std::string tres_per_node;             // TresPerNode ("gres:gpu:2"), empty when none
     bool exclusive = false;                // OverSubscribe=NO: whole nodes
@@ -76,6 +79,12 @@ Result<std::map<std::uint32_t, std::string>> live_jobs_named(const std::string &
 
 // scancel of `ids` (none: nothing to do). Jobs that already ended are not an error.
 Status cancel_jobs(const std::vector<std::uint32_t> &ids, std::int64_t timeout_ms);
+
+// The value of KEY in `scontrol show config`'s text ("KEY = VALUE" lines; "(null)" is an
+// empty value); nullopt when no line has KEY.
+std::optional<std::string> parse_config_value(const std::string &text, const std::string &key);
+// Runs `scontrol show config` and returns KEY's value; an error when it has none.
+Result<std::string> config_value(const std::string &key, std::int64_t timeout_ms);
 
 // The cluster's name (ClusterName in `scontrol show config`).
 Result<std::string> cluster_name(std::int64_t timeout_ms);

@@ -381,3 +381,32 @@ TEST(LaunchSatellite, Environment) {
     ASSERT_TRUE(units);
     EXPECT_EQ(units.value(), s.units);
 }
+
+// Units that share a node: each unit's step asks for its share (launch/plan.h), worked out
+// by hand for nodes of 8 CPUs, 4 GPUs and 64000 MB holding 4 ranks each.
+TEST(StepShare, EachUnitGetsItsShareOfTheNode) {
+    Allocation a;
+    a.nodes = 2;
+    a.capacity_ranks = 8;
+    NodeShare node{8, 4, 64000};
+    EXPECT_EQ(step_share_args(1, a, node, {}),
+              (std::vector<std::string>{"--exact", "--cpus-per-task=2", "--gres=gpu:1", "--mem=16000M"}));
+    EXPECT_EQ(step_share_args(2, a, node, {}),
+              (std::vector<std::string>{"--exact", "--cpus-per-task=2", "--gres=gpu:2", "--mem=32000M"}));
+    // Units of whole nodes, or more: nothing of their own.
+    EXPECT_TRUE(step_share_args(4, a, node, {}).empty());
+    EXPECT_TRUE(step_share_args(8, a, node, {}).empty());
+    // No GPUs, or fewer GPUs than ranks (ranks would have to share one): no GRES request;
+    // memory not tracked: no --mem.
+    EXPECT_EQ(step_share_args(1, a, NodeShare{8, 0, 0}, {}),
+              (std::vector<std::string>{"--exact", "--cpus-per-task=2"}));
+    EXPECT_EQ(step_share_args(1, a, NodeShare{8, 2, 0}, {}),
+              (std::vector<std::string>{"--exact", "--cpus-per-task=2"}));
+    // Fewer CPUs than ranks: one each at least. Unknown CPUs: nothing.
+    EXPECT_EQ(step_share_args(1, a, NodeShare{2, 0, 0}, {})[1], "--cpus-per-task=1");
+    EXPECT_TRUE(step_share_args(1, a, NodeShare{0, 4, 0}, {}).empty());
+    // The user's --srun-args size the steps: theirs win.
+    for (const char *own : {"--exact", "--cpus-per-task=4", "-c4", "--gres=gpu:2", "--gpus-per-task=1", "--mem=1G"})
+        EXPECT_TRUE(step_share_args(1, a, node, {"--label", own}).empty()) << own;
+    EXPECT_FALSE(step_share_args(1, a, node, {"--cpu-bind=cores"}).empty());
+}

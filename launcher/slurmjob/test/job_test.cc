@@ -93,6 +93,9 @@ TEST(ScontrolJob, ParsesTheFieldsAtTheirLineStarts) {
     EXPECT_EQ(j.value().node_list, "n[1-3]");  // not the job name's "NodeList=x"
     EXPECT_EQ(j.value().nodes, (std::vector<std::string>{"n1", "n2", "n3"}));
     EXPECT_EQ(j.value().cpus, (std::vector<std::uint32_t>{2, 1, 1}));
+    EXPECT_EQ(j.value().gpus, (std::vector<std::uint32_t>{0, 0, 0}));   // GRES= empty
+    EXPECT_EQ(j.value().mem_mb, (std::vector<std::uint64_t>{0, 0, 0}));
+    EXPECT_EQ(j.value().priority, 4294901758u);
     EXPECT_EQ(j.value().partition, "omni");
     EXPECT_EQ(j.value().tres_per_node, "");
     EXPECT_FALSE(j.value().exclusive);  // OverSubscribe=OK
@@ -109,6 +112,7 @@ TEST(ScontrolJob, PartitionGresExclusiveAndPreemption) {
     EXPECT_TRUE(j.value().exclusive);
     EXPECT_TRUE(j.value().preempted);
     EXPECT_EQ(j.value().cpus, (std::vector<std::uint32_t>{2, 2}));
+    EXPECT_EQ(j.value().gpus, (std::vector<std::uint32_t>{2, 2}));  // gpu:h100:2(IDX:0-1)
     std::string before(kJob3Preempted);
     auto at = before.find("PreemptTime=2026");
     ASSERT_NE(at, std::string::npos);
@@ -135,6 +139,24 @@ TEST(ScontrolJob, RefusesAnotherJobsOutputAndMissingFields) {
     j = parse_scontrol_job(bad, 2);
     ASSERT_FALSE(j);
     EXPECT_NE(j.error().find("NodeList: 'n[3-1]': a range runs backwards"), std::string::npos) << j.error();
+}
+
+// GRES of several kinds and index lists with commas; memory where Slurm tracks it.
+TEST(ScontrolJob, GpusAndMemoryPerNode) {
+    std::string text = kJob3Preempted;
+    text.replace(text.find("     Nodes=n[1-2] CPU_IDs=0-1 Mem=0 GRES=gpu:h100:2(IDX:0-1)"),
+                 std::string("     Nodes=n[1-2] CPU_IDs=0-1 Mem=0 GRES=gpu:h100:2(IDX:0-1)").size(),
+                 "     Nodes=n1 CPU_IDs=0-3 Mem=2048 GRES=gpu:h100:3(IDX:0-1,3),nic:1\n"
+                 "     Nodes=n2 CPU_IDs=0-1 Mem=1024 GRES=gpu:1(IDX:2)");
+    auto j = parse_scontrol_job(text, 3);
+    ASSERT_TRUE(j) << j.error();
+    EXPECT_EQ(j.value().cpus, (std::vector<std::uint32_t>{4, 2}));
+    EXPECT_EQ(j.value().gpus, (std::vector<std::uint32_t>{3, 1}));
+    EXPECT_EQ(j.value().mem_mb, (std::vector<std::uint64_t>{2048, 1024}));
+    text.replace(text.find("gpu:1(IDX:2)"), 12, "gpu:x(IDX:2)");
+    j = parse_scontrol_job(text, 3);
+    ASSERT_FALSE(j);
+    EXPECT_NE(j.error().find("GRES 'gpu:x(IDX:2)'"), std::string::npos) << j.error();
 }
 
 TEST(ScontrolJob, PendingJobHasNoCpuDetails) {
@@ -207,4 +229,20 @@ TEST(ScontrolJob, DeferredShrinkRecord) {
     auto m = parse_scontrol_job(among, 2);
     ASSERT_TRUE(m) << m.error();
     EXPECT_EQ(m.value().release_request, "n4@7");
+}
+
+// `scontrol show config` as 22.05.8 prints it (an excerpt of the local cluster's).
+TEST(SlurmConfig, ValuesByKey) {
+    const char *text =
+        "Configuration data as of 2026-12-04T15:50:01\n"
+        "AccountingStorageBackupHost = (null)\n"
+        "ClusterName             = omni-17000\n"
+        "JobSubmitPlugins        = omni\n"
+        "PrologSlurmctld         = /tmp/c/prolog-record\n"
+        "SchedulerParameters     = (null)\n";
+    EXPECT_EQ(parse_config_value(text, "ClusterName"), std::optional<std::string>("omni-17000"));
+    EXPECT_EQ(parse_config_value(text, "JobSubmitPlugins"), std::optional<std::string>("omni"));
+    EXPECT_EQ(parse_config_value(text, "SchedulerParameters"), std::optional<std::string>(""));
+    EXPECT_EQ(parse_config_value(text, "Cluster"), std::nullopt);
+    EXPECT_EQ(parse_config_value(text, "omni"), std::nullopt);
 }
