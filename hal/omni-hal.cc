@@ -238,7 +238,7 @@ public:
 
 class GresConf : public Command {
 public:
-    GresConf() : Command("gres-conf", "[--topology FILE] [--device-prefix P] [--node-name N] [-o FILE]",
+    GresConf() : Command("gres-conf", "[--topology FILE] [--device-prefix P] [--node-name N] [--mps] [-o FILE]",
                          "Print Slurm gres.conf lines, one per GPU:\n  Name=gpu Type=<model> "
                          "File=<prefix><n> Cores=<local cores> Links=<NVLink counts>\nCores= "
                          "are core logical indexes as slurmd numbers them.") {
@@ -249,10 +249,12 @@ public:
             "AMD device path prefix, numbered from 128 (default /dev/dri/renderD)")(
             "node-name", po::value<std::string>(), "start each line with NodeName=N")(
             "type", po::value<std::string>(), "Type= for every GPU instead of the model name")(
+            "mps", "also Name=mps Count=100 per NVIDIA GPU (gres/mps: SM shares)")(
             "output,o", po::value<std::string>(), "write to FILE (atomically) instead of stdout");
     }
     int run(const po::variables_map &vm) override {
         GresOptions g;
+        g.mps = vm.count("mps") > 0;
         if (vm.count("device-prefix")) g.nvidia_prefix = prefix(vm, "device-prefix");
         if (vm.count("amd-device-prefix")) g.amd_prefix = prefix(vm, "amd-device-prefix");
         if (vm.count("node-name")) {

@@ -302,6 +302,18 @@ std::string gres_conf(const Node &node, const GresOptions &opts) {
         }
         o << "\n";
     }
+    if (opts.mps) {
+        std::vector<std::string> files;
+        nv = 0;
+        for (const Gpu &x : node.gpus)
+            if (x.vendor == GpuVendor::Nvidia) files.push_back(opts.nvidia_prefix + std::to_string(nv++));
+        o << "# MPS: percent shares of each NVIDIA GPU; slurm.conf needs GresTypes=gpu,mps and the node's "
+          << "Gres=gpu:" << node.gpus.size() << ",mps:" << 100 * files.size() << "\n";
+        for (const auto &f : files) {
+            if (!opts.node_name.empty()) o << "NodeName=" << opts.node_name << " ";
+            o << "Name=mps Count=100 File=" << f << "\n";
+        }
+    }
     return o.str();
 }
 

@@ -33,10 +33,14 @@ struct GresOptions {
     unsigned amd_first = 128;
     std::string node_name;  // when set, every line starts with NodeName=<name>
     std::string type;       // overrides Type= for every GPU
+    bool mps = false;       // also a Name=mps Count=100 line per NVIDIA GPU (SM shares)
 };
 /* One gres.conf line per GPU, in GPU index order, preceded by a comment naming the source.
  * Links= lists NVLink counts to every GPU in index order, -1 for itself (Slurm matches
- * Links positions to the order of the gpu lines). */
+ * Links positions to the order of the gpu lines). With `mps`, the gpu lines are followed by
+ * one "Name=mps Count=100 File=..." line per NVIDIA GPU (AMD GPUs have no MPS), so that
+ * gres/mps hands out percent shares of each GPU, and a comment names the slurm.conf lines
+ * that go with it. */
 std::string gres_conf(const Node &node, const GresOptions &opts);
 
 }  // namespace omni::hal

@@ -22,11 +22,15 @@
  * Only the job's owner and Slurm's operators are deferred (slurmctld checks the requester
  * after this plugin). It runs inside slurmctld with the job write lock held: no I/O, no
  * waiting, no allocation beyond the node names of one job, and it never refuses an update.
+ *
+ * At submission it turns --omni-sm-slice=P into a gres/mps request (see job_submit()).
  */
 #include "config.h"
 
 #include <inttypes.h>
 #include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -58,12 +62,75 @@ int fini(void)
 	return SLURM_SUCCESS;
 }
 
+/* The value of NAME in the job's spank environment (what the SPANK plugin set), or NULL. */
+static const char *_spank_env(const job_desc_msg_t *d, const char *name)
+{
+	size_t len = strlen(name);
+
+	for (uint32_t i = 0; d->spank_job_env && i < d->spank_job_env_size; i++) {
+		const char *e = d->spank_job_env[i];
+		if (e && !strncmp(e, name, len) && e[len] == '=')
+			return e + len + 1;
+	}
+	return NULL;
+}
+
+/* Whether one of the job's TRES requests names GRES `name` ("gpu", "mps"). */
+static bool _asks_gres(const job_desc_msg_t *d, const char *name)
+{
+	const char *fields[] = { d->tres_per_job, d->tres_per_node, d->tres_per_socket,
+				 d->tres_per_task };
+	char colon[32], slash[32];
+
+	snprintf(colon, sizeof(colon), "gres:%s", name);
+	snprintf(slash, sizeof(slash), "gres/%s", name);
+	for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
+		if (fields[i] && (strstr(fields[i], colon) || strstr(fields[i], slash)))
+			return true;
+	return false;
+}
+
+/*
+ * --omni-sm-slice=P: the SPANK plugin checked P (and that the site allows slices) in sbatch
+ * and put OMNI_SM_SLICE=P in the job's spank environment. Here it becomes Slurm's own
+ * request for P shares of gres/mps on each node (gres.conf: `omni-hal gres-conf --mps`), so
+ * that slurmctld places the job where a GPU has P% left, lets such jobs share a GPU up to
+ * 100%, and never gives a whole-GPU job a shared one. A job that also asks for whole GPUs
+ * is refused: a slice is a share of one GPU per node. A job that asks gres/mps itself keeps
+ * its own request.
+ */
 extern int job_submit(job_desc_msg_t *job_desc, uint32_t submit_uid,
 		      char **err_msg)
 {
-	(void) job_desc;
-	(void) submit_uid;
-	(void) err_msg;
+	const char *slice = _spank_env(job_desc, "OMNI_SM_SLICE");
+	char *end = NULL;
+	unsigned long pct;
+
+	if (!slice)
+		return SLURM_SUCCESS;
+	pct = strtoul(slice, &end, 10);
+	if (!*slice || *end || pct < 1 || pct > 100) {
+		if (err_msg)
+			*err_msg = xstrdup_printf("omni: OMNI_SM_SLICE='%.16s': expected a percentage 1..100 (--omni-sm-slice)",
+						  slice);
+		return ESLURM_INVALID_GRES;
+	}
+	if (_asks_gres(job_desc, "mps"))
+		return SLURM_SUCCESS;
+	if (_asks_gres(job_desc, "gpu")) {
+		if (err_msg)
+			*err_msg = xstrdup_printf("omni: --omni-sm-slice=%lu cannot be combined with whole GPUs (--gres=gpu, --gpus*): a slice is %lu%% of one GPU on each node (gres/mps)",
+						  pct, pct);
+		return ESLURM_INVALID_GRES;
+	}
+	if (job_desc->tres_per_node && job_desc->tres_per_node[0])
+		xstrfmtcat(job_desc->tres_per_node, ",gres:mps:%lu", pct);
+	else {
+		xfree(job_desc->tres_per_node);
+		job_desc->tres_per_node = xstrdup_printf("gres:mps:%lu", pct);
+	}
+	debug("%sjob from uid %u: --omni-sm-slice=%lu asks gres/mps: tres_per_node=%s", PREFIX,
+	      submit_uid, pct, job_desc->tres_per_node);
 	return SLURM_SUCCESS;
 }
 

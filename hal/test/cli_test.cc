@@ -205,6 +205,15 @@ TEST(Cli, GresConf) {
     EXPECT_NE(r.out.find("Type=tesla_k40m File=/tmp/fake/nvidia2 Cores=8-15\n"), std::string::npos);
     EXPECT_NE(r.out.find("Type=amd_radeon_r9_200_hd_7900_series File=/dev/dri/renderD128 Cores=8-15\n"),
               std::string::npos);
+    // --mps: a share line per NVIDIA GPU (three here), none for the AMD one.
+    auto m = omni_hal("gres-conf " + topo(kXeonIb) + " --device-prefix /tmp/fake/nvidia --node-name conan --mps");
+    ASSERT_EQ(m.rc, 0) << m.err;
+    EXPECT_NE(m.out.find("Gres=gpu:4,mps:300\nNodeName=conan Name=mps Count=100 File=/tmp/fake/nvidia0\n"
+                         "NodeName=conan Name=mps Count=100 File=/tmp/fake/nvidia1\n"
+                         "NodeName=conan Name=mps Count=100 File=/tmp/fake/nvidia2\n"),
+              std::string::npos) << m.out;
+    EXPECT_EQ(m.out.find("Name=mps Count=100 File=/dev/dri"), std::string::npos);
+    EXPECT_EQ(r.out.find("Name=mps"), std::string::npos) << "only with --mps";
     // POWER8: links only between the NVLink pairs.
     auto p = omni_hal("gres-conf " + topo(kPower8));
     ASSERT_EQ(p.rc, 0);
