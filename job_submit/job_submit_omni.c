@@ -49,6 +49,14 @@ const char plugin_type[] = "job_submit/omni";
 const uint32_t plugin_version = SLURM_VERSION_NUMBER;
 
 #define PREFIX "job_submit/omni: "
+
+/* node_name2bitmap() gained an out-parameter for names it could not resolve after 22.05
+ * (configure reads which the source tree has). */
+#ifdef OMNI_NODE_NAME2BITMAP_INVALID
+#define NAMES_TO_BITMAP(names, bitmap) node_name2bitmap((names), false, (bitmap), NULL)
+#else
+#define NAMES_TO_BITMAP(names, bitmap) node_name2bitmap((names), false, (bitmap))
+#endif
 #define MARK "omni-release="
 #define UNIT_STEP_PREFIX "omni-u"
 
@@ -146,7 +154,7 @@ static bitstr_t *_taken_nodes(job_desc_msg_t *d, job_record_t *job)
 		bitstr_t *keep = NULL;
 
 		if ((d->req_nodes[0] == '\0') ||
-		    node_name2bitmap(d->req_nodes, false, &keep) ||
+		    NAMES_TO_BITMAP(d->req_nodes, &keep) ||
 		    (bit_size(keep) != bit_size(job->node_bitmap)) ||
 		    !bit_super_set(keep, job->node_bitmap)) {
 			FREE_NULL_BITMAP(keep);
@@ -164,7 +172,7 @@ static bitstr_t *_taken_nodes(job_desc_msg_t *d, job_record_t *job)
 
 		taken = bit_copy(job->node_bitmap);
 		if (job->batch_host &&
-		    !node_name2bitmap(job->batch_host, false, &batch) &&
+		    !NAMES_TO_BITMAP(job->batch_host, &batch) &&
 		    (bit_size(batch) == bit_size(taken))) {
 			bit_and_not(taken, batch);
 			kept = 1;
@@ -189,7 +197,7 @@ static bitstr_t *_taken_nodes(job_desc_msg_t *d, job_record_t *job)
 /* Whether a running unit step of omni-launch has a node in `nodes`. */
 static bool _unit_step_on(job_record_t *job, bitstr_t *nodes)
 {
-	ListIterator it;
+	struct listIterator *it;  /* ListIterator (22.05), list_itr_t * (later) */
 	step_record_t *step;
 	bool found = false;
 
@@ -237,12 +245,21 @@ static void _set_record(job_record_t *job, const char *record)
 	job->system_comment = out;
 }
 
+/* After 22.05 slurmctld passes an error message pointer too; this plugin never refuses. */
+#ifdef OMNI_JOB_MODIFY_ERR_MSG
+extern int job_modify(job_desc_msg_t *job_desc, job_record_t *job_ptr,
+		      uint32_t submit_uid, char **err_msg)
+#else
 extern int job_modify(job_desc_msg_t *job_desc, job_record_t *job_ptr,
 		      uint32_t submit_uid)
+#endif
 {
 	bitstr_t *taken;
 	char *names, *record = NULL;
 
+#ifdef OMNI_JOB_MODIFY_ERR_MSG
+	(void) err_msg;
+#endif
 	if (!job_desc || !job_ptr || !IS_JOB_RUNNING(job_ptr) ||
 	    !job_ptr->node_bitmap)
 		return SLURM_SUCCESS;

@@ -30,6 +30,14 @@
 #include "test_util.h"
 #include "unit_helpers.h"
 
+// H5Ovisit2's callback takes the 1.10-layout object info (with addr): H5O_info_t up to 1.10,
+// H5O_info1_t from 1.12 on, where H5O_info_t became the token-based H5O_info2_t.
+#if H5_VERSION_GE(1, 12, 0)
+using H5VisitInfo = H5O_info1_t;
+#else
+using H5VisitInfo = H5O_info_t;
+#endif
+
 using namespace omni::ckpt;
 namespace t = omni::ckpt::test;
 using t::TempDir;
@@ -423,7 +431,7 @@ std::size_t expect_block_hashes(const std::string &ck) {
         } ctx{name};
         H5Ovisit2(
             f, H5_INDEX_NAME, H5_ITER_NATIVE,
-            [](hid_t loc, const char *obj, const H5O_info_t *info, void *op) -> herr_t {
+            [](hid_t loc, const char *obj, const H5VisitInfo *info, void *op) -> herr_t {
                 auto &c = *static_cast<Ctx *>(op);
                 if (info->type != H5O_TYPE_DATASET || std::string(obj).compare(0, 2, "t/") != 0) return 0;
                 hid_t ds = H5Dopen2(loc, obj, H5P_DEFAULT);

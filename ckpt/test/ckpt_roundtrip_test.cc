@@ -30,6 +30,14 @@
 #include "test_util.h"
 #include "unit_helpers.h"
 
+// H5Ovisit2's callback takes the 1.10-layout object info (with addr): H5O_info_t up to 1.10,
+// H5O_info1_t from 1.12 on, where H5O_info_t became the token-based H5O_info2_t.
+#if H5_VERSION_GE(1, 12, 0)
+using H5VisitInfo = H5O_info1_t;
+#else
+using H5VisitInfo = H5O_info_t;
+#endif
+
 using namespace omni::ckpt;
 namespace t = omni::ckpt::test;
 using t::TempDir;
@@ -182,7 +190,7 @@ TEST(Layout, ShardMetadataIsOneRunBeforeTheData) {
     } seen;
     ASSERT_GE(H5Ovisit2(
                   f, H5_INDEX_NAME, H5_ITER_NATIVE,
-                  [](hid_t loc, const char *name, const H5O_info_t *info, void *op) -> herr_t {
+                  [](hid_t loc, const char *name, const H5VisitInfo *info, void *op) -> herr_t {
                       auto &sn = *static_cast<Seen *>(op);
                       sn.headers.push_back(info->addr);
                       if (info->type == H5O_TYPE_DATASET) {

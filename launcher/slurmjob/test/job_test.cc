@@ -2,6 +2,8 @@
 // what `scontrol show job -d 2` printed on the local cluster for
 //   sbatch -N 3 -n 4 -J 'my job NodeList=x' (2 CPUs per node)
 // and the expected answers are read off it by hand.
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include "slurmjob/job.h"

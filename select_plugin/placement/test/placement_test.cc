@@ -2,6 +2,7 @@
 // layouts by hand, and properties checked over random layouts, occupancies and requests.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <iostream>
 #include <map>
 #include <random>
