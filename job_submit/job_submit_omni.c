@@ -40,6 +40,7 @@
 #include "src/common/list.h"
 #include "src/common/log.h"
 #include "src/common/node_conf.h"
+#include "src/common/read_config.h"
 #include "src/common/xmalloc.h"
 #include "src/common/xstring.h"
 #include "src/slurmctld/slurmctld.h"
@@ -98,6 +99,17 @@ static bool _asks_gres(const job_desc_msg_t *d, const char *name)
 	return false;
 }
 
+/* Whether slurm.conf's GresTypes names mps: without it a gres/mps request is refused. */
+static bool _site_has_mps(void)
+{
+	const char *types = slurm_conf.gres_plugins, *p;
+
+	for (p = types; p && (p = strstr(p, "mps")); p += 3)
+		if ((p == types || p[-1] == ',') && (p[3] == '\0' || p[3] == ','))
+			return true;
+	return false;
+}
+
 /*
  * --omni-sm-slice=P: the SPANK plugin checked P (and that the site allows slices) in sbatch
  * and put OMNI_SM_SLICE=P in the job's spank environment. Here it becomes Slurm's own
@@ -105,7 +117,8 @@ static bool _asks_gres(const job_desc_msg_t *d, const char *name)
  * that slurmctld places the job where a GPU has P% left, lets such jobs share a GPU up to
  * 100%, and never gives a whole-GPU job a shared one. A job that also asks for whole GPUs
  * is refused: a slice is a share of one GPU per node. A job that asks gres/mps itself keeps
- * its own request.
+ * its own request. Where GresTypes has no mps, slices are left as they are (the share then
+ * only sets CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, as the SPANK plugin does).
  */
 extern int job_submit(job_desc_msg_t *job_desc, uint32_t submit_uid,
 		      char **err_msg)
@@ -123,7 +136,7 @@ extern int job_submit(job_desc_msg_t *job_desc, uint32_t submit_uid,
 						  slice);
 		return ESLURM_INVALID_GRES;
 	}
-	if (_asks_gres(job_desc, "mps"))
+	if (_asks_gres(job_desc, "mps") || !_site_has_mps())
 		return SLURM_SUCCESS;
 	if (_asks_gres(job_desc, "gpu")) {
 		if (err_msg)
