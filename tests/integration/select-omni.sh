@@ -8,6 +8,8 @@
 need_root
 [ -f "$top_build/select_plugin/.libs/select_omni.so" ] ||
   skip "select/omni is not built (configure without --with-slurm-source)"
+# At exit, whichever cluster is still up goes down; '|| true': the other one is down already
+# (mix stops each cluster itself and fails the test when that fails).
 trap 'for k in cons_tres omni; do "$omni_cluster" --dir "$work/$k" down >/dev/null 2>&1 || true; done; cleanup_work' EXIT
 
 # mix KIND: the allocations of a fixed job mix on a fresh cluster of that select plugin,
