@@ -7,10 +7,17 @@
  * cons_res. cons_tres's init() runs a second time when this plugin loads it (slurmctld has
  * loaded every select plugin already); it is idempotent.
  *
- * This file is the forwarding layer: a job is placed exactly as under select/cons_tres.
- * Placing elastic units inside domains (placement/, site_layout) hooks into
- * select_p_job_test.
- *
+ * A job whose spank environment asks for units inside pcie, nvlink or numa domains
+ * (--omni-unit=N@KIND, recorded by spank/omni as OMNI_UNIT_*) is placed differently when
+ * slurmctld starts it (SELECT_MODE_RUN_NOW): the placement core (select_core.h) chooses the
+ * nodes whose free GPUs hold the job's units inside whole domains of the site topology file
+ * (omni-topology.json beside slurm.conf), as many as the job's node range and MIN..MAX units
+ * allow, best fit first; cons_tres then places the job on exactly those nodes, and the GPUs it
+ * picked there are replaced by the core's (the same count, all free). Every other job, and
+ * every test of when a job could start (TEST_ONLY, WILL_RUN), is cons_tres's alone. Where the
+ * file is missing, unreadable, lacks a node or counts its GPUs differently from Slurm, the job
+ * is placed as cons_tres places it, with a log line saying why.
+
  * Sites must install select_omni.so wherever Slurm runs (slurmctld, slurmd, and the hosts
  * of srun, squeue and sinfo): packed job and node data carry this plugin's id, and Slurm
  * unpacks them only where the plugin is present. Where slurmctld compares SelectType with
@@ -18,7 +25,11 @@
  * cons_tres; see select_omni(8).
  *
  * Runs inside slurmctld, slurmd, slurmstepd and the client commands: init() does nothing but
- * load cons_tres, and nothing here blocks or takes slurmctld's locks.
+ * load cons_tres. The site file is read in slurmctld only, in node_init, which slurmctld calls
+ * when it reads its configuration (at start and on `scontrol reconfigure`; not on the node and
+ * partition updates that call reconfigure); job_test does no I/O, takes no
+ * lock (slurmctld holds the job and node write locks around it) and allocates one entry per
+ * candidate node.
  */
 #include "config.h"
 
@@ -27,10 +38,19 @@
 
 #include "slurm/slurm.h"
 #include "slurm/slurm_errno.h"
+#include "src/common/bitstring.h"
+#include "src/common/gres.h"
+#include "src/common/list.h"
 #include "src/common/log.h"
+#include "src/common/node_conf.h"
 #include "src/common/plugin.h"
+#include "src/common/read_config.h"
+#include "src/common/run_in_daemon.h"
 #include "src/common/select.h"
+#include "src/common/xmalloc.h"
 #include "src/slurmctld/slurmctld.h"
+
+#include "select_core.h"
 
 const char plugin_name[] = "slurm-omni: elastic units inside hardware domains (over cons_tres)";
 const char plugin_type[] = "select/omni";
@@ -42,8 +62,16 @@ const uint32_t plugin_version = SLURM_VERSION_NUMBER;
 /* node_select_syms is declared without its size: plugin_id and the 36 entry points. */
 #define SELECT_SYMS 37
 
+/* The site topology file, beside slurm.conf (get_extra_conf_path). */
+#define SITE_FILE "omni-topology.json"
+/* Stale nodes named at load; the rest are counted. */
+#define STALE_NAMED 8
+
 static slurm_select_ops_t ct;
 static plugin_context_t *ct_context = NULL;
+/* slurmctld only: the site's layouts (NULL: place every job as cons_tres does), read with
+ * slurmctld's configuration, which holds every lock job_test could race with. */
+static omni_select_site_t *site = NULL;
 
 extern int init(void)
 {
@@ -66,6 +94,8 @@ extern int fini(void)
 	if (ct_context)
 		rc = plugin_context_destroy(ct_context);
 	ct_context = NULL;
+	omni_select_site_free(site);
+	site = NULL;
 	return rc;
 }
 
@@ -84,13 +114,277 @@ extern int select_p_job_init(List job_list)
 	return (*(ct.job_init))(job_list);
 }
 
+/* The gres/NAME state of a node (NULL: it has none). */
+static gres_node_state_t *_node_gres(node_record_t *node_ptr, uint32_t id)
+{
+	gres_state_t *gs;
+
+	if (!node_ptr->gres_list)
+		return NULL;
+	gs = list_find_first(node_ptr->gres_list, gres_find_id, &id);
+	return gs ? gs->gres_data : NULL;
+}
+
+/* The node's GPUs as Slurm counts them. */
+static unsigned _node_gpu_count(node_record_t *node_ptr, uint32_t gpu_id)
+{
+	gres_node_state_t *ns = _node_gres(node_ptr, gpu_id);
+
+	return ns ? (unsigned) ns->gres_cnt_avail : 0;
+}
+
+/* Nodes with GPUs whose count the site file does not match: said once per load. */
+static void _check_site_nodes(const char *path)
+{
+	uint32_t gpu_id = gres_build_id("gpu");
+	node_record_t *node_ptr;
+	int stale = 0;
+
+	for (int i = 0; (node_ptr = next_node(&i)); i++) {
+		unsigned have = _node_gpu_count(node_ptr, gpu_id), file_gpus = 0;
+
+		if (!have)
+			continue;
+		if (omni_select_site_find(site, node_ptr->name, &file_gpus) >= 0 && file_gpus == have)
+			continue;
+		if (stale++ >= STALE_NAMED)
+			continue;
+		if (file_gpus)
+			info(PREFIX "node %s: %u GPU(s) in Slurm, %u in %s: units that could use it are placed as by cons_tres",
+			     node_ptr->name, have, file_gpus, path);
+		else
+			info(PREFIX "node %s: %u GPU(s) in Slurm, not listed in %s: units that could use it are placed as by cons_tres",
+			     node_ptr->name, have, path);
+	}
+	if (stale > STALE_NAMED)
+		info(PREFIX "%d more such node(s)", stale - STALE_NAMED);
+}
+
+/* Reads the site file; on any failure, places every job as cons_tres does until the next
+ * `scontrol reconfigure`. */
+static void _load_site(void)
+{
+	char *path = get_extra_conf_path(SITE_FILE);
+	omni_select_site_t *fresh = NULL;
+	int rc = omni_select_site_load(path, &fresh);
+
+	omni_select_site_free(site);
+	site = fresh;
+	if (rc == OMNI_OK) {
+		info(PREFIX "domain layouts of %zu node(s) from %s", omni_select_site_nodes(site), path);
+		_check_site_nodes(path);
+	} else if (rc == OMNI_ENOENT) {
+		info(PREFIX "no %s: units are placed as select/cons_tres places any job", path);
+	} else {
+		error(PREFIX "%s: units are placed as select/cons_tres places any job until it is fixed and slurmctld reconfigured",
+		      omni_select_last_error());
+	}
+	xfree(path);
+}
+
 extern int select_p_node_init(void)
 {
-	return (*(ct.node_init))();
+	int rc = (*(ct.node_init))();
+
+	if (running_in_slurmctld())
+		_load_site();
+	return rc;
+}
+
+/* The job's one GPU request, when it is G GPUs on every node of any type; else NULL and
+ * *why says what it is instead. */
+static gres_job_state_t *_job_gpus(job_record_t *job_ptr, uint32_t gpu_id, const char **why)
+{
+	gres_job_state_t *found = NULL;
+	gres_state_t *gs;
+	ListIterator it;
+
+	*why = "asks for no GPUs";
+	if (!job_ptr->gres_list_req)
+		return NULL;
+	it = list_iterator_create(job_ptr->gres_list_req);
+	while ((gs = list_next(it))) {
+		gres_job_state_t *js = gs->gres_data;
+
+		if (gs->plugin_id != gpu_id)
+			continue;
+		if (found) {
+			*why = "asks for GPUs of several types";
+			found = NULL;
+			break;
+		}
+		found = js;
+		if (js->type_name) {
+			*why = "asks for GPUs of a type";
+			found = NULL;
+			break;
+		}
+		if (!js->gres_per_node) {
+			*why = "asks for GPUs per job, socket or task, not per node";
+			found = NULL;
+			break;
+		}
+	}
+	list_iterator_destroy(it);
+	return found;
+}
+
+/* Bit g set: GPU g of the node is used by no job, whole (gres/gpu) or shared (gres/mps). */
+static uint64_t _free_gpus(node_record_t *node_ptr, unsigned gpus, uint32_t gpu_id, uint32_t mps_id)
+{
+	uint64_t free_gpus = gpus >= 64 ? ~(uint64_t) 0 : (((uint64_t) 1) << gpus) - 1;
+	uint32_t ids[2] = { gpu_id, mps_id };
+
+	for (int k = 0; k < 2; k++) {
+		gres_node_state_t *ns = _node_gres(node_ptr, ids[k]);
+
+		if (!ns || !ns->gres_bit_alloc)
+			continue;
+		for (unsigned g = 0; g < gpus && g < (unsigned) bit_size(ns->gres_bit_alloc); g++)
+			if (bit_test(ns->gres_bit_alloc, g))
+				free_gpus &= ~(((uint64_t) 1) << g);
+	}
+	return free_gpus;
+}
+
+/* After cons_tres chose `bitmap`'s nodes: each one's GPUs become the core's choice, which has
+ * the same count and is free. */
+static void _set_gpus(job_record_t *job_ptr, gres_job_state_t *js, bitstr_t *bitmap,
+		      const omni_select_node_t *cand, const int *cand_inx, int ncand)
+{
+	for (int c = 0; c < ncand; c++) {
+		int i = cand_inx[c];
+		bitstr_t *sel;
+
+		if (!bit_test(bitmap, i))
+			continue;
+		sel = (js->gres_bit_select && (uint32_t) i < js->total_node_cnt) ? js->gres_bit_select[i] : NULL;
+		if (!sel || bit_set_count(sel) != __builtin_popcountll(cand[c].gpus) ||
+		    bit_size(sel) < 64 - __builtin_clzll(cand[c].gpus)) {
+			error(PREFIX "%pJ: node %s: cons_tres's GPU choice is not %d GPU(s); left as it is",
+			      job_ptr, node_record_table_ptr[i]->name, __builtin_popcountll(cand[c].gpus));
+			continue;
+		}
+		bit_clear_all(sel);
+		for (int g = 0; g < 64; g++)
+			if (cand[c].gpus >> g & 1)
+				bit_set(sel, g);
+	}
+}
+
+/*
+ * A job with units inside domains, being started: the core picks the nodes (and their GPUs)
+ * among `bitmap`'s, cons_tres places the job on them. Returns cons_tres's answer, or
+ * SLURM_ERROR when fewer nodes than the job needs hold its units now; *forward is set when
+ * the job is cons_tres's alone after all (the reason logged).
+ */
+static int _job_test_units(job_record_t *job_ptr, const omni_select_job_t *job, bitstr_t *bitmap,
+			   uint32_t min_nodes, uint32_t max_nodes, uint32_t req_nodes, uint16_t mode,
+			   List preemptee_candidates, List *preemptee_job_list, bitstr_t *exc_core_bitmap,
+			   bool *forward)
+{
+	uint32_t gpu_id = gres_build_id("gpu"), mps_id = gres_build_id("mps");
+	bitstr_t *required = job_ptr->details ? job_ptr->details->req_node_bitmap : NULL;
+	const char *why = NULL;
+	gres_job_state_t *js = _job_gpus(job_ptr, gpu_id, &why);
+	omni_select_node_t *cand = NULL;
+	int *cand_inx = NULL, ncand = 0, chosen, rc;
+	unsigned per_node, units_per_node;
+	bitstr_t *orig;
+
+	*forward = true;
+	if (!js) {
+		debug(PREFIX "%pJ: its units are not placed by domain: it %s", job_ptr, why);
+		return SLURM_ERROR;
+	}
+	if (job_ptr->bit_flags & GRES_ENFORCE_BIND) {
+		debug(PREFIX "%pJ: its units are not placed by domain: --gres-flags=enforce-binding leaves GPUs to cons_tres",
+		      job_ptr);
+		return SLURM_ERROR;
+	}
+	per_node = (unsigned) js->gres_per_node;
+	if (per_node % job->ranks_per_unit) {
+		debug(PREFIX "%pJ: its units are not placed by domain: %u GPU(s) a node is not whole units of %u",
+		      job_ptr, per_node, job->ranks_per_unit);
+		return SLURM_ERROR;
+	}
+	units_per_node = per_node / job->ranks_per_unit;
+
+	cand = xcalloc(bit_set_count(bitmap) + 1, sizeof(*cand));
+	cand_inx = xcalloc(bit_set_count(bitmap) + 1, sizeof(*cand_inx));
+	for (int i = 0; i < node_record_count; i++) {
+		node_record_t *node_ptr = node_record_table_ptr[i];
+		unsigned have, file_gpus = 0;
+		long at;
+
+		if (!node_ptr || !bit_test(bitmap, i))
+			continue;
+		have = _node_gpu_count(node_ptr, gpu_id);
+		if (have < per_node)
+			continue; /* cons_tres would not choose it either */
+		at = omni_select_site_find(site, node_ptr->name, &file_gpus);
+		if (at < 0 || file_gpus != have) {
+			debug(PREFIX "%pJ: its units are not placed by domain: node %s is %s the site topology file",
+			      job_ptr, node_ptr->name, at < 0 ? "not in" : "stale in");
+			goto out;
+		}
+		cand[ncand].site_node = at;
+		cand[ncand].free_gpus = _free_gpus(node_ptr, have, gpu_id, mps_id);
+		cand[ncand].required = required && bit_test(required, i);
+		cand_inx[ncand++] = i;
+	}
+	chosen = omni_select_place(site, job, units_per_node, min_nodes, MIN(req_nodes, max_nodes), cand, ncand);
+	if (chosen < 0) {
+		debug(PREFIX "%pJ: its units are not placed by domain: %s", job_ptr, omni_select_last_error());
+		goto out;
+	}
+	*forward = false;
+	if (chosen == 0) {
+		debug(PREFIX "%pJ: too few nodes hold %u unit(s) of %u GPU(s) inside one %s domain now",
+		      job_ptr, units_per_node, job->ranks_per_unit, job->kind_name);
+		rc = SLURM_ERROR;
+		goto out;
+	}
+	orig = bit_copy(bitmap);
+	bit_clear_all(bitmap);
+	for (int c = 0; c < ncand; c++)
+		if (cand[c].gpus)
+			bit_set(bitmap, cand_inx[c]);
+	rc = (*(ct.job_test))(job_ptr, bitmap, min_nodes, MIN(req_nodes, (uint32_t) chosen),
+			      MIN(max_nodes, (uint32_t) chosen), mode, preemptee_candidates, preemptee_job_list,
+			      exc_core_bitmap);
+	if (rc == SLURM_SUCCESS) {
+		_set_gpus(job_ptr, js, bitmap, cand, cand_inx, ncand);
+		debug(PREFIX "%pJ: %u unit(s) of %u GPU(s) a node inside %s domains, on %d node(s)", job_ptr,
+		      units_per_node, job->ranks_per_unit, job->kind_name, bit_set_count(bitmap));
+	} else {
+		bit_copybits(bitmap, orig);
+	}
+	FREE_NULL_BITMAP(orig);
+out:
+	xfree(cand);
+	xfree(cand_inx);
+	return *forward ? SLURM_ERROR : rc;
 }
 
 extern int select_p_job_test(job_record_t *job_ptr, bitstr_t *bitmap, uint32_t min_nodes, uint32_t max_nodes, uint32_t req_nodes, uint16_t mode, List preemptee_candidates, List *preemptee_job_list, bitstr_t *exc_core_bitmap)
 {
+	omni_select_job_t job;
+	int rc;
+
+	if (site && SELECT_IS_MODE_RUN_NOW(mode) && job_ptr->spank_job_env_size) {
+		rc = omni_select_job_read(job_ptr->spank_job_env, job_ptr->spank_job_env_size, &job);
+		if (rc == OMNI_OK) {
+			bool forward;
+
+			rc = _job_test_units(job_ptr, &job, bitmap, min_nodes, max_nodes, req_nodes, mode,
+					     preemptee_candidates, preemptee_job_list, exc_core_bitmap, &forward);
+			if (!forward)
+				return rc;
+		} else if (rc != OMNI_ENOENT) {
+			debug(PREFIX "%pJ: its units are not placed by domain: %s", job_ptr, omni_select_last_error());
+		}
+	}
 	return (*(ct.job_test))(job_ptr, bitmap, min_nodes, max_nodes, req_nodes, mode, preemptee_candidates, preemptee_job_list, exc_core_bitmap);
 }
 

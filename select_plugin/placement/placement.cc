@@ -141,6 +141,40 @@ bool wider_than_nodes(const std::vector<NodeLayout> &nodes, const Request &r) {
     return r.ranks_per_unit > widest;
 }
 
+// `units` units of `r` on one node, each chosen as place() chooses on that node alone: the
+// mask of their GPUs, the wholly free domains they break and the usable GPUs they leave.
+struct NodeFit {
+    bool fits = false;
+    std::uint64_t gpus = 0;
+    std::uint32_t broken = 0, left = 0;
+};
+
+NodeFit fit_node(const NodeLayout &l, NodeFree f, const Request &r, std::uint32_t units) {
+    NodeFit fit;
+    const auto &doms = unit_domains(l, r.kind);
+    for (std::uint32_t u = 0; u < units; ++u) {
+        const NodeView v = view(l, f, r);
+        bool found = false;
+        Candidate best{};
+        for (std::uint32_t d = 0; d < doms.size(); ++d) {
+            const std::uint64_t avail = doms[d] & v.usable;
+            const std::uint32_t have = popcount(avail);
+            if (have < r.ranks_per_unit) continue;
+            const std::uint64_t take = choose(l, f, v.unused, avail, r.ranks_per_unit);
+            const Candidate c{broken(l, v.unused, take), have - r.ranks_per_unit, 0, d, take, 0};
+            if (!found || best > c) best = c;
+            found = true;
+        }
+        if (!found) return NodeFit{};
+        take_gpus(f, best.take, r.sm_share);
+        fit.gpus |= best.take;
+        fit.broken += best.broken;
+    }
+    fit.fits = true;
+    fit.left = popcount(view(l, f, r).usable);
+    return fit;
+}
+
 }  // namespace
 
 const char *kind_name(Kind k) {
@@ -258,6 +292,55 @@ Result<Placement> place_first_fit(const std::vector<NodeLayout> &nodes, const st
     }
     if (p.units.size() < r.min_units) p.units.clear();
     return p;
+}
+
+Result<std::vector<NodeChoice>> place_nodes(const std::vector<NodeLayout> &nodes,
+                                            const std::vector<NodeCandidate> &cands, const NodesRequest &req) {
+    const Request &r = req.unit;
+    if (auto st = check_input({}, {}, r); !st) return Error{st.error()};
+    const std::uint32_t upn = req.units_per_node;
+    if (upn == 0 || upn > kMaxGpusPerNode) return make_error("request: units per node " + std::to_string(upn) + ": expected 1..64");
+    // The node counts both ranges allow: Slurm's, and the job's units over units per node.
+    const std::uint32_t lo = std::max(req.min_nodes, (r.min_units + upn - 1) / upn);
+    const std::uint32_t hi = std::min(req.max_nodes, r.max_units / upn);
+    if (req.min_nodes > req.max_nodes || hi < lo || hi == 0)
+        return make_error("request: nodes " + std::to_string(req.min_nodes) + ".." + std::to_string(req.max_nodes) +
+                          " with " + std::to_string(upn) + " unit(s) per node cannot hold " +
+                          std::to_string(r.min_units) + ".." + std::to_string(r.max_units) + " units");
+    struct Ranked {
+        NodeFit fit;
+        std::uint32_t cand;
+    };
+    std::vector<Ranked> required, others;
+    for (std::uint32_t i = 0; i < cands.size(); ++i) {
+        const NodeCandidate &c = cands[i];
+        if (c.layout >= nodes.size())
+            return make_error("candidate " + std::to_string(i) + ": layout " + std::to_string(c.layout) + " of " +
+                              std::to_string(nodes.size()));
+        const NodeLayout &l = nodes[c.layout];
+        if (c.free.share.size() != l.gpus)
+            return make_error("candidate " + std::to_string(i) + ": free shares for " + std::to_string(c.free.share.size()) +
+                              " GPUs, the layout has " + std::to_string(l.gpus));
+        for (auto s : c.free.share)
+            if (s > 100) return make_error("candidate " + std::to_string(i) + ": a free share above 100");
+        const NodeFit fit = fit_node(l, c.free, r, upn);
+        if (c.required) {
+            if (!fit.fits) return std::vector<NodeChoice>{};
+            required.push_back({fit, i});
+        } else if (fit.fits) {
+            others.push_back({fit, i});
+        }
+    }
+    if (required.size() > hi) return std::vector<NodeChoice>{};
+    std::sort(others.begin(), others.end(), [](const Ranked &a, const Ranked &b) {
+        return std::tie(a.fit.broken, a.fit.left, a.cand) < std::tie(b.fit.broken, b.fit.left, b.cand);
+    });
+    std::vector<NodeChoice> out;
+    for (const auto &x : required) out.push_back({x.cand, x.fit.gpus});
+    for (std::size_t i = 0; i < others.size() && out.size() < hi; ++i) out.push_back({others[i].cand, others[i].fit.gpus});
+    if (out.size() < lo) return std::vector<NodeChoice>{};
+    std::sort(out.begin(), out.end(), [](const NodeChoice &a, const NodeChoice &b) { return a.candidate < b.candidate; });
+    return out;
 }
 
 void apply(std::vector<NodeFree> &free, const Placement &p, const Request &r) {

@@ -70,6 +70,39 @@ Status check_input(const std::vector<NodeLayout> &nodes, const std::vector<NodeF
 Result<Placement> place(const std::vector<NodeLayout> &nodes, const std::vector<NodeFree> &free,
                         const Request &req);
 
+// Slurm's shape of a request: a job gets the same number of GPUs on every node it is given
+// (G per node), so each chosen node must hold exactly units_per_node = G / N units. The
+// candidates are the nodes Slurm would consider, each naming its layout in `nodes`.
+struct NodeCandidate {
+    std::uint32_t layout = 0;  // index into `nodes`
+    NodeFree free;
+    bool required = false;     // the job names this node (sbatch -w): it must be chosen
+};
+
+struct NodesRequest {
+    Request unit;                      // ranks_per_unit, kind, sm_share, and the job's MIN..MAX units
+    std::uint32_t units_per_node = 1;
+    std::uint32_t min_nodes = 1, max_nodes = 1;  // Slurm's node range of the job
+};
+
+struct NodeChoice {
+    std::uint32_t candidate = 0;  // index into the candidates
+    std::uint64_t gpus = 0;       // the GPUs of its units
+    bool operator==(const NodeChoice &o) const { return candidate == o.candidate && gpus == o.gpus; }
+};
+
+// The nodes, and on each the GPUs, for such a job. A node qualifies when its free GPUs hold
+// units_per_node units, each inside one domain of the kind (chosen on the node as place()
+// chooses). The required candidates come first and must all qualify; then the others that
+// break the fewest wholly free domains, then leave the fewest usable GPUs, then in candidate
+// order. As many as qualify, up to max_nodes and max_units / units_per_node; none (an empty
+// result: not now) when fewer than min_nodes or ceil(min_units / units_per_node) qualify.
+// Sorted by candidate. Errors: bad input (as check_input), a layout index out of range, or a
+// node range no count of nodes satisfies (the error says which bounds clash). Work is the
+// candidates times their domains times units_per_node, plus a sort.
+Result<std::vector<NodeChoice>> place_nodes(const std::vector<NodeLayout> &nodes,
+                                            const std::vector<NodeCandidate> &candidates, const NodesRequest &req);
+
 // `free` after `p` is applied with `req`'s share (for tests and sequences of jobs).
 void apply(std::vector<NodeFree> &free, const Placement &p, const Request &req);
 

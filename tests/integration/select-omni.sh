@@ -2,8 +2,10 @@
 # select/omni forwards every call to select/cons_tres: on two clusters of its own (2 nodes x
 # 2 fake GPUs), one with SelectType=select/cons_tres and one with select/omni, the same job
 # mix (held, then released at once) lands on the same nodes, CPUs and GPUs, and the same
-# jobs wait. Also checked under select/omni: slurmctld loaded it and logged no error from
-# it, and steps run (srun across both nodes with a GPU each).
+# jobs wait. select/omni has a site topology file (omni-hal export of a 2-GPU fixture for
+# both nodes), so the mix passes through its placement hook, which leaves jobs without
+# --omni-unit alone. Also checked under select/omni: slurmctld loaded it and logged no error
+# from it, and steps run (srun across both nodes with a GPU each).
 . "$(dirname "$0")/lib.sh"
 need_root
 [ -f "$top_build/select_plugin/.libs/select_omni.so" ] ||
@@ -20,6 +22,19 @@ mix() {
     >"$work/up-$1.out" 2>&1 || { cat "$work/up-$1.out" >&2; fail "the $1 cluster did not start"; }
   eval "$("$omni_cluster" --dir "$dir" env)"
   expect_eq "SelectType of the $1 cluster" "$(scontrol show config | sed -n 's/^SelectType *= *//p')" "select/$1"
+  if [ "$1" = omni ]; then
+    local fixture=$top_src/tests/fixtures/topologies/synthetic-2core-2gpu.xml
+    "$top_build/hal/omni-hal" export --topology "$fixture" --hostname n1 -o "$work/n1.json"
+    "$top_build/hal/omni-hal" export --topology "$fixture" --hostname n2 --merge "$work/n1.json" \
+      -o "$dir/etc/omni-topology.json"
+    scontrol reconfigure
+    for j in $(seq 1 20); do
+      grep -q "select/omni: domain layouts of 2 node(s)" "$dir/log/slurmctld.log" && break
+      sleep 0.5
+    done
+    grep -q "select/omni: domain layouts of 2 node(s)" "$dir/log/slurmctld.log" ||
+      fail "select/omni did not load the site file: $(grep select/omni "$dir/log/slurmctld.log")"
+  fi
   for shape in "-N1 --gres=gpu:1" "-n1 --gres=gpu:1" "-n1" "-N1 --gres=gpu:2" "-N2 --gres=gpu:1" \
                "-N1 --exclusive" "-n3"; do
     # shellcheck disable=SC2086 # the shape is split on purpose

@@ -11,6 +11,11 @@
 
 using namespace omni::placement;
 
+namespace omni::placement {
+// gtest prints choices in failures.
+void PrintTo(const NodeChoice &c, std::ostream *o) { *o << "{candidate " << c.candidate << ", gpus 0x" << std::hex << c.gpus << std::dec << "}"; }
+}  // namespace omni::placement
+
 namespace {
 
 std::uint64_t bits(std::initializer_list<int> gpus) {
@@ -334,6 +339,173 @@ TEST(PlacementProperties, LessFragmentationThanFirstFit) {
     EXPECT_GT(bf_whole, ff_whole);
     std::cout << "in all: whole free domains " << bf_whole / 5 << " vs " << ff_whole / 5 << " ("
               << bf_whole / ff_whole << "x); turned away " << bf_refused << " vs " << ff_refused << "\n";
+}
+
+// ---- place_nodes: Slurm's shape, the same GPUs on every node -----------------------------
+
+NodeCandidate cand(std::uint32_t layout, NodeFree f, bool required = false) {
+    NodeCandidate c;
+    c.layout = layout;
+    c.free = std::move(f);
+    c.required = required;
+    return c;
+}
+
+NodesRequest nodes_req(std::uint32_t n, Kind k, std::uint32_t upn, std::uint32_t min_nodes, std::uint32_t max_nodes,
+                       std::uint32_t min_units = 1, std::uint32_t max_units = 1u << 20) {
+    NodesRequest r;
+    r.unit = req(n, k, min_units, max_units);
+    r.units_per_node = upn;
+    r.min_nodes = min_nodes;
+    r.max_nodes = max_nodes;
+    return r;
+}
+
+std::vector<NodeChoice> ok_nodes(const std::vector<NodeLayout> &layouts, const std::vector<NodeCandidate> &c,
+                                 const NodesRequest &r) {
+    auto p = place_nodes(layouts, c, r);
+    EXPECT_TRUE(p) << p.error();
+    return p ? p.value() : std::vector<NodeChoice>{};
+}
+
+TEST(PlaceNodes, TheBrokenNodeBeforeAWholeOne) {
+    // quad 0 has GPU 0 taken: a 2-GPU unit @pcie fits its pair {2,3}, breaking that pair and
+    // its NVLink pair; quad 1 would lose a pair, an NVLink pair, its NUMA node and the node.
+    // (Slurm's lowest-free-GPUs choice on quad 0 would be {1,2}, across both switches.)
+    const std::vector<NodeLayout> layouts{quad()};
+    auto c = ok_nodes(layouts, {cand(0, taken(quad(), {0})), cand(0, unused(quad()))}, nodes_req(2, Kind::Pcie, 1, 1, 1));
+    EXPECT_EQ(c, (std::vector<NodeChoice>{{0, bits({2, 3})}}));
+    // Two units a node: quad 0 holds only one whole pair, so only quad 1 qualifies.
+    c = ok_nodes(layouts, {cand(0, taken(quad(), {0})), cand(0, unused(quad()))}, nodes_req(2, Kind::Pcie, 2, 1, 2));
+    EXPECT_EQ(c, (std::vector<NodeChoice>{{1, bits({0, 1, 2, 3})}}));
+    // ... and a job that needs both nodes does not start now.
+    c = ok_nodes(layouts, {cand(0, taken(quad(), {0})), cand(0, unused(quad()))}, nodes_req(2, Kind::Pcie, 2, 2, 2));
+    EXPECT_TRUE(c.empty());
+    // GPUs 1 and 2 free on quad 0, one in each pair: two GPUs, but no pair.
+    c = ok_nodes(layouts, {cand(0, taken(quad(), {0, 3}))}, nodes_req(2, Kind::Pcie, 1, 1, 1));
+    EXPECT_TRUE(c.empty());
+    // Kind node: any two free GPUs of the node will do.
+    c = ok_nodes(layouts, {cand(0, taken(quad(), {0, 3}))}, nodes_req(2, Kind::Node, 1, 1, 1));
+    EXPECT_EQ(c, (std::vector<NodeChoice>{{0, bits({1, 2})}}));
+}
+
+TEST(PlaceNodes, ElasticGetsTheNodesThatFit) {
+    // Four quads, the first with no whole pair free: an elastic 1..4-unit job, one unit a
+    // node, starts on the three others; with MAX 2 units, on two of them (the broken one
+    // first: quad 3 has GPU 3 taken).
+    const std::vector<NodeLayout> layouts{quad()};
+    const std::vector<NodeCandidate> c{cand(0, taken(quad(), {0, 2})), cand(0, unused(quad())), cand(0, unused(quad())),
+                                       cand(0, taken(quad(), {3}))};
+    EXPECT_EQ(ok_nodes(layouts, c, nodes_req(2, Kind::Pcie, 1, 1, 4, 1, 4)),
+              (std::vector<NodeChoice>{{1, bits({0, 1})}, {2, bits({0, 1})}, {3, bits({0, 1})}}));
+    EXPECT_EQ(ok_nodes(layouts, c, nodes_req(2, Kind::Pcie, 1, 1, 4, 1, 2)),
+              (std::vector<NodeChoice>{{1, bits({0, 1})}, {3, bits({0, 1})}}));
+    // MIN 4 units cannot be had: not now.
+    EXPECT_TRUE(ok_nodes(layouts, c, nodes_req(2, Kind::Pcie, 1, 1, 4, 4, 4)).empty());
+    // MIN 3 units at 2 a node needs 2 nodes; only quads 1 and 2 hold two pairs.
+    EXPECT_EQ(ok_nodes(layouts, c, nodes_req(2, Kind::Pcie, 2, 1, 4, 3, 4)),
+              (std::vector<NodeChoice>{{1, bits({0, 1, 2, 3})}, {2, bits({0, 1, 2, 3})}}));
+}
+
+TEST(PlaceNodes, RequiredNodesComeFirstOrNothing) {
+    const std::vector<NodeLayout> layouts{quad()};
+    // Node 1 is required though node 0 is the better fit; one node wanted: node 1 it is.
+    auto c = ok_nodes(layouts, {cand(0, taken(quad(), {0})), cand(0, unused(quad()), true)},
+                      nodes_req(2, Kind::Pcie, 1, 1, 1));
+    EXPECT_EQ(c, (std::vector<NodeChoice>{{1, bits({0, 1})}}));
+    // A required node without a free pair: not now, whatever else is free.
+    c = ok_nodes(layouts, {cand(0, taken(quad(), {0, 2}), true), cand(0, unused(quad()))}, nodes_req(2, Kind::Pcie, 1, 1, 2));
+    EXPECT_TRUE(c.empty());
+}
+
+TEST(PlaceNodes, BadInputIsRefusedWithItsName) {
+    const std::vector<NodeLayout> layouts{quad()};
+    auto e = place_nodes(layouts, {cand(1, unused(quad()))}, nodes_req(2, Kind::Pcie, 1, 1, 1));
+    ASSERT_FALSE(e);
+    EXPECT_EQ(e.error(), "candidate 0: layout 1 of 1");
+    e = place_nodes(layouts, {cand(0, NodeFree{{100, 100}})}, nodes_req(2, Kind::Pcie, 1, 1, 1));
+    ASSERT_FALSE(e);
+    EXPECT_EQ(e.error(), "candidate 0: free shares for 2 GPUs, the layout has 4");
+    // One node of one unit cannot hold 4 units.
+    e = place_nodes(layouts, {cand(0, unused(quad()))}, nodes_req(2, Kind::Pcie, 1, 1, 1, 4, 4));
+    ASSERT_FALSE(e);
+    EXPECT_EQ(e.error(), "request: nodes 1..1 with 1 unit(s) per node cannot hold 4..4 units");
+    e = place_nodes(layouts, {cand(0, unused(quad()))}, nodes_req(2, Kind::Pcie, 0, 1, 1));
+    ASSERT_FALSE(e);
+    EXPECT_EQ(e.error(), "request: units per node 0: expected 1..64");
+    e = place_nodes(layouts, {cand(0, unused(quad()))}, nodes_req(0, Kind::Pcie, 1, 1, 1));
+    ASSERT_FALSE(e);
+    EXPECT_EQ(e.error(), "request: ranks per unit must be at least 1");
+}
+
+TEST(PlaceNodesProperties, ValidMaximalDeterministic) {
+    // Every chosen node: its GPUs free, units_per_node * N of them, and inside the kind's
+    // domains in multiples of N (domains are disjoint, so that is exactly "splits into units
+    // each inside one domain"). The count: every node that could hold the units, up to the
+    // bounds, checked against a count worked out per domain here.
+    std::mt19937 rng(4122026);
+    int chosen_any = 0;
+    for (int round = 0; round < 2000; ++round) {
+        std::vector<NodeLayout> layouts;
+        for (int i = 0; i < 3; ++i) layouts.push_back(random_layout(rng));
+        std::vector<NodeCandidate> c;
+        const std::uint32_t count = 1 + rng() % 8;
+        for (std::uint32_t i = 0; i < count; ++i) {
+            const std::uint32_t l = rng() % 3;
+            NodeFree f = unused(layouts[l]);
+            for (auto &s : f.share) s = rng() % 3 == 0 ? 0 : 100;
+            c.push_back(cand(l, f, rng() % 10 == 0));
+        }
+        static const Kind kinds[] = {Kind::Pcie, Kind::Nvlink, Kind::Numa, Kind::Node};
+        const Kind k = kinds[rng() % 4];
+        const std::uint32_t n = 1u << (rng() % 3), upn = 1 + rng() % 2;
+        const std::uint32_t mn = 1 + rng() % 3, mx = mn + rng() % 4;
+        const NodesRequest r = nodes_req(n, k, upn, mn, mx);
+        auto got = place_nodes(layouts, c, r);
+        ASSERT_TRUE(got) << got.error();
+        std::uint32_t can = 0;
+        bool required_fails = false;
+        std::uint32_t required = 0;
+        for (const auto &x : c) {
+            std::uint32_t units = 0;
+            for (std::uint64_t d : layouts[x.layout].domains[static_cast<std::size_t>(k)]) {
+                std::uint32_t freed = 0;
+                for (std::uint32_t g = 0; g < layouts[x.layout].gpus; ++g) freed += (d >> g & 1) && x.free.share[g] == 100;
+                units += freed / n;
+            }
+            can += units >= upn;
+            required += x.required;
+            required_fails |= x.required && units < upn;
+        }
+        const auto &v = got.value();
+        if (required_fails || required > mx || std::min(can, mx) < mn) {
+            ASSERT_TRUE(v.empty()) << round;
+            continue;
+        }
+        ASSERT_EQ(v.size(), std::min(can, mx)) << round;
+        std::uint32_t required_in = 0;
+        for (std::size_t i = 0; i < v.size(); ++i) {
+            if (i) {
+                ASSERT_LT(v[i - 1].candidate, v[i].candidate);
+            }
+            const NodeCandidate &x = c[v[i].candidate];
+            required_in += x.required;
+            ASSERT_EQ(static_cast<std::uint32_t>(__builtin_popcountll(v[i].gpus)), upn * n) << round;
+            for (std::uint32_t g = 0; g < 64; ++g) {
+                if (v[i].gpus >> g & 1) {
+                    ASSERT_EQ(x.free.share.at(g), 100) << round;
+                }
+            }
+            for (std::uint64_t d : layouts[x.layout].domains[static_cast<std::size_t>(k)])
+                ASSERT_EQ(__builtin_popcountll(v[i].gpus & d) % n, 0) << "round " << round << ": a unit straddles domains";
+        }
+        ASSERT_EQ(required_in, required) << round;
+        auto again = place_nodes(layouts, c, r);
+        ASSERT_TRUE(again);
+        ASSERT_EQ(again.value(), v);
+        chosen_any += !v.empty();
+    }
+    EXPECT_GT(chosen_any, 500) << "the rounds exercised placements";
 }
 
 }  // namespace
