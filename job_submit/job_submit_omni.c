@@ -21,9 +21,11 @@
  *
  * Only the job's owner and Slurm's operators are deferred (slurmctld checks the requester
  * after this plugin). It runs inside slurmctld with the job write lock held: no I/O, no
- * waiting, no allocation beyond the node names of one job, and it never refuses an update.
+ * waiting, no allocation beyond the node names of one job (at submission, a copy of its TRES
+ * request), and it never refuses an update.
  *
- * At submission it turns --omni-sm-slice=P into a gres/mps request (see job_submit()).
+ * At submission it turns --omni-sm-slice=P into a gres/mps request, and gives an elastic job
+ * of units that names no node count the node range its units need (see job_submit()).
  */
 #include "config.h"
 
@@ -110,6 +112,98 @@ static bool _site_has_mps(void)
 	return false;
 }
 
+/* The value of NAME in the job's spank environment as a number 1..max, or 0 (unset or not
+ * such a number: the SPANK plugin wrote these, but a job can be submitted without it). */
+static unsigned long _spank_num(const job_desc_msg_t *d, const char *name, unsigned long max)
+{
+	const char *v = _spank_env(d, name);
+	char *end = NULL;
+	unsigned long n;
+
+	if (!v || *v < '0' || *v > '9')
+		return 0;
+	n = strtoul(v, &end, 10);
+	return (*end || n < 1 || n > max) ? 0 : n;
+}
+
+/* GPUs per node the job asks (--gres=gpu[:TYPE]:G, --gpus-per-node=G), or 0: none, or a count
+ * that is not a plain number. */
+static unsigned long _gpus_per_node(const char *tres)
+{
+	unsigned long g = 0;
+	char *copy, *tok, *save = NULL;
+
+	if (!tres)
+		return 0;
+	copy = xstrdup(tres);
+	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		const char *count;
+		char *end = NULL;
+
+		if (strncmp(tok, "gres:gpu", 8) && strncmp(tok, "gres/gpu", 8))
+			continue;
+		if (tok[8] == '\0') {
+			g = 1;
+			break;
+		}
+		if (tok[8] != ':')
+			continue;
+		count = strrchr(tok, ':') + 1;
+		g = strtoul(count, &end, 10);
+		if (*count < '0' || *count > '9' || *end)
+			g = 0;
+		break;
+	}
+	xfree(copy);
+	return g;
+}
+
+/*
+ * An elastic job of units (OMNI_ELASTIC_MIN/MAX, OMNI_UNIT_SIZE=N) that asks G GPUs on each
+ * node and no node count (sbatch without -N) gets the nodes its units need, as Slurm's own
+ * node range: with G/N units a node (G a multiple of N), ceil(MIN/(G/N)) .. floor(MAX/(G/N))
+ * nodes; with units of N/G whole nodes (N a multiple of G), MIN*N/G .. MAX*N/G nodes, and,
+ * where Slurm has segments (24.05+, topology/block), segments of N/G nodes, so that each
+ * unit lies in one block. A job that names its nodes, or whose G and N fit neither way, is
+ * left as it is: select/omni (22.05) and omni-launch work with whatever Slurm gives.
+ */
+static void _unit_nodes(job_desc_msg_t *d, uint32_t uid)
+{
+	unsigned long min = _spank_num(d, "OMNI_ELASTIC_MIN", 65536);
+	unsigned long max = _spank_num(d, "OMNI_ELASTIC_MAX", 65536);
+	unsigned long n = _spank_num(d, "OMNI_UNIT_SIZE", 4096);
+	unsigned long g = _gpus_per_node(d->tres_per_node);
+	unsigned long lo, hi, span = 0;
+
+	if (!min || !max || min > max || !n || !g)
+		return;
+	if (d->min_nodes != NO_VAL || d->max_nodes != NO_VAL || (d->req_nodes && d->req_nodes[0]))
+		return;
+	if (g % n == 0) {
+		unsigned long per = g / n;
+
+		lo = (min + per - 1) / per;
+		hi = max / per;
+	} else if (n % g == 0) {
+		span = n / g;
+		lo = min * span;
+		hi = max * span;
+	} else {
+		return;
+	}
+	if (!hi || lo > hi)
+		return;
+	d->min_nodes = lo;
+	d->max_nodes = hi;
+#ifdef OMNI_JOB_SEGMENT_SIZE
+	if (span > 1 && (!d->segment_size || d->segment_size == NO_VAL16) &&
+	    !xstrcmp(slurm_conf.topology_plugin, "topology/block"))
+		d->segment_size = span;
+#endif
+	debug("%sjob from uid %u: %lu..%lu units of %lu GPU(s), %lu GPU(s) a node: %lu-%lu nodes", PREFIX,
+	      uid, min, max, n, g, lo, hi);
+}
+
 /*
  * --omni-sm-slice=P: the SPANK plugin checked P (and that the site allows slices) in sbatch
  * and put OMNI_SM_SLICE=P in the job's spank environment. Here it becomes Slurm's own
@@ -127,6 +221,7 @@ extern int job_submit(job_desc_msg_t *job_desc, uint32_t submit_uid,
 	char *end = NULL;
 	unsigned long pct;
 
+	_unit_nodes(job_desc, submit_uid);
 	if (!slice)
 		return SLURM_SUCCESS;
 	pct = strtoul(slice, &end, 10);

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# job_submit/omni gives an elastic job of units that names no node count the node range its
+# units need (omni-job-submit(8)), on a cluster of 2 nodes x 4 fake GPUs. Jobs are submitted
+# held and their node counts read back from slurmctld (scontrol show job):
+#   G GPUs a node, units of N, MIN..MAX units    expected nodes (worked out by hand)
+#   2, 2, 1..2                                   1-2  (one unit a node)
+#   4, 2, 2..4                                   1-2  (two units a node: ceil(2/2)..4/2)
+#   2 (typed gpu:h100:2), 2, 1..2                1-2
+#   2 (--gpus-per-node=2), 2, 1..2               1-2
+#   2, 4, 1..1                                   2-2  (a unit spans 2 nodes)
+# and left as submitted (the node count of the same job without --omni-* options): -N1
+# given; no GPUs; 3 GPUs a node with units of 2 (no whole split).
+# A held job then released runs on the nodes its range allows (the 2-node unit on both).
+. "$(dirname "$0")/lib.sh"
+[ -f "$top_build/job_submit/.libs/job_submit_omni.so" ] ||
+  skip "job_submit/omni is not built (configure without --with-slurm-source)"
+cluster_acquire 2 4
+grep -qx "JobSubmitPlugins=omni" "$CLUSTER_DIR/etc/slurm.conf" || fail "the cluster does not load job_submit/omni"
+
+# nodes ARGS...: the node count slurmctld recorded for a held job with these sbatch options
+# (run in a subshell: the job ids go to a file).
+nodes() {
+  local id
+  id=$(sbatch --parsable --hold -t 2 -o /dev/null "$@" --wrap 'sleep 30') || fail "sbatch $* refused"
+  echo "$id" >>"$work/ids"
+  scontrol show job "$id" | sed -n 's/.*NumNodes=\([^ ]*\).*/\1/p'
+}
+expect_eq "gpu:2, units of 2, 1..2" "$(nodes --gres=gpu:2 --omni-elastic=1:2 --omni-unit=2)" "1-2"
+expect_eq "gpu:4, units of 2, 2..4" "$(nodes --gres=gpu:4 --omni-elastic=2:4 --omni-unit=2)" "1-2"
+expect_eq "gpu:h100:2, units of 2, 1..2" "$(nodes --gres=gpu:h100:2 --omni-elastic=1:2 --omni-unit=2)" "1-2"
+expect_eq "--gpus-per-node=2, units of 2, 1..2" "$(nodes --gpus-per-node=2 --omni-elastic=1:2 --omni-unit=2)" "1-2"
+expect_eq "gpu:2, units of 4, 1..1" "$(nodes --gres=gpu:2 --omni-elastic=1:1 --omni-unit=4)" "2-2"
+# Left alone: the node count is what the same job without --omni-* options gets.
+expect_eq "-N1 given" "$(nodes -N1 --gres=gpu:2 --omni-elastic=1:2 --omni-unit=2)" "$(nodes -N1 --gres=gpu:2)"
+expect_eq "no GPUs" "$(nodes --omni-elastic=1:2 --omni-unit=2)" "$(nodes -n1)"
+expect_eq "gpu:3, units of 2" "$(nodes --gres=gpu:3 --omni-elastic=1:2 --omni-unit=2)" "$(nodes --gres=gpu:3)"
+mapfile -t ids <"$work/ids"
+scancel "${ids[@]}"
+
+span=$(sbatch --parsable -t 2 -o /dev/null --gres=gpu:2 --omni-elastic=1:1 --omni-unit=4 --wrap 'sleep 30')
+for _ in $(seq 100); do [ "$(squeue -h -j "$span" -o %T)" = RUNNING ] && break; sleep 0.2; done
+expect_eq "the 2-node unit's nodes" "$(squeue -h -j "$span" -o '%T %D')" "RUNNING 2"
+scancel "$span"
+note "ok: node ranges from units, GPUs per node and MIN..MAX; explicit and unsplittable requests left alone"
