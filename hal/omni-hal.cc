@@ -47,6 +47,7 @@ const char *const kCommands =
     "  export     write the site topology file (omni-topology(5)) for this node\n"
     "  merge      combine several topology files into one site file\n"
     "  validate   check a site topology file\n"
+    "  topology-conf  Slurm topology.conf blocks (topology/block) from a site file\n"
     "  check      health findings OMNI-HAL-NNN (exit 0 healthy, 1 findings, 2 error)\n"
     "  codes      list every finding code\n";
 
@@ -293,7 +294,7 @@ private:
 
 class Export : public Command {
 public:
-    Export() : Command("export", "-o FILE [--topology FILE] [--hostname NAME] [--merge SITEFILE]...",
+    Export() : Command("export", "-o FILE [--topology FILE] [--hostname NAME] [--fabric NAME] [--merge SITEFILE]...",
                        "Write this node's entry of the site topology file (omni-topology(5), "
                        "version " + std::to_string(kTopologyFileVersion) + ").\n--merge adds "
                        "the nodes of existing topology files, so one file describes the site.") {
@@ -301,6 +302,9 @@ public:
         desc_.add_options()("output,o", po::value<std::string>(), "file to write, - for stdout")(
             "hostname", po::value<std::string>(),
             "node name in the file (default: the topology's HostName, else this host)")(
+            "fabric", po::value<std::string>(),
+            "the multi-node NVLink domain the node's GPUs belong to (e.g. its NVL72 rack), "
+            "for topology-conf")(
             "merge", po::value<std::vector<std::string>>(), "topology file to combine (repeatable)");
     }
     int run(const po::variables_map &vm) override {
@@ -320,6 +324,11 @@ public:
         }
         SiteTopology site;
         site.nodes.push_back(site_node(node, host));
+        if (vm.count("fabric")) {
+            const std::string fabric = arg(vm, "fabric");
+            if (auto st = check_fabric(fabric, "--fabric: "); !st) throw UsageError{st.error()};
+            site.nodes.back().fabric = fabric;
+        }
         if (vm.count("merge"))
             for (const auto &f : vm["merge"].as<std::vector<std::string>>()) {
                 auto other = read_site_topology(f);
@@ -366,6 +375,38 @@ public:
         }
         if (auto st = write_output(arg(vm, "output"), site_json(site)); !st) {
             std::cerr << "omni-hal merge: " << st.error() << "\n";
+            return kFail;
+        }
+        return kOk;
+    }
+};
+
+class TopologyConf : public Command {
+public:
+    TopologyConf() : Command("topology-conf", "-o FILE SITEFILE",
+                             "Write Slurm's topology.conf for TopologyPlugin=topology/block: one "
+                             "block per fabric\n(omni-hal export --fabric), naming its nodes.") {
+        desc_.add_options()("output,o", po::value<std::string>(), "file to write, - for stdout");
+        hidden_.add_options()("input", po::value<std::vector<std::string>>(), "site file");
+        positional.add("input", -1);
+    }
+    int run(const po::variables_map &vm) override {
+        if (!vm.count("output")) throw UsageError{"-o FILE is required (- for stdout)"};
+        if (!vm.count("input") || vm["input"].as<std::vector<std::string>>().size() != 1)
+            throw UsageError{"give one SITEFILE (omni-hal merge combines several)"};
+        const std::string f = vm["input"].as<std::vector<std::string>>()[0];
+        auto site = read_site_topology(f);
+        if (!site) {
+            std::cerr << "omni-hal topology-conf: " << site.error() << "\n";
+            return kFail;
+        }
+        auto conf = block_conf(site.value());
+        if (!conf) {
+            std::cerr << "omni-hal topology-conf: " << f << ": " << conf.error() << "\n";
+            return kFail;
+        }
+        if (auto st = write_output(arg(vm, "output"), conf.value()); !st) {
+            std::cerr << "omni-hal topology-conf: " << st.error() << "\n";
             return kFail;
         }
         return kOk;
@@ -492,6 +533,7 @@ int dispatch(int argc, char **argv) {
     all.emplace_back(new GresConf);
     all.emplace_back(new Export);
     all.emplace_back(new Merge);
+    all.emplace_back(new TopologyConf);
     all.emplace_back(new Validate);
     all.emplace_back(new Check);
     all.emplace_back(new Codes);

@@ -3,10 +3,13 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <tuple>
 
+#include "common/hostlist.h"
 #include "common/parse.h"
 #include "hal/topofile.h"
 
@@ -156,12 +159,17 @@ Result<SiteNic> read_nic(const Reader &r, const json &j, const std::string &p) {
 }
 
 Result<SiteNode> read_node(const Reader &r, const json &j, const std::string &p) {
-    OMNI_CHECK(r.keys(j, p, {"hostname", "cpu_count", "core_count", "core_cpus", "gpus", "nics", "domains"},
+    OMNI_CHECK(r.keys(j, p, {"hostname", "cpu_count", "core_count", "core_cpus", "gpus", "nics", "domains", "fabric"},
                       {"hostname", "cpu_count", "core_count", "core_cpus", "gpus", "nics", "domains"}));
     SiteNode n;
     OMNI_TRY(host, r.str(j["hostname"], p + ".hostname"));
     OMNI_CHECK(check_hostname(host, r.fail(p + ".hostname", "").message));
     n.hostname = host;
+    if (j.contains("fabric")) {
+        OMNI_TRY(fabric, r.str(j["fabric"], p + ".fabric"));
+        OMNI_CHECK(check_fabric(fabric, r.fail(p + ".fabric", "").message));
+        n.fabric = fabric;
+    }
     OMNI_TRY(cpus, r.uint(j["cpu_count"], p + ".cpu_count", 65536));
     OMNI_TRY(cores, r.uint(j["core_count"], p + ".core_count", 65536));
     if (cpus == 0 || cores == 0 || cores > cpus)
@@ -248,17 +256,63 @@ Result<SiteNode> read_node(const Reader &r, const json &j, const std::string &p)
 
 }  // namespace
 
-Status check_hostname(std::string_view name, std::string_view what) {
-    if (name.empty() || name.size() > 255)
-        return make_error(std::string(what) + "host name must have 1..255 characters");
+namespace {
+
+// Names that go into Slurm's configuration files: 1..max characters of [A-Za-z0-9._-].
+Status check_name(std::string_view name, std::string_view what, const char *kind, std::size_t max) {
+    if (name.empty() || name.size() > max)
+        return make_error(std::string(what) + kind + " must have 1.." + std::to_string(max) + " characters");
     for (char c : name) {
         const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
                         c == '.' || c == '-' || c == '_';
         if (!ok)
-            return make_error(std::string(what) + "host name '" + std::string(name.substr(0, 64)) +
+            return make_error(std::string(what) + kind + " '" + std::string(name.substr(0, 64)) +
                               "': expected only letters, digits, '.', '-' and '_'");
     }
     return Status::success();
+}
+
+}  // namespace
+
+Status check_hostname(std::string_view name, std::string_view what) { return check_name(name, what, "host name", 255); }
+
+Status check_fabric(std::string_view name, std::string_view what) { return check_name(name, what, "fabric name", 64); }
+
+namespace {
+
+// Host names in natural order (n2 before n10): the prefix, then the number it ends with.
+bool natural_less(const std::string &a, const std::string &b) {
+    const auto split = [](const std::string &h) {
+        std::size_t i = h.size();
+        while (i > 0 && h[i - 1] >= '0' && h[i - 1] <= '9') --i;
+        return std::make_tuple(h.substr(0, i), h.size() - i, h.substr(i));
+    };
+    return split(a) < split(b);
+}
+
+}  // namespace
+
+Result<std::string> block_conf(const SiteTopology &site) {
+    std::map<std::string, std::vector<std::string>> fabrics;
+    std::vector<std::string> loose;
+    for (const auto &n : site.nodes) (n.fabric.empty() ? loose : fabrics[n.fabric]).push_back(n.hostname);
+    for (auto &[name, hosts] : fabrics) std::sort(hosts.begin(), hosts.end(), natural_less);
+    std::sort(loose.begin(), loose.end(), natural_less);
+    if (fabrics.empty())
+        return make_error("no node of the site has a fabric (omni-hal export --fabric NAME): no block to write");
+    std::vector<std::pair<std::string, std::vector<std::string>>> blocks(fabrics.begin(), fabrics.end());
+    std::stable_sort(blocks.begin(), blocks.end(),
+                     [](const auto &a, const auto &b) { return a.second.size() < b.second.size(); });
+    std::string out =
+        "# topology.conf for TopologyPlugin=topology/block, written by omni-hal topology-conf from the\n"
+        "# site topology file: one block per fabric (nodes whose GPUs share a multi-node NVLink\n"
+        "# domain), the smallest first (Slurm takes its size as the base block size).\n";
+    if (blocks.front().second.size() != blocks.back().second.size())
+        out += "# The blocks differ in size: Slurm uses " + std::to_string(blocks.front().second.size()) +
+               " node(s) of each as a base block.\n";
+    for (const auto &[name, hosts] : blocks) out += "BlockName=" + name + " Nodes=" + compress_hostlist(hosts) + "\n";
+    if (!loose.empty()) out += "# In no block (no fabric in the site file): " + compress_hostlist(loose) + "\n";
+    return out;
 }
 
 SiteNode site_node(const Node &node, const std::string &hostname) {
@@ -318,6 +372,7 @@ std::string site_json(const SiteTopology &site) {
         for (std::size_t k = 0; k < kDomainKinds; ++k)
             d[domain_kind_name(static_cast<DomainKind>(k))] = n.domains[k];
         jn["domains"] = d;
+        if (!n.fabric.empty()) jn["fabric"] = n.fabric;
         j["nodes"].push_back(jn);
     }
     return j.dump(2) + "\n";

@@ -54,6 +54,10 @@ struct SiteNode {
     std::vector<SiteNic> nics;
     /* domains[kind]: GPU index sets; every GPU is in exactly one set of each kind. */
     std::array<std::vector<std::vector<unsigned>>, kDomainKinds> domains;
+    /* The multi-node fabric the node's GPUs share with other nodes' (a multi-node NVLink
+     * domain, e.g. an NVL72 rack), named by the admin (omni-hal export --fabric); "" when none.
+     * 1..64 characters of [A-Za-z0-9._-]: it names a Slurm block (block_conf). */
+    std::string fabric;
 };
 struct SiteTopology {
     std::vector<SiteNode> nodes;
@@ -69,6 +73,16 @@ Result<SiteTopology> parse_site_topology(std::string_view text, std::string_view
 Result<SiteTopology> read_site_topology(const std::string &path);
 /* Appends b's nodes to a; a host name present in both is an error. */
 Status merge_site(SiteTopology &a, const SiteTopology &b, std::string_view source);
+
+/* Fabric names (SiteNode::fabric): 1..64 characters of [A-Za-z0-9._-]. */
+Status check_fabric(std::string_view name, std::string_view what);
+
+/* Slurm's topology.conf for TopologyPlugin=topology/block (Slurm 23.11+): one BlockName line
+ * per fabric, naming its nodes, the smallest block first (Slurm takes the first block's size
+ * as the base block size and refuses a smaller one after it), ties by name. Nodes without a
+ * fabric are named in a comment (Slurm warns that no block reaches them). An error when no
+ * node has a fabric. */
+Result<std::string> block_conf(const SiteTopology &site);
 
 }  // namespace omni::hal
 

@@ -138,3 +138,48 @@ TEST(TopologyFile, NvmeNamesRoundTripAndPathsAreRefused) {
     EXPECT_NE(bad.find("nodes[0].gpus[0].nvmes[0]: '/dev/nvme0n1': expected a block device name"),
               std::string::npos) << bad;
 }
+
+// A node's fabric (omni-hal export --fabric) is kept, absent when not given, and checked.
+TEST(TopologyFile, FabricRoundTripAndChecks) {
+    SiteTopology s;
+    s.nodes.push_back(site_node(load_fixture(kDgx2), "dgx01"));
+    const std::string plain = site_json(s);
+    EXPECT_EQ(plain.find("fabric"), std::string::npos);
+    s.nodes[0].fabric = "nvl72-rack.3";
+    const std::string text = site_json(s);
+    auto r = parse_site_topology(text, "site.json");
+    ASSERT_TRUE(r) << r.error();
+    EXPECT_EQ(r.value().nodes[0].fabric, "nvl72-rack.3");
+    EXPECT_EQ(site_json(r.value()), text);
+    EXPECT_EQ(parse_error(replace(text, "\"nvl72-rack.3\"", "\"rack 3\"")),
+              "site.json: nodes[0].fabric: fabric name 'rack 3': expected only letters, digits, '.', '-' and '_'");
+    EXPECT_EQ(parse_error(replace(text, "\"nvl72-rack.3\"", "7")), "site.json: nodes[0].fabric: 7: expected a string");
+    EXPECT_FALSE(check_fabric(std::string(65, 'a'), ""));
+    EXPECT_TRUE(check_fabric(std::string(64, 'a'), ""));
+}
+
+// topology.conf blocks: one per fabric with its nodes in natural order, the smallest block
+// first, nodes without a fabric in a comment; no fabric at all is an error.
+TEST(TopologyFile, BlockConf) {
+    SiteTopology s;
+    const Node dgx = load_fixture(kDgx2);
+    const char *hosts[] = {"n10", "n2", "n9", "n1", "n3", "n4"};
+    const char *fabric[] = {"rackB", "rackA", "rackB", "rackA", "rackB", ""};
+    for (int i = 0; i < 6; ++i) {
+        s.nodes.push_back(site_node(dgx, hosts[i]));
+        s.nodes.back().fabric = fabric[i];
+    }
+    auto conf = block_conf(s);
+    ASSERT_TRUE(conf) << conf.error();
+    const std::string &c = conf.value();
+    const auto a = c.find("BlockName=rackA Nodes=n[1-2]\n"), b = c.find("BlockName=rackB Nodes=n[3,9-10]\n");
+    ASSERT_NE(a, std::string::npos) << c;
+    ASSERT_NE(b, std::string::npos) << c;
+    EXPECT_LT(a, b) << "the smaller block first";
+    EXPECT_NE(c.find("# The blocks differ in size: Slurm uses 2 node(s) of each as a base block.\n"), std::string::npos) << c;
+    EXPECT_NE(c.find("# In no block (no fabric in the site file): n4\n"), std::string::npos) << c;
+    for (auto &n : s.nodes) n.fabric.clear();
+    auto none = block_conf(s);
+    ASSERT_FALSE(none);
+    EXPECT_EQ(none.error(), "no node of the site has a fabric (omni-hal export --fabric NAME): no block to write");
+}
