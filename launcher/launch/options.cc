@@ -201,6 +201,18 @@ Result<LaunchSettings> resolve_settings(const LaunchOptions &o, const Allocation
     s.max_units = o.max_units ? *o.max_units
                   : env_max   ? static_cast<std::uint32_t>(env_max)
                               : std::max(capacity_units, s.units);
+    if (!o.units && env_max && a.nodes && a.gpus_per_node) {
+        // The units the nodes' GPUs hold, when units and nodes divide evenly either way.
+        const std::uint32_t g = a.gpus_per_node, n = s.unit_size;
+        const std::uint32_t fit = g % n == 0 ? a.nodes * (g / n) : n % g == 0 ? a.nodes / (n / g) : 0;
+        if ((g % n == 0 || n % g == 0) && fit < s.units) {
+            if (fit < s.min_units)
+                return make_error("the allocation's " + std::to_string(a.nodes) + " node(s) x " + std::to_string(g) +
+                                  " GPU(s) hold " + std::to_string(fit) + " unit(s) of " + std::to_string(n) +
+                                  ", fewer than the elastic minimum " + std::to_string(s.min_units));
+            s.units = fit;
+        }
+    }
     if (s.min_units > s.max_units)
         return make_error("--min-units " + std::to_string(s.min_units) + " exceeds --max-units " +
                           std::to_string(s.max_units));

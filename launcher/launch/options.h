@@ -45,6 +45,10 @@ ParsedCommandLine parse_command_line(int argc, const char *const *argv);
 //   MAX units: --max-units, else OMNI_ELASTIC_MAX, else the allocation's capacity in units
 //              (at least the initial units);
 //   initial:   --units, else OMNI_ELASTIC_MAX, else the allocation's capacity in units.
+//              An elastic job whose GPUs per node (SLURM_GPUS_ON_NODE) are whole units, or
+//              whose units are whole nodes of GPUs, starts with no more units than its nodes'
+//              GPUs hold: Slurm may give it fewer nodes than MAX units need (job_submit/omni's
+//              node range, select/omni); fewer than MIN is an error naming both.
 struct LaunchSettings {
     std::uint32_t units = 0, min_units = 0, max_units = 0, unit_size = 0;
 };

@@ -29,12 +29,13 @@ struct Allocation {
     std::string batch_node;            // SLURMD_NODENAME: where omni-launch (the coordinator) runs
     std::uint32_t nodes = 0;           // SLURM_JOB_NUM_NODES (SLURM_NNODES)
     std::uint32_t capacity_ranks = 0;  // how many ranks the allocation is meant to hold
+    std::uint32_t gpus_per_node = 0;   // SLURM_GPUS_ON_NODE (the batch host's); 0: none asked
 };
 
-// Reads SLURM_JOB_ID, SLURMD_NODENAME, SLURM_JOB_NUM_NODES and the task counts. The capacity
-// is SLURM_NTASKS when the job asked for tasks (-n, --ntasks-per-node), else
-// nodes x SLURM_NTASKS_PER_NODE, else one rank per node. Missing variables leave zeros;
-// malformed ones are errors naming the variable.
+// Reads SLURM_JOB_ID, SLURMD_NODENAME, SLURM_JOB_NUM_NODES, SLURM_GPUS_ON_NODE and the task
+// counts. The capacity is the sum of SLURM_TASKS_PER_NODE (slurmctld's layout of the job's
+// tasks over its nodes), else SLURM_NTASKS, else nodes x SLURM_NTASKS_PER_NODE, else one rank
+// per node. Missing variables leave zeros; malformed ones are errors naming the variable.
 Result<Allocation> allocation_from_env(GetEnv get);
 
 // The suggested coordinator member id of a rank: "u<UNIT>.s<SLOT>" (unique within a job because

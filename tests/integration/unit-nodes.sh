@@ -10,7 +10,9 @@
 #   2, 4, 1..1                                   2-2  (a unit spans 2 nodes)
 # and left as submitted (the node count of the same job without --omni-* options): -N1
 # given; no GPUs; 3 GPUs a node with units of 2 (no whole split).
-# A held job then released runs on the nodes its range allows (the 2-node unit on both).
+# A held job then released runs on the nodes its range allows (the 2-node unit on both). And
+# end to end: an elastic 1..4 job of units of 2 GPUs gets nodes 1-4, Slurm gives it the 2 the
+# cluster has, and omni-launch (no --units) starts the 2 units they hold, not MAX.
 . "$(dirname "$0")/lib.sh"
 [ -f "$top_build/job_submit/.libs/job_submit_omni.so" ] ||
   skip "job_submit/omni is not built (configure without --with-slurm-source)"
@@ -41,4 +43,19 @@ span=$(sbatch --parsable -t 2 -o /dev/null --gres=gpu:2 --omni-elastic=1:1 --omn
 for _ in $(seq 100); do [ "$(squeue -h -j "$span" -o %T)" = RUNNING ] && break; sleep 0.2; done
 expect_eq "the 2-node unit's nodes" "$(squeue -h -j "$span" -o '%T %D')" "RUNNING 2"
 scancel "$span"
+train_commands
+cat >"$work/elastic.sh" <<EOS
+#!/bin/bash
+exec "$launch" --events "$work/events.jsonl" -- "$demo" --steps 5 --dataset-size 960 --global-batch 48 \
+  --micro-batch 2 --metrics "$work/metrics.jsonl"
+EOS
+chmod 0755 "$work/elastic.sh"
+job=$(timeout 180 sbatch --wait --parsable --gres=gpu:2 --ntasks-per-node=2 -t 3 --omni-elastic=1:4 --omni-unit=2 \
+  -o "$work/elastic.out" "$work/elastic.sh") || { cat "$work/elastic.out" >&2; fail "the elastic job failed"; }
+/usr/bin/python3 - "$work/events.jsonl" <<'PY' || { cat "$work/elastic.out" >&2; fail "the elastic job's events (above)"; }
+import json, sys
+got = [(e["reason"], e["old_world"], e["new_world"]) for e in map(json.loads, open(sys.argv[1]))]
+assert got[0] == ("initial", 0, 4), got  # 2 units of 2 ranks
+print("ok: events", got)
+PY
 note "ok: node ranges from units, GPUs per node and MIN..MAX; explicit and unsplittable requests left alone"

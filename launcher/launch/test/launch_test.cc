@@ -107,6 +107,33 @@ TEST(LaunchOptions, SettingsDefaults) {
     EXPECT_NE(s.error().find("outside the elastic range 2..6"), std::string::npos) << s.error();
     LaunchOptions none;
     Allocation empty;
+    // Slurm gave an elastic 1..4 job of units of 2 GPUs 2 nodes of 2 GPUs (its node range):
+    // it starts with the 2 units they hold; units of 4 GPUs on 2-GPU nodes: 2 nodes a unit.
+    Allocation gpus;
+    gpus.nodes = 2;
+    gpus.capacity_ranks = 2;
+    gpus.gpus_per_node = 2;
+    s = resolve_settings(none, gpus, 1, 4, 2);
+    ASSERT_TRUE(s) << s.error();
+    EXPECT_EQ(s.value().units, 2u);
+    EXPECT_EQ(s.value().max_units, 4u);
+    s = resolve_settings(none, gpus, 1, 4, 4);
+    ASSERT_TRUE(s) << s.error();
+    EXPECT_EQ(s.value().units, 1u);
+    // Fewer than MIN fit: an error naming both; --units still wins; 3 GPUs a node with units
+    // of 2 do not divide, and the rule does not apply.
+    s = resolve_settings(none, gpus, 3, 4, 2);
+    ASSERT_FALSE(s);
+    EXPECT_EQ(s.error(), "the allocation's 2 node(s) x 2 GPU(s) hold 2 unit(s) of 2, fewer than the elastic minimum 3");
+    LaunchOptions three;
+    three.units = 3;
+    s = resolve_settings(three, gpus, 1, 4, 2);
+    ASSERT_TRUE(s) << s.error();
+    EXPECT_EQ(s.value().units, 3u);
+    gpus.gpus_per_node = 3;
+    s = resolve_settings(none, gpus, 1, 4, 2);
+    ASSERT_TRUE(s) << s.error();
+    EXPECT_EQ(s.value().units, 4u);
     s = resolve_settings(none, empty, 0, 0, 0);
     ASSERT_FALSE(s);
     EXPECT_NE(s.error().find("give --units K"), std::string::npos);
@@ -125,6 +152,27 @@ TEST(LaunchPlan, AllocationFromEnv) {
     g_env.erase("SLURM_NTASKS");
     g_env["SLURM_NTASKS_PER_NODE"] = "2";
     EXPECT_EQ(allocation_from_env(fake_env).value().capacity_ranks, 8u);
+    EXPECT_EQ(allocation_from_env(fake_env).value().gpus_per_node, 0u);
+    // slurmctld's layout wins: a node range gave the job 4 nodes of 2 tasks, where sbatch's
+    // SLURM_NTASKS says 2 (its one assumed node).
+    g_env["SLURM_NTASKS"] = "2";
+    g_env["SLURM_TASKS_PER_NODE"] = "2(x3),2";
+    EXPECT_EQ(allocation_from_env(fake_env).value().capacity_ranks, 8u);
+    g_env["SLURM_TASKS_PER_NODE"] = "3,1";
+    EXPECT_EQ(allocation_from_env(fake_env).value().capacity_ranks, 4u);
+    for (const char *bad : {"2(x", "2(x0)", "x", "2,,1", "2(x3", "1(x2)junk"}) {
+        g_env["SLURM_TASKS_PER_NODE"] = bad;
+        auto b = allocation_from_env(fake_env);
+        ASSERT_FALSE(b) << bad;
+        EXPECT_NE(b.error().find("SLURM_TASKS_PER_NODE"), std::string::npos) << b.error();
+    }
+    g_env.erase("SLURM_TASKS_PER_NODE");
+    g_env.erase("SLURM_NTASKS");
+    g_env["SLURM_GPUS_ON_NODE"] = "2";
+    EXPECT_EQ(allocation_from_env(fake_env).value().gpus_per_node, 2u);
+    g_env["SLURM_GPUS_ON_NODE"] = "2x";
+    EXPECT_FALSE(allocation_from_env(fake_env));
+    g_env.erase("SLURM_GPUS_ON_NODE");
     g_env["SLURM_JOB_NUM_NODES"] = "four";
     auto bad = allocation_from_env(fake_env);
     ASSERT_FALSE(bad);
