@@ -230,9 +230,8 @@ Status Driver::send(Request req) {
 // scontrol's resize script would (it sources no such script). Inside no job, or when Slurm does
 // not answer, the steps get the batch step's variables as before.
 void Driver::refresh_allocation(std::map<std::string, std::string> &set, std::vector<std::string> &unset) {
-    constexpr std::int64_t kScontrolTimeoutMs = 10000;
     if (alloc_.job_id == 0) return;
-    auto job = load_job(alloc_.job_id, kScontrolTimeoutMs);
+    auto job = own_job(0);
     if (!job) {
         log_line(LogLevel::Warning, kComponent, job.error() + "; the new steps get the job's first allocation");
         return;
@@ -504,7 +503,7 @@ Status Driver::submit_satellite(const std::vector<std::uint32_t> &units) {
     spec.units = units;
     spec.unit_size = cfg_.settings.unit_size;
     spec.unit_nodes = std::max<std::uint32_t>(1, unit_nodes(cfg_.settings.unit_size, cfg_.alloc));
-    auto job = load_job(alloc_.job_id, kSlurmTimeoutMs);
+    auto job = own_job(0);
     if (!job) return Error{job.error()};
     spec.partition = job.value().partition;
     spec.tres_per_node = job.value().tres_per_node;
@@ -627,12 +626,12 @@ void Driver::finish_satellites() {
 // script: the ranks ignore that SIGTERM (omni-launch --exec-task), and omni-launch sees the
 // preemption in the job's PreemptTime instead, looked at every few seconds.
 void Driver::watch_preemption() {
-    constexpr std::int64_t kEveryMs = 2000, kScontrolTimeoutMs = 10000;
+    constexpr std::int64_t kEveryMs = 2000;
     if (alloc_.job_id == 0 || leaving_ || shutdown_deadline_) return;
     const std::int64_t now = mono_ms();
     if (now - preempt_polled_ms_ < kEveryMs) return;
     preempt_polled_ms_ = now;
-    auto job = load_job(alloc_.job_id, kScontrolTimeoutMs);
+    auto job = own_job(0);
     if (!job) {
         log_line(LogLevel::Warning, kComponent, job.error());
         return;
@@ -671,10 +670,9 @@ void Driver::watch_release_request() {
 // Where several units share a node, each unit's step asks for its share of the node
 // (step_share_args), read off what the job holds on its nodes; the smallest node decides.
 void Driver::size_shared_steps() {
-    constexpr std::int64_t kScontrolTimeoutMs = 10000;
     if (alloc_.job_id == 0 || alloc_.nodes == 0 || alloc_.capacity_ranks / alloc_.nodes <= cfg_.settings.unit_size)
         return;
-    auto job = load_job(alloc_.job_id, kScontrolTimeoutMs);
+    auto job = own_job(0);
     if (!job || job.value().cpus.empty()) {
         log_line(LogLevel::Warning, kComponent,
                  "units share nodes, but the job's CPUs per node are unknown (" +
@@ -694,7 +692,8 @@ void Driver::size_shared_steps() {
 }
 
 // The job as `scontrol show job` shows it, read again when the last reading is older than
-// max_age_ms: the deferred-shrink watch and the policy share one reading.
+// max_age_ms (0: always, unless read this very millisecond): every reading of the job goes
+// through here, so the deferred-shrink watch and the policy share one.
 Result<JobInfo> Driver::own_job(std::int64_t max_age_ms) {
     constexpr std::int64_t kScontrolTimeoutMs = 10000;
     const std::int64_t now = mono_ms();
@@ -839,9 +838,9 @@ void Driver::run_policy(const Snapshot &s) {
 // checkpoint). So omni-launch waits for Slurm's SIGTERM, or until the job is no longer
 // being preempted.
 void Driver::await_preemption() {
-    constexpr std::int64_t kLookEveryMs = 30000, kScontrolTimeoutMs = 10000;
+    constexpr std::int64_t kLookEveryMs = 30000;
     if (alloc_.job_id == 0) return;
-    auto job = load_job(alloc_.job_id, kScontrolTimeoutMs);
+    auto job = own_job(0);
     if (!job || !job.value().preempted) return;
     log_line(LogLevel::Info, kComponent,
              "Slurm is preempting job " + std::to_string(alloc_.job_id) +
@@ -853,7 +852,7 @@ void Driver::await_preemption() {
         std::this_thread::sleep_for(std::chrono::milliseconds(kPollMs));
         if (mono_ms() - looked < kLookEveryMs) continue;
         looked = mono_ms();
-        auto again = load_job(alloc_.job_id, kScontrolTimeoutMs);
+        auto again = own_job(0);
         if (again && !again.value().preempted) return;
     }
     log_line(LogLevel::Info, kComponent, "Slurm is ending the preempted job");
