@@ -27,11 +27,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t *data, std::size_t size
     (void)parse_domain_kind(text, "f");
     (void)slurm_type(std::string(text));
     (void)check_hostname(text, "f");
+    (void)check_fabric(text, "f");
 
     if (auto site = parse_site_topology(text, "fuzz")) {
         const std::string written = site_json(site.value());
         auto again = parse_site_topology(written, "fuzz-rewritten");
         if (!again || site_json(again.value()) != written) std::abort();
+        // Blocks name every node with a fabric exactly once.
+        if (auto conf = block_conf(site.value())) {
+            std::size_t with = 0;
+            for (const auto &n : site.value().nodes) with += !n.fabric.empty();
+            if (with == 0) std::abort();
+        }
     }
     return 0;
 }

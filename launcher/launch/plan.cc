@@ -15,35 +15,6 @@ Result<std::uint64_t> env_uint(GetEnv get, const char *name, std::uint64_t max) 
     return parse_uint(v, 0, max, name);
 }
 
-// SLURM_TASKS_PER_NODE ("2(x3),1": counts, each repeated over (xM) nodes), summed; 0 when
-// unset. The sum is bounded by kMaxWorld; anything else is an error naming the variable.
-Result<std::uint64_t> tasks_per_node_sum(GetEnv get) {
-    const char *v = get("SLURM_TASKS_PER_NODE");
-    if (!v || !*v) return std::uint64_t{0};
-    const std::string text = v, what = "SLURM_TASKS_PER_NODE='" + text.substr(0, 64) + "'";
-    if (text.size() > 4096) return make_error(what + ": longer than 4096 characters");
-    std::uint64_t sum = 0;
-    std::size_t at = 0;
-    while (at <= text.size()) {
-        const std::size_t end = std::min(text.find(',', at), text.size());
-        const std::string item = text.substr(at, end - at);
-        const std::size_t paren = item.find("(x");
-        auto count = parse_uint(item.substr(0, paren), 0, kMaxWorld, "a task count");
-        std::uint64_t times = 1;
-        if (paren != std::string::npos) {
-            if (item.back() != ')') return make_error(what + ": expected COUNT or COUNT(xNODES) items");
-            auto t = parse_uint(item.substr(paren + 2, item.size() - paren - 3), 1, kMaxUnits, "a node count");
-            if (!t) return make_error(what + ": " + t.error());
-            times = t.value();
-        }
-        if (!count) return make_error(what + ": " + count.error());
-        sum += count.value() * times;
-        if (sum > kMaxWorld) return make_error(what + ": more than " + std::to_string(kMaxWorld) + " tasks");
-        at = end + 1;
-    }
-    return sum;
-}
-
 }  // namespace
 
 Result<Allocation> allocation_from_env(GetEnv get) {
@@ -64,21 +35,19 @@ Result<Allocation> allocation_from_env(GetEnv get) {
     a.nodes = static_cast<std::uint32_t>(nodes.value());
     auto ntasks = env_uint(get, "SLURM_NTASKS", kMaxWorld);
     if (!ntasks) return Error{ntasks.error()};
-    auto layout = tasks_per_node_sum(get);
-    if (!layout) return Error{layout.error()};
-    if (layout.value() > 0) {
-        // The tasks slurmctld laid out over the nodes the job got: right also when the job
-        // got more nodes than sbatch assumed (a node range), where SLURM_NTASKS is sbatch's
-        // K tasks for one node of --ntasks-per-node=K.
-        a.capacity_ranks = static_cast<std::uint32_t>(layout.value());
+    // SLURM_NTASKS_PER_NODE may not be set at all; a plain number is all we accept.
+    auto per = env_uint(get, "SLURM_NTASKS_PER_NODE", kMaxUnitSizeRanks);
+    if (!per) return Error{per.error()};
+    if (per.value() > 0) {
+        // The job's own ranks per node, times the nodes it got: right also when it got more
+        // nodes than sbatch assumed (a node range), where SLURM_NTASKS is sbatch's K tasks for
+        // the one node it assumed under --ntasks-per-node=K.
+        std::uint64_t cap = std::uint64_t(a.nodes) * per.value();
+        a.capacity_ranks = static_cast<std::uint32_t>(std::min<std::uint64_t>(cap, kMaxWorld));
     } else if (ntasks.value() > 0) {
         a.capacity_ranks = static_cast<std::uint32_t>(ntasks.value());
     } else {
-        // SLURM_NTASKS_PER_NODE may not be set at all; a plain number is all we accept.
-        auto per = env_uint(get, "SLURM_NTASKS_PER_NODE", kMaxUnitSizeRanks);
-        if (!per) return Error{per.error()};
-        std::uint64_t cap = std::uint64_t(a.nodes) * std::max<std::uint64_t>(1, per.value());
-        a.capacity_ranks = static_cast<std::uint32_t>(std::min<std::uint64_t>(cap, kMaxWorld));
+        a.capacity_ranks = a.nodes;
     }
     auto gpus = env_uint(get, "SLURM_GPUS_ON_NODE", kMaxUnitSizeRanks);
     if (!gpus) return Error{gpus.error()};

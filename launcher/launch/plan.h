@@ -33,9 +33,9 @@ struct Allocation {
 };
 
 // Reads SLURM_JOB_ID, SLURMD_NODENAME, SLURM_JOB_NUM_NODES, SLURM_GPUS_ON_NODE and the task
-// counts. The capacity is the sum of SLURM_TASKS_PER_NODE (slurmctld's layout of the job's
-// tasks over its nodes), else SLURM_NTASKS, else nodes x SLURM_NTASKS_PER_NODE, else one rank
-// per node. Missing variables leave zeros; malformed ones are errors naming the variable.
+// counts. The capacity is nodes x SLURM_NTASKS_PER_NODE when the job asked ranks per node,
+// else SLURM_NTASKS (-n), else one rank per node. Missing variables leave zeros; malformed
+// ones are errors naming the variable.
 Result<Allocation> allocation_from_env(GetEnv get);
 
 // The suggested coordinator member id of a rank: "u<UNIT>.s<SLOT>" (unique within a job because
