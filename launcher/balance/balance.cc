@@ -50,8 +50,15 @@ void refine(const std::vector<std::uint64_t> &costs, Assignment &a) {
     const std::size_t parts = a.size();
     if (parts < 2 || a[0].empty()) return;
     std::vector<std::uint64_t> sum(parts, 0);
+    std::uint64_t total = 0, biggest = 0;
     for (std::size_t r = 0; r < parts; ++r)
-        for (auto i : a[r]) sum[r] += costs[i];
+        for (auto i : a[r]) {
+            sum[r] += costs[i];
+            biggest = std::max(biggest, costs[i]);
+        }
+    for (auto x : sum) total += x;
+    // No split beats its largest sample, or its mean part rounded up: stop there.
+    const std::uint64_t bound = std::max(biggest, (total + parts - 1) / parts);
     for (std::size_t round = 0; round < 4 * parts + 16; ++round) {
         std::size_t h = 0, l = 0;
         for (std::size_t r = 1; r < parts; ++r) {
@@ -59,7 +66,7 @@ void refine(const std::vector<std::uint64_t> &costs, Assignment &a) {
             if (sum[r] < sum[l]) l = r;
         }
         const std::uint64_t gap = sum[h] - sum[l];
-        if (gap < 2) return;
+        if (gap < 2 || sum[h] <= bound) return;
         std::vector<std::pair<std::uint64_t, std::size_t>> light;  // (cost, slot in a[l])
         for (std::size_t k = 0; k < a[l].size(); ++k) light.push_back({costs[a[l][k]], k});
         std::sort(light.begin(), light.end());
@@ -89,64 +96,60 @@ void refine(const std::vector<std::uint64_t> &costs, Assignment &a) {
     }
 }
 
-// Balanced largest differencing (then refine()): the step's samples, largest first, in chunks of `parts`,
-// each chunk a partial solution of `parts` subsets of one sample. Repeatedly the two partial
-// solutions with the largest spread (heaviest minus lightest subset) merge, heaviest subset of
-// one with lightest of the other, until one remains: every subset gains one sample per
-// merge, so all end with n / parts.
+// Balanced largest differencing (then refine()): the step's samples, largest first, in chunks
+// of `parts`, each chunk a partial solution of `parts` subsets of one sample. Repeatedly the
+// two partial solutions with the largest spread (heaviest minus lightest subset) merge,
+// heaviest subset of one with lightest of the other, until one remains: every subset gains
+// one sample per merge, so all end with n / parts. Subsets are linked lists over the samples
+// (a merge links two lists), and partial solutions blocks of one flat array: no allocation
+// per subset.
 struct Subset {
-    std::uint64_t sum = 0;
-    std::vector<std::uint32_t> items;
+    std::uint64_t sum;
+    std::uint32_t head, tail, first;  // first: the smallest position, for deterministic ties
 };
-struct State {
-    std::vector<Subset> subsets;  // heaviest first
-    std::uint64_t spread() const { return subsets.front().sum - subsets.back().sum; }
-};
-
-void sort_heaviest_first(State &s) {
-    // Equal sums: the subset holding the smaller first position first (deterministic).
-    std::sort(s.subsets.begin(), s.subsets.end(), [](const Subset &a, const Subset &b) {
-        return std::tie(b.sum, a.items.front()) < std::tie(a.sum, b.items.front());
-    });
-}
 
 Assignment kk(const std::vector<std::uint64_t> &costs, std::uint32_t parts) {
     const std::vector<std::uint32_t> order = by_cost_desc(costs);
-    std::vector<State> states;
-    states.reserve(order.size() / parts);
-    for (std::size_t c = 0; c < order.size(); c += parts) {
-        State s;
-        for (std::uint32_t k = 0; k < parts; ++k) s.subsets.push_back({costs[order[c + k]], {order[c + k]}});
-        sort_heaviest_first(s);
-        states.push_back(std::move(s));
-    }
-    // The largest spread first; equal spreads: the older state first.
-    using Key = std::tuple<std::uint64_t, std::int64_t>;  // spread, -index
+    const std::size_t chunks = order.size() / parts;
+    std::vector<std::uint32_t> next(costs.size(), UINT32_MAX);
+    std::vector<Subset> pool;  // state s: pool[s*parts .. (s+1)*parts), heaviest first
+    pool.reserve(2 * chunks * parts);
+    const auto heaviest_first = [](const Subset &a, const Subset &b) {
+        return a.sum != b.sum ? a.sum > b.sum : a.first < b.first;
+    };
+    using Key = std::tuple<std::uint64_t, std::int64_t>;  // spread, -state: the older first
     std::priority_queue<std::pair<Key, std::size_t>> heap;
-    for (std::size_t i = 0; i < states.size(); ++i)
-        heap.push({{states[i].spread(), -static_cast<std::int64_t>(i)}, i});
+    const auto push = [&](std::size_t st) {
+        Subset *b = pool.data() + st * parts;
+        std::sort(b, b + parts, heaviest_first);
+        heap.push({{b[0].sum - b[parts - 1].sum, -static_cast<std::int64_t>(st)}, st});
+    };
+    for (std::size_t c = 0; c < chunks; ++c) {
+        for (std::uint32_t k = 0; k < parts; ++k) {
+            const std::uint32_t i = order[c * parts + k];
+            pool.push_back({costs[i], i, i, i});
+        }
+        push(c);
+    }
+    std::size_t states = chunks;
     while (heap.size() > 1) {
         const std::size_t a = heap.top().second;
         heap.pop();
         const std::size_t b = heap.top().second;
         heap.pop();
-        State merged;
-        merged.subsets.resize(parts);
         for (std::uint32_t k = 0; k < parts; ++k) {
-            Subset &heavy = states[a].subsets[k], &light = states[b].subsets[parts - 1 - k];
-            Subset &out = merged.subsets[k];
-            out.sum = heavy.sum + light.sum;
-            out.items = std::move(heavy.items);
-            out.items.insert(out.items.end(), light.items.begin(), light.items.end());
+            const Subset heavy = pool[a * parts + k], light = pool[b * parts + parts - 1 - k];
+            next[heavy.tail] = light.head;
+            pool.push_back({heavy.sum + light.sum, heavy.head, light.tail, std::min(heavy.first, light.first)});
         }
-        states[a].subsets.clear();
-        states[b].subsets.clear();
-        sort_heaviest_first(merged);
-        states.push_back(std::move(merged));
-        heap.push({{states.back().spread(), -static_cast<std::int64_t>(states.size() - 1)}, states.size() - 1});
+        push(states++);
     }
-    Assignment out;
-    for (auto &s : states[heap.top().second].subsets) out.push_back(std::move(s.items));
+    Assignment out(parts);
+    const Subset *last = pool.data() + heap.top().second * parts;
+    for (std::uint32_t k = 0; k < parts; ++k) {
+        out[k].reserve(chunks);
+        for (std::uint32_t i = last[k].head; i != UINT32_MAX; i = next[i]) out[k].push_back(i);
+    }
     refine(costs, out);
     // Parts in the order of their first position, so that an already balanced step keeps its
     // samples near the ranks the ledger gives them.
