@@ -72,6 +72,8 @@ static plugin_context_t *ct_context = NULL;
 /* slurmctld only: the site's layouts (NULL: place every job as cons_tres does), read with
  * slurmctld's configuration, which holds every lock job_test could race with. */
 static omni_select_site_t *site = NULL;
+/* gres/gpu's and gres/mps's plugin ids, worked out once with the site (not per job test). */
+static uint32_t gpu_plugin, mps_plugin;
 
 extern int init(void)
 {
@@ -136,12 +138,11 @@ static unsigned _node_gpu_count(node_record_t *node_ptr, uint32_t gpu_id)
 /* Nodes with GPUs whose count the site file does not match: said once per load. */
 static void _check_site_nodes(const char *path)
 {
-	uint32_t gpu_id = gres_build_id("gpu");
 	node_record_t *node_ptr;
 	int stale = 0;
 
 	for (int i = 0; (node_ptr = next_node(&i)); i++) {
-		unsigned have = _node_gpu_count(node_ptr, gpu_id), file_gpus = 0;
+		unsigned have = _node_gpu_count(node_ptr, gpu_plugin), file_gpus = 0;
 
 		if (!have)
 			continue;
@@ -170,6 +171,8 @@ static void _load_site(void)
 
 	omni_select_site_free(site);
 	site = fresh;
+	gpu_plugin = gres_build_id("gpu");
+	mps_plugin = gres_build_id("mps");
 	if (rc == OMNI_OK) {
 		info(PREFIX "domain layouts of %zu node(s) from %s", omni_select_site_nodes(site), path);
 		_check_site_nodes(path);
@@ -283,10 +286,9 @@ static int _job_test_units(job_record_t *job_ptr, const omni_select_job_t *job, 
 			   List preemptee_candidates, List *preemptee_job_list, bitstr_t *exc_core_bitmap,
 			   bool *forward)
 {
-	uint32_t gpu_id = gres_build_id("gpu"), mps_id = gres_build_id("mps");
 	bitstr_t *required = job_ptr->details ? job_ptr->details->req_node_bitmap : NULL;
 	const char *why = NULL;
-	gres_job_state_t *js = _job_gpus(job_ptr, gpu_id, &why);
+	gres_job_state_t *js = _job_gpus(job_ptr, gpu_plugin, &why);
 	omni_select_node_t *cand = NULL;
 	int *cand_inx = NULL, ncand = 0, chosen, rc;
 	unsigned per_node, units_per_node;
@@ -319,7 +321,7 @@ static int _job_test_units(job_record_t *job_ptr, const omni_select_job_t *job, 
 
 		if (!node_ptr || !bit_test(bitmap, i))
 			continue;
-		have = _node_gpu_count(node_ptr, gpu_id);
+		have = _node_gpu_count(node_ptr, gpu_plugin);
 		if (have < per_node)
 			continue; /* cons_tres would not choose it either */
 		at = omni_select_site_find(site, node_ptr->name, &file_gpus);
@@ -329,7 +331,7 @@ static int _job_test_units(job_record_t *job_ptr, const omni_select_job_t *job, 
 			goto out;
 		}
 		cand[ncand].site_node = at;
-		cand[ncand].free_gpus = _free_gpus(node_ptr, have, gpu_id, mps_id);
+		cand[ncand].free_gpus = _free_gpus(node_ptr, have, gpu_plugin, mps_plugin);
 		cand[ncand].required = required && bit_test(required, i);
 		cand_inx[ncand++] = i;
 	}

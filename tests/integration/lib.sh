@@ -92,6 +92,17 @@ remote_peers() {
       if (l != p && p != "127.0.0.1") print p }' "$1" | sort -u
 }
 
+# run_job NAME SBATCH-ARGS...: submits a job that runs $wrap (default: sleeps 300 s) and
+# waits until it runs (20 s at most); its id in the variable NAME.
+run_job() {
+  local name=$1 id
+  shift
+  id=$(sbatch --parsable -t 5 -o /dev/null "$@" --wrap "${wrap:-sleep 300}") || fail "sbatch $* failed"
+  for _ in $(seq 100); do [ "$(squeue -h -j "$id" -o %T)" = RUNNING ] && break; sleep 0.2; done
+  [ "$(squeue -h -j "$id" -o %T)" = RUNNING ] || fail "$name ($*) does not run: $(squeue -h -j "$id" -o '%T %r')"
+  printf -v "$name" '%s' "$id"
+}
+
 cluster_release() {
   if [ -n "$own_cluster" ]; then
     "$omni_cluster" --dir "$CLUSTER_DIR" down >/dev/null 2>&1 || true

@@ -53,21 +53,6 @@ gpus() {
   echo "${out% }"
 }
 
-# run_job NAME SBATCH-ARGS...: submits a job that runs $wrap (default: sleeps) and waits
-# until it runs; its id in the variable NAME.
-run_job() {
-  local name=$1 id i
-  shift
-  id=$(sbatch --parsable -t 5 -o /dev/null "$@" --wrap "${wrap:-sleep 300}") || fail "sbatch $* failed"
-  for i in $(seq 1 30); do
-    [ "$(squeue -h -j "$id" -o %T)" = RUNNING ] && break
-    sleep 0.5
-  done
-  [ "$(squeue -h -j "$id" -o %T)" = RUNNING ] ||
-    fail "$name ($*) does not run on the $select cluster: $(squeue -h -j "$id" -o '%T %r')"
-  printf -v "$name" '%s' "$id"
-}
-
 # reconfigure WITH-FILE LOG-PATTERN: put the site file in place (or remove it), make slurmctld
 # reread its configuration, and wait for the line it logs about the file.
 reconfigure() {

@@ -41,15 +41,6 @@ echo "TopologyPlugin=topology/block" >"$work/conf-extra"
 eval "$("$omni_cluster" --dir "$dir" env)"
 expect_eq "the topology plugin" "$(scontrol show config | sed -n 's/^TopologyPlugin *= *//p')" "topology/block"
 
-# run_job NAME SBATCH-ARGS...: a job that sleeps, until it runs (20 s at most); its id in NAME.
-run_job() {
-  local name=$1 id
-  shift
-  id=$(sbatch --parsable -t 5 -o /dev/null "$@" --wrap 'sleep 300') || fail "sbatch $* failed"
-  for _ in $(seq 100); do [ "$(squeue -h -j "$id" -o %T)" = RUNNING ] && break; sleep 0.2; done
-  [ "$(squeue -h -j "$id" -o %T)" = RUNNING ] || fail "$name ($*) does not run: $(squeue -h -j "$id" -o '%T %r')"
-  printf -v "$name" '%s' "$id"
-}
 nodes_of() { scontrol show hostnames "$(squeue -h -j "$1" -o %N)" | tr '\n' ' ' | sed 's/ $//'; }
 
 # split ID: how job ID's nodes fall on the blocks, "A+B" (nodes in rackA + nodes in rackB).
