@@ -21,10 +21,12 @@ namespace omni::launcher {
 
 class CoordinatorStore : public gloo::rendezvous::Store {
 public:
-    // `client` must outlive the store and be used by this thread only.
+    // `client` must outlive the store and be used by this thread only. `prefix` goes before
+    // every key, so that several groups of one generation rendezvous apart (a data-parallel
+    // group per model-parallel index: "dp1/").
     CoordinatorStore(CoordinatorClient &client, std::uint64_t generation,
-                     std::chrono::milliseconds timeout = kDefaultTimeout)
-        : client_(client), generation_(generation), timeout_(timeout) {}
+                     std::chrono::milliseconds timeout = kDefaultTimeout, std::string prefix = {})
+        : client_(client), generation_(generation), timeout_(timeout), prefix_(std::move(prefix)) {}
 
     void set(const std::string &key, const std::vector<char> &data) override;
     // Waits (up to the store's timeout) for the key, as Gloo's own stores do.
@@ -37,6 +39,7 @@ private:
     CoordinatorClient &client_;
     std::uint64_t generation_;
     std::chrono::milliseconds timeout_;
+    std::string prefix_;
 };
 
 }  // namespace omni::launcher

@@ -214,7 +214,9 @@ Result<std::vector<Delivery>> Protocol::join(std::string_view id, std::uint32_t 
 bool Protocol::feasible(std::size_t units) const {
     if (!batch_ || batch_->global_batch == 0) return true;
     std::uint64_t per_step = 0;  // samples per micro-step of the whole world
-    if (__builtin_mul_overflow(batch_->micro_batch, std::uint64_t(units) * cfg_.unit_size, &per_step))
+    if (batch_->mp == 0 || cfg_.unit_size % batch_->mp != 0) return false;
+    const std::uint64_t dp = std::uint64_t(units) * (cfg_.unit_size / batch_->mp);
+    if (__builtin_mul_overflow(batch_->micro_batch, dp, &per_step))
         return false;  // more than any global batch
     return per_step != 0 && batch_->global_batch % per_step == 0;
 }
@@ -241,11 +243,17 @@ Result<std::vector<Delivery>> Protocol::boundary(std::string_view id, std::uint6
         (batch.global_batch != 0 && batch.global_batch % batch.micro_batch != 0))
         return make_error("boundary: global batch " + u(batch.global_batch) + " and micro-batch " +
                           u(batch.micro_batch) + ": expected both 0 (no ledger) or B a multiple of b");
+    if (batch.mp == 0 || cfg_.unit_size % batch.mp != 0)
+        return make_error("boundary: model-parallel size " + u(batch.mp) + " does not divide the unit size " +
+                          u(cfg_.unit_size));
     if (batch_ && !(*batch_ == batch))
-        return make_error("boundary: '" + std::string(id) + "' has global batch " +
-                          u(batch.global_batch) + " / micro-batch " + u(batch.micro_batch) +
-                          ", the other ranks " + u(batch_->global_batch) + " / " +
-                          u(batch_->micro_batch));
+        return make_error(batch.mp == batch_->mp
+                              ? "boundary: '" + std::string(id) + "' has global batch " +
+                                    u(batch.global_batch) + " / micro-batch " + u(batch.micro_batch) +
+                                    ", the other ranks " + u(batch_->global_batch) + " / " +
+                                    u(batch_->micro_batch)
+                              : "boundary: '" + std::string(id) + "' has model-parallel size " +
+                                    u(batch.mp) + ", the other ranks " + u(batch_->mp));
     if (!boundary_step_) {
         boundary_step_ = step;
         boundary_since_ms_ = now_ms;
@@ -481,7 +489,8 @@ Status Protocol::request_reshape(std::uint32_t units, std::int64_t now_ms,
         std::string ok;
         for (std::uint32_t n = cfg_.min_units; n <= cfg_.max_units; ++n)
             if (feasible(n)) ok += (ok.empty() ? "" : ", ") + u(n);
-        return make_error("reshape: " + u(units) + " units are " + u(std::uint64_t(units) * cfg_.unit_size) +
+        return make_error("reshape: " + u(units) + " units are " +
+                          u(std::uint64_t(units) * cfg_.unit_size / batch_->mp) +
                           " data-parallel ranks, and the global batch " + u(batch_->global_batch) +
                           " is not a whole number of micro-batches of " + u(batch_->micro_batch) +
                           " per rank (GA = B / (b x DP)); unit counts that work: " +
@@ -572,6 +581,7 @@ ProtocolStatus Protocol::status() const {
     if (batch_ && batch_->global_batch > 0) {
         s.global_batch = batch_->global_batch;
         s.micro_batch = batch_->micro_batch;
+        s.mp = batch_->mp;
         if (decided_.size() >= 2 && decided_.back().second > decided_.front().second)
             s.samples_per_s = double(batch_->global_batch) *
                               double(decided_.back().first - decided_.front().first) * 1000.0 /

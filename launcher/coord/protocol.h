@@ -173,6 +173,7 @@ struct ProtocolStatus {
     std::map<std::string, std::string, std::less<>> nodes;
     // The ranks' ledger geometry, once a boundary reported it (the first BatchGeometry).
     std::optional<std::uint64_t> global_batch, micro_batch;
+    std::uint32_t mp = 1;  // ranks per model-parallel group (the ranks' report; 1 until then)
     // Samples trained per second over the last boundaries (up to kRateWindow of them, since
     // the last rewind): global batch x steps / time. Absent until two boundaries are known.
     std::optional<double> samples_per_s;
@@ -182,11 +183,13 @@ struct ProtocolStatus {
 };
 
 // A rank's data ledger as it reports it at boundaries: global batch B and micro-batch b
-// (both 0: the rank has no ledger, and any world will do).
+// (both 0: the rank has no ledger, and any world will do), and its model-parallel size M
+// (the ledger's DP size is world / M).
 struct BatchGeometry {
     std::uint64_t global_batch = 0, micro_batch = 0;
+    std::uint32_t mp = 1;
     bool operator==(const BatchGeometry &o) const {
-        return global_batch == o.global_batch && micro_batch == o.micro_batch;
+        return global_batch == o.global_batch && micro_batch == o.micro_batch && mp == o.mp;
     }
 };
 

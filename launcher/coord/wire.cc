@@ -22,7 +22,7 @@ struct OpSpec {
 const std::vector<OpSpec> &op_specs() {
     static const std::vector<OpSpec> specs = {
         {Op::Join, "join", {"id", "unit", "slot", "?node"}},
-        {Op::Boundary, "boundary", {"id", "generation", "step", "global_batch", "micro_batch"}},
+        {Op::Boundary, "boundary", {"id", "generation", "step", "global_batch", "micro_batch", "?mp"}},
         {Op::Lost, "lost", {"id"}},
         {Op::Ready, "ready", {"id", "generation"}},
         {Op::Reshape, "reshape", {"units", "?leave", "?via", "?cause"}},
@@ -155,6 +155,11 @@ Result<Request> parse_request(std::string_view header, const std::string_view *v
             auto v = get_uint(j, f, std::uint64_t(1) << 62);
             if (!v) return fail(v.error());
             (name == "global_batch" ? r.batch.global_batch : r.batch.micro_batch) = v.value();
+        } else if (name == "mp") {
+            auto v = get_uint(j, f, kMaxUnitSizeRanks);
+            if (!v) return fail(v.error());
+            if (v.value() == 0) return fail("mp must be 1.." + std::to_string(kMaxUnitSizeRanks));
+            r.batch.mp = static_cast<std::uint32_t>(v.value());
         } else if (name == "timeout_ms") {
             auto v = get_uint(j, f, kMaxWaitMs);
             if (!v) return fail(v.error());
@@ -243,6 +248,7 @@ std::string request_header(const Request &r) {
         j["step"] = r.step;
         j["global_batch"] = r.batch.global_batch;
         j["micro_batch"] = r.batch.micro_batch;
+        if (r.batch.mp != 1) j["mp"] = r.batch.mp;
         break;
     case Op::Lost: j["id"] = r.id; break;
     case Op::Ready: j["id"] = r.id; j["generation"] = r.generation; break;
@@ -392,11 +398,13 @@ json status_to_json(const ProtocolStatus &s) {
     j["target_via"] = s.target_units ? json(s.target_via) : json(nullptr);
     j["global_batch"] = s.global_batch ? json(*s.global_batch) : json(nullptr);
     j["micro_batch"] = s.micro_batch ? json(*s.micro_batch) : json(nullptr);
-    // GA = B / (b x world), whole in every world the coordinator admits (protocol.h).
+    j["mp"] = s.mp;
+    // GA = B / (b x DP), DP = world / M, whole in every world the coordinator admits.
     json ga = nullptr;
-    if (s.global_batch && s.micro_batch && *s.micro_batch > 0 && s.world > 0 &&
-        *s.global_batch % (*s.micro_batch * s.world) == 0)
-        ga = *s.global_batch / (*s.micro_batch * s.world);
+    const std::uint64_t dp = s.mp ? s.world / s.mp : 0;
+    if (s.global_batch && s.micro_batch && *s.micro_batch > 0 && dp > 0 &&
+        *s.global_batch % (*s.micro_batch * dp) == 0)
+        ga = *s.global_batch / (*s.micro_batch * dp);
     j["grad_accum"] = ga;
     j["samples_per_s"] = s.samples_per_s ? json(*s.samples_per_s) : json(nullptr);
     j["changes"] = s.changes;

@@ -84,7 +84,11 @@ void print_status(const std::string &endpoint, const nlohmann::json &s) {
     auto ga = s.value("grad_accum", nlohmann::json());
     if (ga.is_number())
         std::cout << "batch:            global " << s.value("global_batch", 0) << ", micro "
-                  << s.value("micro_batch", 0) << ", gradient accumulation " << ga.dump() << "\n";
+                  << s.value("micro_batch", 0) << ", gradient accumulation " << ga.dump()
+                  << (s.value("mp", 1) > 1 ? ", model parallel " + std::to_string(s.value("mp", 1)) + " (DP " +
+                                                 std::to_string(s.value("world", 0) / s.value("mp", 1)) + ")"
+                                           : std::string())
+                  << "\n";
     auto rate = s.value("samples_per_s", nlohmann::json());
     if (rate.is_number()) {
         char buf[32];

@@ -186,6 +186,14 @@ int run(int argc, char **argv) {
         return kExitUsage;
     }
     cfg.settings = settings.value();
+    // Model-parallel groups lie inside a unit (libomni(3)): refuse a layout whose groups would
+    // straddle units before any step starts.
+    if (jo.mp > 1 && cfg.settings.unit_size % jo.mp != 0) {
+        std::cerr << "omni-launch: OMNI_MP=" << jo.mp << " (sbatch --omni-mp): model-parallel groups of " << jo.mp
+                  << " ranks do not divide units of " << cfg.settings.unit_size
+                  << " ranks (--unit-size, OMNI_UNIT_SIZE); expected a unit size that M divides\n";
+        return kExitUsage;
+    }
     cfg.policy = jo.policy;
     auto self = self_executable();
     if (!self) {

@@ -76,10 +76,11 @@ Result<RuntimeOptions> runtime_options_from_env(const EnvLookup &get,
     if (!job) return Error{job.error()};
     o.job = job.value();
     o.unit_size = static_cast<std::uint32_t>(o.job.unit_size);
-    if (o.job.mp != 1)
-        return make_error("OMNI_MP=" + std::to_string(o.job.mp) +
-                          ": the runtime's communicator is data-parallel over every rank; model "
-                          "parallelism inside a unit needs OMNI_MP=1 here");
+    if (o.job.mp == 0 || o.unit_size % o.job.mp != 0)
+        return make_error("OMNI_MP=" + std::to_string(o.job.mp) + ": expected a divisor of OMNI_UNIT_SIZE=" +
+                          std::to_string(o.unit_size) + " (model-parallel groups lie inside a unit)");
+    o.mp = static_cast<std::uint32_t>(o.job.mp);
+    o.process = process;
 
     const bool has_coordinator =
         get(kEnvCoordAddr) || get(kEnvCoordSecret) || get(kEnvJobDir);

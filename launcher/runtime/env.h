@@ -18,6 +18,8 @@
 //                     step therefore needs only OMNI_UNIT_BASE set to its first new unit id.
 //   OMNI_UNIT_SIZE, OMNI_MP, OMNI_GLOBAL_BATCH, OMNI_MICRO_BATCH, OMNI_ELASTIC_MIN/MAX
 //                     the job options (common/job_options.h), as the SPANK plugin sets them.
+//                     OMNI_MP (M, default 1) must divide OMNI_UNIT_SIZE: a unit holds
+//                     OMNI_UNIT_SIZE/M replicas of M model-parallel ranks (runtime/groups.h).
 //   OMNI_MEMBER_ID    optional: the rank's id at the coordinator ([A-Za-z0-9._:@-], at most
 //                     128). Default "u<unit>s<slot>-<pid>@<host>". omni-launch reports a dead
 //                     task by this id, so when it needs to do that it sets the id itself.
@@ -60,6 +62,8 @@ struct RuntimeOptions {
     std::string member_id;
     std::string node;  // SLURMD_NODENAME: where the rank runs, told to the coordinator
     std::uint32_t unit = 0, slot = 0, unit_size = 1;
+    std::uint32_t mp = 1;      // OMNI_MP: ranks per model-parallel group (divides unit_size)
+    ProcessIdentity process;   // this process in its srun step (PMIx): the unit's MP wire-up
     std::string gloo_host = "127.0.0.1";
     bool same_host_copy = true;  // OMNI_SAME_HOST_COPY: hand-off copies between local ranks
     CommBackend backend = CommBackend::gloo;

@@ -19,6 +19,7 @@
 #include "coord/client.h"
 #include "coord/log.h"
 #include "coord/secret.h"
+#include "runtime/pmix_store.h"
 #include "runtime/solo.h"
 
 namespace omni::launcher {
@@ -108,10 +109,16 @@ void take_spare(std::vector<std::vector<float>> &spares, std::size_t i, std::vec
 Runtime::Runtime(const RuntimeOptions &o) : opts_(o) {}
 
 Runtime::~Runtime() {
-    // The communicators go before the store and the client they rendezvoused through.
+    // The communicators go before the store and the client they rendezvoused through, and
+    // the MP group's store before the PMIx session.
     nccl_.reset();
+    dp_control_.reset();
     control_.reset();
+    dp_store_.reset();
     store_.reset();
+    mp_nccl_.reset();
+    mp_control_.reset();
+    mp_store_.reset();
     client_.reset();
     pmix_.reset();
 }
@@ -180,7 +187,7 @@ Result<std::unique_ptr<Runtime>> Runtime::from_environment() {
     auto opts = runtime_options_from_env([](const char *n) { return std::getenv(n); },
                                          pmix.value()->identity());
     if (!opts) return Error{opts.error()};
-    auto rt = create(opts.value());
+    auto rt = create(opts.value(), pmix.value().get());
     if (!rt) return Error{rt.error()};
     rt.value()->keep_pmix(std::move(pmix).value());
     return rt;
@@ -201,10 +208,15 @@ static void ignore_sigpipe() {
     }
 }
 
-Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions &options) {
+Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions &options,
+                                                 const PmixSession *pmix) {
     std::unique_ptr<Runtime> rt(new Runtime(options));
     if (options.standalone) {
+        if (options.mp != 1)
+            return make_error("OMNI_MP=" + u(options.mp) + ": a standalone rank is a world of one; "
+                              "model parallelism needs a job of units (omni-launch)");
         rt->control_ = make_solo_communicator();
+        rt->mp_control_ = make_solo_communicator();
         rt->generation_ = 1;
         return rt;
     }
@@ -219,6 +231,12 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions &options) 
                               u(options.unit) + " slot " + u(options.slot) + ": " + d.error());
     const Decision &dec = d.value();
     auto me = dec.next.rank_of(options.unit, options.slot);
+    if (me) {
+        // The unit's MP group meets now, before the generation's communicator: through PMIx
+        // its ranks need nobody else, and a joiner does it off the survivors' pause.
+        rt->pmix_view_ = pmix;
+        if (auto st = rt->connect_mp(dec.next.generation); !st) return Error{st.error()};
+    }
     if (dec.kind == DecisionKind::Continue && me) {
         // An announced grow names this rank a step ahead (protocol.h): return now, with the
         // rank and world it is to have, so that the trainer builds and registers its state
@@ -228,6 +246,9 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions &options) 
         rt->rank_ = *me;
         rt->world_ = dec.next.world;
         rt->generation_ = dec.next.generation;
+        auto g = groups_of(dec.next, options.unit, options.slot, options.mp);
+        if (!g) return Error{g.error()};
+        rt->groups_ = g.value();
         log_info("rank " + u(rt->rank_) + " of " + u(rt->world_) + " in generation " +
                  u(rt->generation_) + " once the announced change applies (unit " +
                  u(options.unit) + " slot " + u(options.slot) + ")");
@@ -263,20 +284,28 @@ Error Runtime::usage_error(std::string message) {
 Status Runtime::adopt(const Decision &d, std::uint32_t new_rank,
                       std::optional<Result<Connection>> prebuilt, bool nccl_grow) {
     // The old NCCL communicator lives until the new one exists: a grow is made from it.
+    auto g = groups_of(d.next, opts_.unit, opts_.slot, opts_.mp);
+    if (!g) return Error{g.error()};
     std::unique_ptr<Communicator> old_nccl = std::move(nccl_);
+    dp_control_.reset();
     control_.reset();
+    dp_store_.reset();
     store_.reset();
     generation_ = d.next.generation;
     world_ = d.next.world;
     layout_ = d.next;
     rank_ = new_rank;
+    groups_ = g.value();
+    dp_layout_ = dp_layout(layout_, groups_.mp_size, groups_.mp_rank);
     Result<Connection> c = prebuilt ? std::move(*prebuilt)
-                                    : connect(generation_, rank_, world_, true,
+                                    : connect(generation_, rank_, world_, groups_, true,
                                               nccl_grow ? old_nccl.get() : nullptr);
     old_nccl.reset();
     if (!c) return Error{c.error()};
     store_ = std::move(c.value().store);
+    dp_store_ = std::move(c.value().dp_store);
     control_ = std::move(c.value().control);
+    dp_control_ = std::move(c.value().dp);
     nccl_ = std::move(c.value().nccl);
 #ifdef HAVE_NCCL
     if (auto *n = dynamic_cast<NcclCommunicator *>(nccl_.get())) n->use_stream(cuda_stream_);
@@ -287,7 +316,7 @@ Status Runtime::adopt(const Decision &d, std::uint32_t new_rank,
 // Touches no member but opts_ and client_ (read), so that a survivor can build the next
 // generation's communicator on another thread while it hands state over on the current one.
 Result<Runtime::Connection> Runtime::connect(std::uint64_t generation, std::uint32_t rank,
-                                             std::uint32_t world, bool with_nccl,
+                                             std::uint32_t world, const Groups &g, bool with_nccl,
                                              Communicator *nccl_parent) const {
     (void)with_nccl;  // without HAVE_NCCL there is only Gloo
     (void)nccl_parent;
@@ -299,9 +328,23 @@ Result<Runtime::Connection> Runtime::connect(std::uint64_t generation, std::uint
         go.hostname = opts_.gloo_host;
         go.timeout = std::chrono::milliseconds(opts_.comm_timeout_ms);
         go.same_host_copy = opts_.same_host_copy ? SameHostCopy::on : SameHostCopy::off;
-        auto g = make_gloo_communicator(*c.store, static_cast<int>(rank), static_cast<int>(world), go);
-        if (!g) return make_error("generation " + u(generation) + ": " + g.error());
-        c.control = std::move(g).value();
+        auto w = make_gloo_communicator(*c.store, static_cast<int>(rank), static_cast<int>(world), go);
+        if (!w) return make_error("generation " + u(generation) + ": " + w.error());
+        c.control = std::move(w).value();
+        CoordinatorStore *dp_store = c.store.get();
+        if (g.mp_size > 1) {
+            // The DP group of MP index m: its own keys in the generation's store.
+            c.dp_store = std::make_unique<CoordinatorStore>(
+                *client_, generation, std::chrono::milliseconds(opts_.comm_timeout_ms),
+                "dp" + u(g.mp_rank) + "/");
+            dp_store = c.dp_store.get();
+            auto dp = make_gloo_communicator(*c.dp_store, static_cast<int>(g.dp_rank),
+                                             static_cast<int>(g.dp_size), go);
+            if (!dp) return make_error("generation " + u(generation) + ": data-parallel group " +
+                                       u(g.mp_rank) + ": " + dp.error());
+            c.dp = std::move(dp).value();
+        }
+        (void)dp_store;
 #ifdef HAVE_NCCL
         if (opts_.backend == CommBackend::nccl && with_nccl) {
             // A fresh NCCL communicator per generation, its unique id under this generation's
@@ -309,8 +352,8 @@ Result<Runtime::Connection> Runtime::connect(std::uint64_t generation, std::uint
             NcclOptions no;
             no.device = opts_.cuda_device;
             no.timeout = std::chrono::milliseconds(opts_.comm_timeout_ms);
-            auto n = make_nccl_communicator(*c.store, "nccl-unique-id", static_cast<int>(rank),
-                                            static_cast<int>(world), no, nccl_parent);
+            auto n = make_nccl_communicator(*dp_store, "nccl-unique-id", static_cast<int>(g.dp_rank),
+                                            static_cast<int>(g.dp_size), no, nccl_parent);
             if (!n) return make_error("generation " + u(generation) + ": " + n.error());
             c.nccl = std::move(n).value();
         }
@@ -321,7 +364,67 @@ Result<Runtime::Connection> Runtime::connect(std::uint64_t generation, std::uint
     }
 }
 
-Communicator &Runtime::comm() { return nccl_ ? *nccl_ : *control_; }
+Communicator &Runtime::comm() { return nccl_ ? *nccl_ : dp_control(); }
+Communicator &Runtime::mp_comm() { return mp_nccl_ ? *mp_nccl_ : *mp_control_; }
+Communicator &Runtime::world_comm() { return *control_; }
+
+Status Runtime::connect_mp(std::uint64_t generation) {
+    const std::uint32_t m = opts_.mp;
+    if (m <= 1) {
+        mp_control_ = make_solo_communicator();
+        return Status::success();
+    }
+    const std::uint32_t replica = opts_.slot / m, mp_rank = opts_.slot % m;
+    const std::string group = "unit " + u(opts_.unit) + " replica " + u(replica);
+    const ProcessIdentity &p = opts_.process;
+    // Through PMIx when this process's step holds its whole unit in slot order (omni-launch
+    // starts one step per unit) and the group shares this node (pmix_store.h says why);
+    // else through the coordinator. Every member reaches the same answer.
+    std::vector<std::uint32_t> procs;
+    bool via_pmix = pmix_view_ && !pmix_view_->nspace().empty() && p.from_pmix &&
+                    p.rank >= opts_.slot && p.rank - opts_.slot + opts_.unit_size <= p.size;
+    if (via_pmix) {
+        const std::vector<std::uint32_t> local = pmix_view_->local_peers();
+        for (std::uint32_t i = 0; i < m; ++i) procs.push_back(p.rank - mp_rank + i);
+        for (std::uint32_t r : procs) via_pmix = via_pmix && std::find(local.begin(), local.end(), r) != local.end();
+    }
+    const auto timeout = std::chrono::milliseconds(opts_.comm_timeout_ms);
+    try {
+        if (via_pmix) {
+            mp_store_ = std::make_unique<PmixStore>(pmix_view_->nspace(), procs,
+                                                    "mp" + u(opts_.unit) + "r" + u(replica), timeout);
+        } else {
+            mp_store_ = std::make_unique<CoordinatorStore>(*client_, generation, timeout,
+                                                           "mp-u" + u(opts_.unit) + "r" + u(replica) + "/");
+        }
+        GlooOptions go;
+        go.hostname = opts_.gloo_host;
+        go.timeout = timeout;
+        go.same_host_copy = opts_.same_host_copy ? SameHostCopy::on : SameHostCopy::off;
+        auto c = make_gloo_communicator(*mp_store_, static_cast<int>(mp_rank), static_cast<int>(m), go);
+        if (!c) return make_error("the model-parallel group of " + group + ": " + c.error());
+        mp_control_ = std::move(c).value();
+#ifdef HAVE_NCCL
+        if (opts_.backend == CommBackend::nccl) {
+            // The unique id travels over the group's Gloo communicator just made.
+            BroadcastStore bs(*mp_control_, 4096);
+            NcclOptions no;
+            no.device = opts_.cuda_device;
+            no.timeout = timeout;
+            auto n = make_nccl_communicator(bs, "mp-nccl-unique-id", static_cast<int>(mp_rank),
+                                            static_cast<int>(m), no);
+            if (!n) return make_error("the model-parallel group of " + group + ": " + n.error());
+            mp_nccl_ = std::move(n).value();
+            if (auto *nc = dynamic_cast<NcclCommunicator *>(mp_nccl_.get())) nc->use_stream(cuda_stream_);
+        }
+#endif
+    } catch (const std::exception &e) {
+        return make_error("the model-parallel group of " + group + ": " + e.what());
+    }
+    log_info("model-parallel group of " + group + ": rank " + u(mp_rank) + " of " + u(m) +
+             (via_pmix ? " (wired up through PMIx on this node)" : " (wired up through the coordinator)"));
+    return Status::success();
+}
 
 Status Runtime::set_cuda_stream(void *stream) {
 #ifdef HAVE_NCCL
@@ -329,6 +432,7 @@ Status Runtime::set_cuda_stream(void *stream) {
         // Before start() it waits for the first communicator (adopt()).
         cuda_stream_ = stream;
         if (auto *n = dynamic_cast<NcclCommunicator *>(nccl_.get())) n->use_stream(stream);
+        if (auto *n = dynamic_cast<NcclCommunicator *>(mp_nccl_.get())) n->use_stream(stream);
         return Status::success();
     }
 #endif
@@ -365,7 +469,7 @@ Status Runtime::configure_ledger(LedgerConfig cfg) {
     if (started_) return make_error("configure_ledger: configure before start()");
     if (!cfg.global_batch) cfg.global_batch = opts_.job.global_batch.value_or(1);
     if (!cfg.micro_batch) cfg.micro_batch = opts_.job.micro_batch.value_or(1);
-    auto l = Ledger::create(cfg, world_);
+    auto l = Ledger::create(cfg, groups_.dp_size);
     if (!l) return Error{l.error()};
     ledger_ = std::move(l).value();
     return Status::success();
@@ -376,16 +480,17 @@ Status Runtime::restore_ledger(std::string_view json) {
     if (!l) return Error{l.error()};
     // A configured ledger is the run's own choice of batch geometry: the checkpoint must
     // agree on the data order, and the run's micro-batch wins.
-    auto st = ledger_ ? l.value().resume_as(ledger_->config(), world_) : l.value().resize(world_);
+    auto st = ledger_ ? l.value().resume_as(ledger_->config(), groups_.dp_size)
+                      : l.value().resize(groups_.dp_size);
     if (!st) return st;
     ledger_ = std::move(l).value();
     return Status::success();
 }
 
-Status Runtime::check_state_for(std::uint32_t world) const {
+Status Runtime::check_state_for(std::uint32_t dp_size) const {
     if (!ledger_) return Status::success();
     auto ga = derive_grad_accum(ledger_->config().global_batch, ledger_->config().micro_batch,
-                                world);
+                                dp_size);
     if (!ga) return Error{ga.error()};
     return Status::success();
 }
@@ -470,7 +575,7 @@ Status Runtime::receive_as_joiner() {
     const Decision &d = *admission_;
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<std::vector<float>> none(shards_.size());
-    if (auto st = hand_over(d, none); !st) return st;
+    if (auto st = hand_over(dp_decision(d, opts_.mp, groups_.mp_rank), none); !st) return st;
     log_info("generation " + u(generation_) + ": received " + u(param_count_) +
              " parameters and " + u(shards_.size()) + " optimizer vectors at step " + u(step_) +
              " in " + std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -485,9 +590,9 @@ Status Runtime::prepare(const Decision &d) {
     // Every member of the generation warms the connections phase 1 will use: up to 2 MiB
     // over each pair that will move data, so that TCP has grown its window and buffers
     // before the hand-off instead of during it (one exchange on every rank, possibly empty).
-    if (!shards_.empty() && layout_.members.size() == world_) {
-        const Repartition plan = survivor_plan(d, layout_, survivors_of(d), shards_[0].length);
-        auto mine = plan_repartition(plan, rank_);
+    if (!shards_.empty() && dp_layout_.members.size() == groups_.dp_size) {
+        const Repartition plan = survivor_plan(d, dp_layout_, survivors_of(d), shards_[0].length);
+        auto mine = plan_repartition(plan, groups_.dp_rank);
         if (!mine) return Error{mine.error()};
         constexpr std::size_t kWarm = (2u << 20) / sizeof(float);
         std::vector<PeerSend> sends;
@@ -501,19 +606,19 @@ Status Runtime::prepare(const Decision &d) {
         }
         // Only an optimisation: a failure (a peer that just died) is for the next boundary
         // to find out, where it becomes a rewind instead of failing this one.
-        if (auto st = control_->exchange(sends, recvs); !st)
+        if (auto st = dp_control().exchange(sends, recvs); !st)
             log_line(LogLevel::Warning, "libomni", "warming up for the announced change: " + st.error());
     }
     spare_.assign(shards_.size(), {});
     spare_next_.assign(shards_.size(), {});
-    const auto nr = d.next.rank_of(opts_.unit, opts_.slot);
+    const auto nr = d.next.rank_of(opts_.unit, opts_.slot / opts_.mp);
     if (!nr) return Status::success();  // leaving: nothing to receive
     const Survivors sv = survivors_of(d);
     if (*nr >= sv.index.size() || sv.index[*nr] < 0) return Status::success();
     const auto idx = static_cast<std::uint32_t>(sv.index[*nr]);
     for (std::size_t i = 0; i < shards_.size(); ++i) {
         const std::size_t len = shards_[i].length;
-        const ShardRange have = zero1_range(len, rank_, world_), mid = zero1_range(len, idx, sv.count);
+        const ShardRange have = zero1_range(len, groups_.dp_rank, groups_.dp_size), mid = zero1_range(len, idx, sv.count);
         if (mid.size() && !(mid.begin >= have.begin && mid.end <= have.end))
             assign_zeroed(spare_[i], mid.size());
         if (d.joining_units.empty()) continue;
@@ -526,38 +631,38 @@ Status Runtime::prepare(const Decision &d) {
 
 Result<std::vector<std::vector<float>>> Runtime::gather_on_survivors(const Decision &d) {
     const Survivors sv = survivors_of(d);
-    if (layout_.members.size() != world_)
-        return make_error("the old generation's layout has " + u(layout_.members.size()) +
-                          " members for a world of " + u(world_));
+    if (dp_layout_.members.size() != groups_.dp_size)
+        return make_error("the old generation's layout has " + u(dp_layout_.members.size()) +
+                          " members for a world of " + u(groups_.dp_size));
     std::vector<Repartition> plans(shards_.size());
     std::vector<std::vector<float>> held(shards_.size());
     std::vector<RepartitionJob> jobs;
     for (std::size_t i = 0; i < shards_.size(); ++i) {
-        plans[i] = survivor_plan(d, layout_, sv, shards_[i].length);
+        plans[i] = survivor_plan(d, dp_layout_, sv, shards_[i].length);
         jobs.push_back({&plans[i], shards_[i].storage->data(), nullptr});
-        if (auto off = in_place_offset(plans[i], rank_)) {
+        if (auto off = in_place_offset(plans[i], groups_.dp_rank)) {
             // Without leavers every survivor keeps what it has: no copy, no new pages.
             held[i] = std::move(*shards_[i].storage);
             jobs.back().dst = held[i].data() + *off;
         } else {
-            take_spare(spare_, i, held[i], plans[i].want[rank_].size());
+            take_spare(spare_, i, held[i], plans[i].want[groups_.dp_rank].size());
             jobs.back().dst = held[i].data();
         }
     }
     // Every vector in one round of transfers.
-    if (auto st = repartition(*control_, jobs); !st) return Error{st.error()};
-    for (std::size_t i = 0; i < shards_.size(); ++i) keep_in_place(held[i], plans[i], rank_);
+    if (auto st = repartition(dp_control(), jobs); !st) return Error{st.error()};
+    for (std::size_t i = 0; i < shards_.size(); ++i) keep_in_place(held[i], plans[i], groups_.dp_rank);
     return held;
 }
 
 Status Runtime::hand_over(const Decision &d, std::vector<std::vector<float>> &held) {
     auto root = first_survivor(d);
     if (!root) return make_error("hand-off: no survivor to receive the state from");
-    Communicator &c = *control_;
+    Communicator &c = dp_control();
     const Survivors sv = survivors_of(d);
-    const bool joiner = sv.index[rank_] < 0;
+    const bool joiner = sv.index[groups_.dp_rank] < 0;
     std::string text;
-    if (static_cast<std::uint32_t>(*root) == rank_) {
+    if (static_cast<std::uint32_t>(*root) == groups_.dp_rank) {
         HandoffHeader h;
         h.step = d.step;
         h.generation = generation_;
@@ -575,19 +680,19 @@ Status Runtime::hand_over(const Decision &d, std::vector<std::vector<float>> &he
     // Parameters: survivor i offers its 1/s of them; each joiner wants all. Optimizer
     // vectors: from the survivor layout to the new one. All in one round of transfers.
     std::vector<Repartition> plans(1 + shards_.size());
-    for (std::uint32_t r = 0; r < world_; ++r) {
+    for (std::uint32_t r = 0; r < groups_.dp_size; ++r) {
         const bool surv = sv.index[r] >= 0;
         const auto idx = static_cast<std::uint32_t>(surv ? sv.index[r] : 0);
         plans[0].have.push_back(surv ? zero1_range(param_count_, idx, sv.count) : ShardRange{});
         plans[0].want.push_back(surv ? ShardRange{} : ShardRange{0, param_count_});
         for (std::size_t i = 0; i < shards_.size(); ++i) {
             plans[1 + i].have.push_back(surv ? zero1_range(shards_[i].length, idx, sv.count) : ShardRange{});
-            plans[1 + i].want.push_back(zero1_range(shards_[i].length, r, world_));
+            plans[1 + i].want.push_back(zero1_range(shards_[i].length, r, groups_.dp_size));
         }
     }
     std::vector<RepartitionJob> jobs;
     // A survivor's own range of the (replicated) parameters is already in place.
-    jobs.push_back({&plans[0], params_ ? params_ + plans[0].have[rank_].begin : nullptr,
+    jobs.push_back({&plans[0], params_ ? params_ + plans[0].have[groups_.dp_rank].begin : nullptr,
                     joiner ? params_ : nullptr});
     // Where each vector's new range lands: in place in what this rank holds, straight into
     // a joiner's registered storage (sized for this generation, its pages touched before it
@@ -597,29 +702,29 @@ Status Runtime::hand_over(const Decision &d, std::vector<std::vector<float>> &he
     std::vector<std::vector<float>> fresh(shards_.size());
     for (std::size_t i = 0; i < shards_.size(); ++i) {
         const Repartition &p = plans[1 + i];
-        if (held[i].size() != p.have[rank_].size())
+        if (held[i].size() != p.have[groups_.dp_rank].size())
             return make_error("hand-off: this rank holds " + u(held[i].size()) +
                               " elements of optimizer vector " + u(i) + ", expected " +
-                              u(p.have[rank_].size()));
+                              u(p.have[groups_.dp_rank].size()));
         jobs.push_back({&p, held[i].data(), nullptr});
-        if (auto off = in_place_offset(p, rank_)) {
+        if (auto off = in_place_offset(p, groups_.dp_rank)) {
             dest[i] = Dest::in_place;
             jobs.back().dst = held[i].data() + *off;
         } else if (joiner) {
             dest[i] = Dest::storage;
-            if (shards_[i].storage->size() != p.want[rank_].size())
-                assign_zeroed(*shards_[i].storage, p.want[rank_].size());
+            if (shards_[i].storage->size() != p.want[groups_.dp_rank].size())
+                assign_zeroed(*shards_[i].storage, p.want[groups_.dp_rank].size());
             jobs.back().dst = shards_[i].storage->data();
         } else {
             dest[i] = Dest::fresh;
-            take_spare(spare_next_, i, fresh[i], p.want[rank_].size());
+            take_spare(spare_next_, i, fresh[i], p.want[groups_.dp_rank].size());
             jobs.back().dst = fresh[i].data();
         }
     }
     if (auto st = repartition(c, jobs); !st) return make_error("parameters and optimizer state: " + st.error());
     for (std::size_t i = 0; i < shards_.size(); ++i) {
         if (dest[i] == Dest::in_place) {
-            keep_in_place(held[i], plans[1 + i], rank_);
+            keep_in_place(held[i], plans[1 + i], groups_.dp_rank);
             *shards_[i].storage = std::move(held[i]);
         } else if (dest[i] == Dest::fresh) {
             *shards_[i].storage = std::move(fresh[i]);
@@ -664,7 +769,8 @@ Result<BoundaryResult> Runtime::boundary(std::uint64_t step) {
     }
     // The ledger's geometry lets the coordinator keep every world one whose GA is whole.
     BatchGeometry batch;
-    if (ledger_) batch = {ledger_->config().global_batch, ledger_->config().micro_batch};
+    if (ledger_) batch = {ledger_->config().global_batch, ledger_->config().micro_batch, opts_.mp};
+    else batch.mp = opts_.mp;
     auto got = client_->boundary(opts_.member_id, generation_, step, opts_.boundary_timeout_ms, batch);
     if (!got) return make_error("boundary after step " + u(step) + ": " + got.error());
     const Decision &d = got.value();
@@ -675,7 +781,7 @@ Result<BoundaryResult> Runtime::boundary(std::uint64_t step) {
     res.lost = d.lost;
     if (d.kind == DecisionKind::Continue) {
         if (d.next.world > 0) {  // a planned change announced for the next boundary
-            if (auto st = prepare(d); !st) return make_error("boundary after step " + u(step) + ": " + st.error());
+            if (auto st = prepare(dp_decision(d, opts_.mp, groups_.mp_rank)); !st) return make_error("boundary after step " + u(step) + ": " + st.error());
         }
         return finish(Outcome::Continue);
     }
@@ -689,9 +795,17 @@ Result<BoundaryResult> Runtime::boundary(std::uint64_t step) {
     if (!d.rewind) {
         // Planned: refuse a world the global batch does not divide before anything moves
         // (every rank computes the same answer, so all of them stop here together).
-        if (auto st = check_state_for(d.next.world); !st)
+        if (auto st = check_state_for(d.next.world / opts_.mp); !st)
             return usage_error("boundary: generation " + u(d.next.generation) + " of " +
                               u(d.next.world) + " ranks: " + st.error());
+    }
+    // The hand-off's view: this rank's DP group, old (dp_layout_) and new (pd.next).
+    const Decision pd = dp_decision(d, opts_.mp, groups_.mp_rank);
+    std::optional<Groups> new_groups;
+    if (new_rank) {
+        auto g = groups_of(d.next, opts_.unit, opts_.slot, opts_.mp);
+        if (!g) return make_error("boundary: " + g.error());
+        new_groups = g.value();
     }
     // Phase times, logged with the change: where a slow resize spends its pause.
     using Clock = std::chrono::steady_clock;
@@ -718,8 +832,9 @@ Result<BoundaryResult> Runtime::boundary(std::uint64_t step) {
         try {
             next = std::async(std::launch::async,
                               [this, g = d.next.generation, r = *new_rank, w = d.next.world,
-                               nccl = !nccl_shrink, parent = nccl_grow ? nccl_.get() : nullptr] {
-                                  return connect(g, r, w, nccl, parent);
+                               groups = *new_groups, nccl = !nccl_shrink,
+                               parent = nccl_grow ? nccl_.get() : nullptr] {
+                                  return connect(g, r, w, groups, nccl, parent);
                               });
         } catch (const std::system_error &) {
             // No thread to spare: adopt() connects after phase 1 instead.
@@ -728,14 +843,18 @@ Result<BoundaryResult> Runtime::boundary(std::uint64_t step) {
     std::vector<std::vector<float>> held;
     if (!d.rewind) {
         // Phase 1 on the old communicator: leavers hand their shards to the survivors.
-        auto h = gather_on_survivors(d);
+        auto h = gather_on_survivors(pd);
         if (!h) return make_error("boundary: generation " + u(old_generation) + ": " + h.error());
         held = std::move(h).value();
     }
     if (!new_rank) {
         nccl_.reset();
+        dp_control_.reset();
         control_.reset();
+        dp_store_.reset();
         store_.reset();
+        mp_nccl_.reset();
+        mp_control_.reset();
         finished_ = true;
         log_info("unit " + u(opts_.unit) + " leaves at step " + u(step) + " (" + d.reason + ")");
         return finish(Outcome::Left);
@@ -752,8 +871,8 @@ Result<BoundaryResult> Runtime::boundary(std::uint64_t step) {
 #ifdef HAVE_NCCL
     if (nccl_shrink && prebuilt && prebuilt->ok()) {
         std::vector<int> leaving;
-        for (const Member &m : layout_.members)
-            if (!d.next.rank_of(m.unit, m.slot)) leaving.push_back(static_cast<int>(m.rank));
+        for (const Member &m : dp_layout_.members)  // DP ranks, slots are replicas (groups.h)
+            if (!pd.next.rank_of(m.unit, m.slot)) leaving.push_back(static_cast<int>(m.rank));
         auto *n = dynamic_cast<NcclCommunicator *>(nccl_.get());
         auto shrunk = n ? n->shrink(leaving, false) : Result<std::unique_ptr<Communicator>>(make_error("not NCCL"));
         if (!shrunk) return make_error("boundary: generation " + u(d.next.generation) + ": " + shrunk.error());
@@ -774,11 +893,11 @@ Result<BoundaryResult> Runtime::boundary(std::uint64_t step) {
     if (ledger_) {
         // After a rewind the trainer restores the checkpoint's ledger; until then the old one
         // is resized where it can be so that GA is known.
-        auto st = ledger_->resize(world_);
+        auto st = ledger_->resize(groups_.dp_size);
         if (!st && !d.rewind) return usage_error("boundary: " + st.error());
     }
     if (joiners) {
-        if (auto st = hand_over(d, held); !st) return make_error("boundary: " + st.error());
+        if (auto st = hand_over(pd, held); !st) return make_error("boundary: " + st.error());
     }
     spare_.clear();  // unused ones (the change differed from the announced one)
     spare_next_.clear();

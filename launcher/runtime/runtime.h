@@ -3,16 +3,29 @@
 //
 // Life of a rank:
 //   auto rt = Runtime::from_environment();     // PMIx, OMNI_* (runtime/env.h), join
-//   rt->register_params(p, P);                 // replicated fp32 parameters (trainer-owned)
+//   rt->register_params(p, P);                 // this rank's parameters (trainer-owned): the
+//                                              // model, or its model-parallel slice
 //   rt->register_shard(&adam_m, P);            // ZeRO-1 optimizer vectors (runtime resizes them)
 //   rt->configure_ledger({D, B, b, seed});     // B, b = 0: from OMNI_GLOBAL_BATCH/MICRO_BATCH
 //   auto s = rt->start();                      // joiners receive state here; s.step = steps done
-//   loop: for micro in 0..GA-1: samples = ledger.micro_batch(rt->rank(), micro) ...
+//   loop: for micro in 0..GA-1: samples = ledger.micro_batch(rt->dp_rank(), micro) ...
+//         (model-parallel collectives on rt->mp_comm() inside the forward/backward)
 //         allreduce gradients on rt->comm(); optimizer step on the shard; allgather params;
 //         auto b = rt->boundary(++step);       // the same answer on every rank
 //         CONTINUE: go on; RESHAPED: rank/world/shards/ledger are already the new ones;
 //         REWIND: reload the last checkpoint (restore_ledger, params, shards), go on from it;
 //         STOP or LEFT: checkpoint if wanted, exit 0.
+//
+// Model parallelism (OMNI_MP = M > 1, runtime/groups.h): a unit of N ranks holds N/M
+// replicas of M ranks. comm() is this rank's data-parallel group (one replica's rank per
+// MP index: the ranks holding the same slice of the model), mp_comm() its replica's MP group.
+// Everything data-parallel works per group: the ledger hands samples to DP ranks, the
+// registered parameters and optimizer vectors are this MP slice's, ZeRO-1 shards them over
+// the DP group, and a reshape hands each slice's state over among that slice's DP ranks
+// only (joiners receive their own slice). The MP group is wired once, when the rank joins,
+// through PMIx (its unit is one srun step: one namespace) or, without PMIx, through the
+// coordinator; it lives as long as the unit, since units come and go whole. With M = 1,
+// comm() is every rank of the generation and mp_comm() a single-rank communicator.
 //
 // A runtime is one rank; it is not thread-safe (the coordinator connection belongs to the
 // thread that uses it). Several runtimes may live in one process (the tests run ranks as
@@ -31,8 +44,13 @@
 #include "coord/protocol.h"
 #include "omni/result.h"
 #include "runtime/env.h"
+#include "runtime/groups.h"
 #include "runtime/handoff.h"
 #include "runtime/ledger.h"
+
+namespace gloo::rendezvous {
+class Store;
+}
 
 namespace omni::launcher {
 
@@ -82,7 +100,9 @@ public:
     // world it is to have (rank(), world(), generation()), so that it registers its state
     // off the survivors' pause; its start() then waits for the admission and the
     // communicator. No collective may be used before start().
-    static Result<std::unique_ptr<Runtime>> create(const RuntimeOptions &options);
+    // `pmix`: this process's PMIx session (from_environment), for the MP group's wire-up.
+    static Result<std::unique_ptr<Runtime>> create(const RuntimeOptions &options,
+                                                   const PmixSession *pmix = nullptr);
     // Keeps the PMIx session open as long as the runtime (from_environment and the C API).
     void keep_pmix(std::unique_ptr<PmixSession> session);
     ~Runtime();
@@ -90,8 +110,13 @@ public:
     Runtime &operator=(const Runtime &) = delete;
 
     bool standalone() const { return opts_.standalone; }
-    std::uint32_t rank() const { return rank_; }
-    std::uint32_t world() const { return world_; }
+    std::uint32_t rank() const { return rank_; }    // in the generation
+    std::uint32_t world() const { return world_; }  // ranks in the generation
+    // The groups of runtime/groups.h (with M = 1: dp_rank() == rank(), dp_size() == world()).
+    std::uint32_t dp_rank() const { return groups_.dp_rank; }
+    std::uint32_t dp_size() const { return groups_.dp_size; }
+    std::uint32_t mp_rank() const { return groups_.mp_rank; }
+    std::uint32_t mp_size() const { return groups_.mp_size; }
     std::uint32_t unit() const { return opts_.unit; }
     std::uint32_t slot() const { return opts_.slot; }
     std::uint64_t generation() const { return generation_; }
@@ -102,9 +127,18 @@ public:
     bool finished() const { return finished_; }  // after STOP or LEFT
     Fault last_fault() const { return fault_; }
 
-    // The communicator trainers use (Gloo, NCCL when OMNI_COMM_BACKEND=nccl, or the
-    // single-rank one). Valid until the next boundary() that returns RESHAPED or REWIND.
+    // The data-parallel communicator trainers use (Gloo, NCCL when OMNI_COMM_BACKEND=nccl, or
+    // the single-rank one): dp_size() ranks, this one dp_rank(). Valid until the next
+    // boundary() that returns RESHAPED or REWIND.
     Communicator &comm();
+    // The model-parallel communicator: mp_size() ranks of this replica, this one mp_rank();
+    // NCCL under OMNI_COMM_BACKEND=nccl when M > 1. Valid as long as the runtime. With M = 1
+    // it is a single-rank communicator whose allgather/reduce_scatter copy with memmove
+    // (host buffers, or send == recv).
+    Communicator &mp_comm();
+    // Every rank of the generation over host buffers (Gloo): barriers and host-side
+    // agreements that span MP indices (a checkpoint's commit). Valid as comm() is.
+    Communicator &world_comm();
     // False only for a joiner between an early return of create() and start().
     bool has_comm() const { return nccl_ || control_; }
     // NCCL: comm()'s operations go on the trainer's CUDA stream (a cudaStream_t on
@@ -112,20 +146,23 @@ public:
     // With Gloo or a single rank only null is valid (host buffers need no stream).
     Status set_cuda_stream(void *stream);
 
-    // The replicated parameters (fp32, `count` elements, the trainer's memory). Joiners
-    // receive them in start(). Register before start(); again to move the buffer.
+    // The parameters this rank holds (fp32, `count` elements, the trainer's memory): replicated
+    // across its DP group (with M > 1, its MP slice of the model). Joiners receive them in
+    // start() from their DP group. Register before start(); again to move the buffer.
     Status register_params(float *data, std::size_t count);
     // An optimizer-state vector of logical length `length`, held as this rank's ZeRO-1 shard
-    // in *storage (zero1_range(length, rank, world) of it). The runtime resizes *storage at a
+    // in *storage (zero1_range(length, dp_rank(), dp_size()) of it). The runtime resizes *storage at a
     // reshape; a freshly registered one is resized (zero-filled) now. Returns its index.
     Result<std::size_t> register_shard(std::vector<float> *storage, std::size_t length);
-    ShardRange shard_range(std::size_t length) const { return zero1_range(length, rank_, world_); }
+    ShardRange shard_range(std::size_t length) const {
+        return zero1_range(length, groups_.dp_rank, groups_.dp_size);
+    }
     // The logical length vector `index` was registered with (0 for an unknown index).
     std::size_t shard_length(std::size_t index) const {
         return index < shards_.size() ? shards_[index].length : 0;
     }
 
-    // The runtime's ledger (this rank is DP rank rank() of world()). global_batch and
+    // The runtime's ledger (this rank is DP rank dp_rank() of dp_size()). global_batch and
     // micro_batch 0 take OMNI_GLOBAL_BATCH / OMNI_MICRO_BATCH (1 when unset). Before start().
     Status configure_ledger(LedgerConfig cfg);
     const Ledger *ledger() const { return ledger_ ? &*ledger_ : nullptr; }
@@ -175,19 +212,26 @@ private:
     explicit Runtime(const RuntimeOptions &o);
     Error usage_error(std::string message);  // records Fault::usage
     // One generation's rendezvous store and communicators.
+    // control: every rank (Gloo); dp: the DP group's Gloo one when M > 1; nccl: the DP
+    // group's NCCL one.
     struct Connection {
-        std::unique_ptr<CoordinatorStore> store;
-        std::unique_ptr<Communicator> control, nccl;
+        std::unique_ptr<CoordinatorStore> store, dp_store;
+        std::unique_ptr<Communicator> control, dp, nccl;
     };
     // with_nccl = false: Gloo only (the NCCL communicator comes from ncclCommShrink).
     // nccl_parent: this rank's NCCL communicator on a pure grow (make_nccl_communicator).
     Result<Connection> connect(std::uint64_t generation, std::uint32_t rank, std::uint32_t world,
-                               bool with_nccl, Communicator *nccl_parent = nullptr) const;
+                               const Groups &g, bool with_nccl,
+                               Communicator *nccl_parent = nullptr) const;
+    // The MP group's communicators, once, when the rank joins (generation: the decision's).
+    Status connect_mp(std::uint64_t generation);
+    Communicator &dp_control() { return dp_control_ ? *dp_control_ : *control_; }
     // Layout + communicator of the decision's generation (`prebuilt`: already connected;
     // `nccl_grow`: else connect with the current NCCL communicator as the grow's parent).
     Status adopt(const Decision &d, std::uint32_t new_rank,
                  std::optional<Result<Connection>> prebuilt = std::nullopt, bool nccl_grow = false);
-    Status check_state_for(std::uint32_t world) const;
+    Status check_state_for(std::uint32_t dp_size) const;
+    // The hand-off runs inside the DP group: `d` is dp_decision() of the coordinator's.
     // Phase 1 of a planned reshape (runtime/handoff.h), on the old communicator: returns
     // this rank's survivor-layout piece of each optimizer vector (empty for a leaver).
     Result<std::vector<std::vector<float>>> gather_on_survivors(const Decision &d);
@@ -203,16 +247,23 @@ private:
 
     RuntimeOptions opts_;
     std::unique_ptr<PmixSession> pmix_;
+    const PmixSession *pmix_view_ = nullptr;  // create()'s, for connect_mp()
     std::unique_ptr<CoordinatorClient> client_;
     std::unique_ptr<CoordinatorStore> store_;
     std::unique_ptr<Communicator> control_;  // Gloo (or solo): hand-off and host collectives
-    std::unique_ptr<Communicator> nccl_;     // OMNI_COMM_BACKEND=nccl: the trainer's
+    std::unique_ptr<Communicator> nccl_;     // OMNI_COMM_BACKEND=nccl: the trainer's (DP group)
+    std::unique_ptr<CoordinatorStore> dp_store_;
+    std::unique_ptr<Communicator> dp_control_;  // M > 1: the DP group (Gloo)
+    std::unique_ptr<gloo::rendezvous::Store> mp_store_;
+    std::unique_ptr<Communicator> mp_control_, mp_nccl_;  // the MP group, for the unit's life
     void *cuda_stream_ = nullptr;            // set_cuda_stream(), applied to every nccl_
     std::uint32_t rank_ = 0, world_ = 1;
     std::uint64_t generation_ = 0, step_ = 0;
     std::optional<Decision> admission_;  // the decision that admitted this rank
     std::optional<Decision> announced_;  // an announced grow that names this rank, not applied yet
     Layout layout_;                      // this rank's generation (members by rank)
+    Groups groups_;                      // in layout_
+    Layout dp_layout_;                   // dp_layout(layout_) of this rank's MP index
     // Buffers for an announced change (prepare()), by optimizer vector: phase 1 and phase 2.
     std::vector<std::vector<float>> spare_, spare_next_;
     float *params_ = nullptr;

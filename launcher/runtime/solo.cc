@@ -48,6 +48,31 @@ std::unique_ptr<Communicator> make_solo_communicator() {
     return std::make_unique<SoloCommunicator>();
 }
 
+std::vector<std::uint32_t> PmixSession::local_peers() const {
+    std::vector<std::uint32_t> out;
+    if (!initialised_) return out;
+    pmix_proc_t wild;
+    PMIX_PROC_CONSTRUCT(&wild);
+    PMIX_LOAD_PROCID(&wild, nspace_.c_str(), PMIX_RANK_WILDCARD);
+    pmix_value_t *val = nullptr;
+    if (PMIx_Get(&wild, PMIX_LOCAL_PEERS, nullptr, 0, &val) == PMIX_SUCCESS && val && val->type == PMIX_STRING &&
+        val->data.string) {
+        // "0,1,5": this node's ranks.
+        const std::string list = val->data.string;
+        std::size_t pos = 0;
+        while (pos < list.size()) {
+            std::size_t end = list.find(',', pos);
+            if (end == std::string::npos) end = list.size();
+            const std::string item = list.substr(pos, end - pos);
+            if (!item.empty() && item.size() <= 9 && item.find_first_not_of("0123456789") == std::string::npos)
+                out.push_back(static_cast<std::uint32_t>(std::stoul(item)));
+            pos = end + 1;
+        }
+    }
+    if (val) PMIX_VALUE_RELEASE(val);
+    return out;
+}
+
 Result<std::unique_ptr<PmixSession>> PmixSession::open() {
     std::unique_ptr<PmixSession> s(new PmixSession());
     if (!std::getenv("PMIX_NAMESPACE") || !std::getenv("PMIX_RANK")) return s;
@@ -72,6 +97,7 @@ Result<std::unique_ptr<PmixSession>> PmixSession::open() {
     PMIX_VALUE_RELEASE(val);
     s->id_.rank = me.rank;
     s->id_.from_pmix = true;
+    s->nspace_ = me.nspace;
     if (s->id_.size == 0 || s->id_.rank >= s->id_.size)
         return make_error("PMIx reports rank " + std::to_string(s->id_.rank) + " of " +
                           std::to_string(s->id_.size));

@@ -4,6 +4,8 @@
 #define OMNI_LAUNCHER_RUNTIME_SOLO_H
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "comm/comm.h"
 #include "omni/result.h"
@@ -26,10 +28,15 @@ public:
     PmixSession(const PmixSession &) = delete;
     PmixSession &operator=(const PmixSession &) = delete;
     const ProcessIdentity &identity() const { return id_; }
+    const std::string &nspace() const { return nspace_; }  // empty without PMIx
+    // The ranks of this namespace on this node (PMIX_LOCAL_PEERS); empty without PMIx or
+    // when PMIx does not say.
+    std::vector<std::uint32_t> local_peers() const;
 
 private:
     PmixSession() = default;
     ProcessIdentity id_;
+    std::string nspace_;
     bool initialised_ = false;
 };
 

@@ -1,12 +1,14 @@
 // omni-train-demo: the reference trainer of slurm-omni. Data-parallel training of a two-layer
-// MLP regression on a deterministic synthetic dataset, ZeRO-1 sharded Adam, LR warmup and
+// MLP regression on a deterministic synthetic dataset, with the hidden layer optionally split
+// over M model-parallel ranks (--mp, tensor parallel), ZeRO-1 sharded Adam, LR warmup and
 // cosine decay, gradient accumulation, periodic checkpoints (libomni-ckpt) and a JSONL metrics
 // file with one line per optimizer step.
 //
-// Exactness: the loss of every step is bitwise the same for any data-parallel size and any
-// resize history. The ledger gives step k the same samples whatever the DP size; per-sample
-// gradients are summed in 64-bit fixed point (exact, order-free); Adam is element-wise. See
-// train/model.h.
+// Exactness: the loss of every step is bitwise the same for any data-parallel size, any
+// model-parallel size and any resize history. The ledger gives step k the same samples
+// whatever the DP size; the output sum over hidden units and per-sample gradients are summed
+// in 64-bit fixed point (exact, order-free, so the MP group's and the DP group's integer
+// allreduces give the single rank's sums); Adam is element-wise. See train/model.h.
 //
 // Under omni-launch it is one rank of an elastic job (libomni's runtime: PMIx, the
 // coordinator, resizes at step boundaries); without a coordinator it runs standalone as a
@@ -54,8 +56,9 @@ struct Options {
     std::uint64_t dataset_size = 131072, warmup = 20, ckpt_every = 0;
     double lr = 1e-2;
     std::uint64_t pace_ms = 0;
+    std::uint64_t mp = 1;        // --mp: model-parallel ranks per replica
     bool timestamps = false;
-    std::string ckpt, metrics, sample_log;
+    std::string ckpt, metrics, sample_log, layout_log;
     // Option parsing's notes, printed by rank 0 once the runtime knows the rank (every rank
     // parses the same command line and job environment, so each would print them).
     std::vector<std::string> notes;
@@ -91,18 +94,20 @@ omni::Status trim_metrics(const std::string &path, std::uint64_t upto) {
     return omni::Status::success();
 }
 
-// Every rank's parameters are the same after an optimizer step: each rank updated its own
-// ZeRO-1 range; an allgather of the (padded) ranges rebuilds the whole vector exactly.
+// The DP group's parameters (its MP slice) are the same on every member after an optimizer
+// step: each rank updated its own ZeRO-1 range; an allgather of the (padded) ranges rebuilds
+// the whole vector exactly.
 omni::Status gather_params(omni::launcher::Communicator &comm, std::vector<float> &params) {
     const int world = comm.size(), rank = comm.rank();
     if (world == 1) return omni::Status::success();
-    const std::size_t chunk = (kParams + world - 1) / world;
+    const std::size_t n = params.size();
+    const std::size_t chunk = (n + world - 1) / world;
     std::vector<float> send(chunk, 0.0f), recv(chunk * world);
-    const Range mine = shard_range(kParams, rank, world);
+    const Range mine = shard_range(n, rank, world);
     std::copy(params.begin() + mine.begin, params.begin() + mine.end, send.begin());
     if (auto st = comm.allgather(send.data(), recv.data(), chunk, omni::launcher::DType::fp32); !st) return st;
     for (int r = 0; r < world; ++r) {
-        const Range rr = shard_range(kParams, r, world);
+        const Range rr = shard_range(n, r, world);
         std::copy(recv.begin() + r * chunk, recv.begin() + r * chunk + rr.size(), params.begin() + rr.begin);
     }
     return omni::Status::success();
@@ -187,11 +192,18 @@ private:
         s_.lr.base = o_.lr;
         s_.lr.warmup = o_.warmup;
         s_.lr.total = o_.steps;
-        s_.params = init_params(o_.seed);
+        // The runtime knows the layout before start(): the MP slice this rank holds.
+        if (rt_.mp_size() != o_.mp)
+            return omni::make_error("--mp " + std::to_string(o_.mp) + ": the job runs " +
+                                    std::to_string(rt_.mp_size()) +
+                                    " model-parallel ranks per replica (OMNI_MP, sbatch --omni-mp); "
+                                    "give the trainer the job's value");
+        slice_ = Slice{static_cast<int>(rt_.mp_rank()), static_cast<int>(rt_.mp_size())};
+        s_.params = init_params(o_.seed, slice_);
         // The runtime owns the shard sizes: it resizes m and v at every reshape.
-        if (auto st = rt_.register_params(s_.params.data(), kParams); !st) return st;
+        if (auto st = rt_.register_params(s_.params.data(), s_.params.size()); !st) return st;
         for (auto *v : {&s_.adam.m, &s_.adam.v})
-            if (auto r = rt_.register_shard(v, kParams); !r) return omni::Error{r.error()};
+            if (auto r = rt_.register_shard(v, s_.params.size()); !r) return omni::Error{r.error()};
         if (auto st = rt_.configure_ledger({o_.dataset_size, o_.global_batch, o_.micro_batch, o_.seed}); !st)
             return st;
         auto started = rt_.start();
@@ -208,19 +220,24 @@ private:
                 std::cerr << kProg << ": resumed at step " << s_.step << " from " << o_.ckpt << "\n";
         }
         if (auto st = reopen_metrics(); !st) return st;
-        return open_sample_log();
+        if (auto st = open_sample_log(); !st) return st;
+        return open_layout_log();
     }
 
-    // This rank's ZeRO-1 slice of the optimizer state, for the current world.
+    // This rank's ZeRO-1 shard of its slice's optimizer state, for the current DP group.
     void reshard_optimizer() {
-        s_.adam.range = shard_range(kParams, static_cast<int>(rt_.rank()), static_cast<int>(rt_.world()));
+        s_.adam.range = shard_range(s_.params.size(), static_cast<int>(rt_.dp_rank()), static_cast<int>(rt_.dp_size()));
+    }
+
+    omni::train::StateRank state_rank() const {
+        return {static_cast<int>(rt_.rank()), slice_, static_cast<int>(rt_.dp_rank()), static_cast<int>(rt_.dp_size())};
     }
 
     // Loads the newest checkpoint into the registered buffers (a fresh start, or a rewind
     // after lost ranks). False when there is none.
     omni::Result<bool> load_newest() {
         TrainState c;
-        auto r = load_latest(o_.ckpt, static_cast<int>(rt_.rank()), static_cast<int>(rt_.world()), c);
+        auto r = load_latest(o_.ckpt, state_rank(), c);
         if (!r || !r.value()) return r;
         if (auto st = check_schedule(c.lr, s_.lr); !st) return omni::Error{st.error()};
         s_.step = c.step;
@@ -247,14 +264,31 @@ private:
 
     // --sample-log: the indices this rank trained on, "STEP GENERATION I I ...\n" per step, so
     // a test can check exactly which samples each epoch used. A step redone after a rewind
-    // has a higher generation than its lost first run. One file per process: HOST-PID.
+    // has a higher generation than its lost first run. One file per process: HOST-PID. With
+    // M > 1 only MP rank 0 of each replica writes (its MP peers train on the same samples).
     omni::Status open_sample_log() {
-        if (o_.sample_log.empty()) return omni::Status::success();
-        char host[256] = "";
-        if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "host");
-        const std::string path = o_.sample_log + "/" + host + "-" + std::to_string(getpid()) + ".samples";
+        if (o_.sample_log.empty() || rt_.mp_rank() != 0) return omni::Status::success();
+        const std::string path = o_.sample_log + "/" + process_name() + ".samples";
         sample_log_.open(path, std::ios::app);
         if (!sample_log_) return omni::make_error("--sample-log " + o_.sample_log + ": cannot write " + path);
+        return omni::Status::success();
+    }
+
+    static std::string process_name() {
+        char host[256] = "";
+        if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "host");
+        return std::string(host) + "-" + std::to_string(getpid());
+    }
+
+    // --layout-log: after every step, "STEP GENERATION UNIT SLOT MP_RANK MP_SIZE DP_RANK
+    // DP_SIZE FINGERPRINT\n", the fingerprint that of the parameters this rank holds (its MP
+    // slice), so that a test can check the groups and that every DP rank of a slice holds the
+    // same parameters after every resize. One file per process: HOST-PID.layout.
+    omni::Status open_layout_log() {
+        if (o_.layout_log.empty()) return omni::Status::success();
+        const std::string path = o_.layout_log + "/" + process_name() + ".layout";
+        layout_log_.open(path, std::ios::app);
+        if (!layout_log_) return omni::make_error("--layout-log " + o_.layout_log + ": cannot write " + path);
         return omni::Status::success();
     }
 
@@ -277,8 +311,9 @@ private:
         s_.data_epoch = rt_.ledger()->epoch();
         s_.data_seed = rt_.ledger()->config().seed;
         const int rank = static_cast<int>(rt_.rank()), world = static_cast<int>(rt_.world());
-        if (auto st = save_shard(o_.ckpt, s_, rank, world); !st) return st;
-        if (auto st = rt_.comm().barrier(); !st) return st;
+        if (auto st = save_shard(o_.ckpt, s_, state_rank()); !st) return st;
+        // Every rank of the generation, every MP index: on host buffers whatever the backend.
+        if (auto st = rt_.world_comm().barrier(); !st) return st;
         if (rank == 0) {
             auto c = commit_state(o_.ckpt, s_, world);
             if (!c) return omni::Error{c.error()};
@@ -287,7 +322,7 @@ private:
                 if (auto st = rt_.note_checkpoint(s_.step, c.value()); !st)
                     std::cerr << kProg << ": telling the coordinator of the checkpoint: " << st.error() << "\n";
         }
-        return rt_.comm().barrier();
+        return rt_.world_comm().barrier();
     }
 
     // The job stops because ranks were lost and too few are left: the lost ranks' optimizer
@@ -311,12 +346,23 @@ private:
     // and the parameters gathered. An error return is fatal; r.comm says whether a peer died.
     omni::Status compute_step(StepResult &r) {
         const auto *ledger = rt_.ledger();
-        Accum acc;
+        Accum acc(s_.params.size());
+        std::vector<double> hidden;
+        std::vector<std::int64_t> partial;
         for (std::uint32_t m = 0; m < ledger->grad_accum(); ++m) {
-            auto idx = ledger->micro_batch(rt_.rank(), m);
+            // The replica's samples: every MP rank of the replica has its DP rank.
+            auto idx = ledger->micro_batch(rt_.dp_rank(), m);
             if (!idx) return omni::Error{idx.error()};
             const std::vector<std::uint64_t> &ix = idx.value();
-            accumulate(s_.params, data_, ix.data(), ix.size(), acc);
+            // Tensor parallel: each MP rank computes its hidden units' part of every output;
+            // the group's exact sum of the parts completes the forward pass.
+            partial.assign(ix.size(), 0);
+            partial_outputs(s_.params, slice_, data_, ix.data(), ix.size(), hidden, partial.data(), acc.clamped);
+            if (rt_.mp_size() > 1 && r.comm)
+                r.comm = rt_.mp_comm().allreduce(partial.data(), partial.size(), omni::launcher::DType::i64,
+                                                 omni::launcher::ReduceOp::sum);
+            if (!r.comm) break;
+            accumulate(s_.params, slice_, data_, ix.data(), ix.size(), hidden, partial.data(), acc);
             for (std::uint64_t i : ix) {
                 if (sample_log_.is_open()) r.indices += " " + std::to_string(i);
                 r.seen[0] += 1;
@@ -362,6 +408,12 @@ private:
         if (sample_log_.is_open()) {
             sample_log_ << s_.step << " " << rt_.generation() << r.indices << "\n" << std::flush;
             if (!sample_log_) return omni::make_error("--sample-log " + o_.sample_log + ": write failed");
+        }
+        if (layout_log_.is_open()) {
+            layout_log_ << s_.step << " " << rt_.generation() << " " << rt_.unit() << " " << rt_.slot() << " "
+                        << rt_.mp_rank() << " " << rt_.mp_size() << " " << rt_.dp_rank() << " " << rt_.dp_size() << " "
+                        << omni::launcher::fingerprint(s_.params.data(), s_.params.size()) << "\n" << std::flush;
+            if (!layout_log_) return omni::make_error("--layout-log " + o_.layout_log + ": write failed");
         }
         if (!metrics_.is_open()) return omni::Status::success();
         char line[384];
@@ -435,7 +487,8 @@ private:
     omni::launcher::Runtime &rt_;
     const DataSpec data_;
     TrainState s_;
-    std::ofstream metrics_, sample_log_;
+    std::ofstream metrics_, sample_log_, layout_log_;
+    Slice slice_;
     int exit_code_ = 0;
 };
 
@@ -461,10 +514,11 @@ int main(int argc, char **argv) {
     Options o;
     po::options_description desc(
         "Usage: omni-train-demo [OPTIONS]\n\n"
-        "The slurm-omni reference trainer: a two-layer MLP regression, data parallel, ZeRO-1\n"
-        "Adam, warmup + cosine LR, gradient accumulation, checkpoints, JSONL metrics. The\n"
-        "loss of every step is bitwise the same for any DP size and resize history. Runs\n"
-        "standalone as one rank; resumes from the newest checkpoint in --ckpt.\n"
+        "The slurm-omni reference trainer: a two-layer MLP regression, data parallel with the\n"
+        "hidden layer split over --mp ranks (tensor parallel), ZeRO-1 Adam, warmup + cosine\n"
+        "LR, gradient accumulation, checkpoints, JSONL metrics. The loss of every step is\n"
+        "bitwise the same for any DP size, MP size and resize history. Runs standalone as one\n"
+        "rank; resumes from the newest checkpoint in --ckpt (written by any layout).\n"
         "In a job submitted with --omni-global-batch, --omni-micro-batch or --omni-ckpt, the\n"
         "job's values (OMNI_GLOBAL_BATCH, OMNI_MICRO_BATCH, OMNI_CKPT_DIR, OMNI_CKPT_EVERY)\n"
         "are the defaults of --global-batch, --micro-batch, --ckpt and --ckpt-every.\n\nOptions");
@@ -485,6 +539,7 @@ int main(int argc, char **argv) {
         {"warmup", &o.warmup, 0, kMaxCount, "steps of linear warmup"},
         {"ckpt-every", &o.ckpt_every, 0, kMaxCount, "checkpoint every N steps (0: only on SIGTERM)"},
         {"pace-ms", &o.pace_ms, 0, 3600000, "sleep this long in every step, as if computing (demos, tests)"},
+        {"mp", &o.mp, 1, kHidden, "model-parallel ranks per replica: the hidden layer's split (a divisor of 32; the job's OMNI_MP)"},
     };
     std::map<std::string, std::string> uint_text;
     desc.add_options()("help,h", "show this help and exit");
@@ -495,6 +550,8 @@ int main(int argc, char **argv) {
         ("ckpt", po::value<std::string>(&o.ckpt), "checkpoint root (resume from its newest checkpoint)")
         ("metrics", po::value<std::string>(&o.metrics), "JSONL metrics file, one line per step")
         ("timestamps", po::bool_switch(&o.timestamps), "add the wall-clock time_ms to every metrics line (benchmarks)")
+        ("layout-log", po::value<std::string>(&o.layout_log),
+         "directory: every rank appends its groups and a fingerprint of its parameters, a line per step, to a file of its own there (tests)")
         ("sample-log", po::value<std::string>(&o.sample_log),
          "directory: every rank appends the sample indices it trained on, a line per step, to a file of its own there (tests)");
     po::variables_map vm;
@@ -540,6 +597,13 @@ int main(int argc, char **argv) {
     if (o.global_batch > kMaxBatch)
         return usage_error(batch_from + " " + std::to_string(o.global_batch) + ": this trainer takes at most " +
                            std::to_string(kMaxBatch) + " samples a step");
+    if (vm["mp"].defaulted() && job.value().mp_given) o.mp = job.value().mp;
+    if (job.value().mp_given && o.mp != job.value().mp)  // before joining: nothing starts
+        return usage_error("--mp " + std::to_string(o.mp) + ": the job runs " + std::to_string(job.value().mp) +
+                           " model-parallel ranks per replica (OMNI_MP, sbatch --omni-mp); give the trainer the job's value");
+    if (!valid_mp(o.mp))
+        return usage_error("--mp " + std::to_string(o.mp) + ": expected a divisor of the " + std::to_string(kHidden) +
+                           " hidden units the ranks of a replica split (1, 2, 4, 8, 16 or 32)");
     if (!vm.count("ckpt") && job.value().ckpt_dir) o.ckpt = *job.value().ckpt_dir;
     if (vm["ckpt-every"].defaulted() && job.value().ckpt_dir) o.ckpt_every = job.value().ckpt_every;
     if (o.global_batch % o.micro_batch)

@@ -1,6 +1,8 @@
 // Reference trainer checkpoint I/O; see state_io.h.
 #include "train/state_io.h"
 
+#include <algorithm>
+
 #include "omni/ckpt_cpp.h"
 #include "train/model.h"
 
@@ -17,7 +19,7 @@ ck::Meta meta_of(const TrainState &s, int world) {
     m.step = s.step;
     m.generation = s.generation;
     m.world_size = static_cast<std::uint64_t>(world);
-    m.unit_layout = "omni-train-demo dp=" + std::to_string(world);
+    m.unit_layout = "omni-train-demo ranks=" + std::to_string(world);
     m.lr.kind = kLrKind;
     m.lr.base_lr = s.lr.base;
     m.lr.warmup_steps = s.lr.warmup;
@@ -28,33 +30,71 @@ ck::Meta meta_of(const TrainState &s, int world) {
     return m;
 }
 
+// A part of the slice's flat vector in one logical tensor: elements [begin, begin + length)
+// of tensor `tensor`, at `local` of the flat range it was cut from.
+struct Piece {
+    std::size_t tensor, begin, length, local;
+};
+
+// The pieces of the slice's flat range [from, to), cut at the tensors' borders; `local` is
+// counted from `from`. Replicated segments only for MP rank 0 when `owned_only`.
+std::vector<Piece> pieces_of(const Slice &sl, std::size_t from, std::size_t to, bool owned_only) {
+    std::vector<Piece> out;
+    for (const Segment &g : slice_segments(sl)) {
+        if (owned_only && g.replicated && sl.mp_rank != 0) continue;
+        const std::size_t a = std::max(from, g.local), b = std::min(to, g.local + g.length);
+        if (a < b) out.push_back({g.tensor, g.begin + (a - g.local), b - a, a - from});
+    }
+    return out;
+}
+
+std::string tensor_name(const char *group, std::size_t tensor) {
+    return std::string(group) + model_tensors()[tensor].name;
+}
+
+// The tensor must exist with the model's length: a checkpoint of another model (or of an
+// older omni-train-demo, which stored model/params) is refused by name.
+Status check_tensor(ck::Reader &r, const std::string &name, std::size_t length) {
+    const ck::TensorInfo *t = r.find(name);
+    if (!t) return make_error(r.path() + ": no tensor " + name + " (not a checkpoint of this omni-train-demo's model)");
+    if (t->shape.size() != 1 || t->shape[0] != length || t->dtype != ck::DType::fp32)
+        return make_error(r.path() + ": tensor " + name + " is not fp32 [" + std::to_string(length) +
+                          "]: the checkpoint holds another model, which no layout of this one can load");
+    return Status::success();
+}
+
 }  // namespace
 
-Status save_shard(const std::string &root, const TrainState &s, int rank, int world) {
-    (void)world;  // the shard range in s.adam already says which part this rank holds
+Status save_shard(const std::string &root, const TrainState &s, const StateRank &at) {
     ck::WriterOptions o;
     o.attempt = "g" + std::to_string(s.generation);
-    auto w = ck::ShardWriter::open(root, s.step, static_cast<std::uint32_t>(rank), o);
+    auto w = ck::ShardWriter::open(root, s.step, static_cast<std::uint32_t>(at.writer), o);
     if (!w) return Error{w.error()};
-    const ck::Shape p{kParams};
-    const Range r = s.adam.range;
-    if (rank == 0) {
-        if (auto st = w.value()->add_tensor("model/params", ck::DType::fp32, p, {0}, p, s.params.data(),
-                                            ck::Change::changed); !st)
-            return st;
-        const ck::Shape n{s.ledger_json.size()};
-        if (auto st = w.value()->add_tensor("trainer/ledger", ck::DType::uint8, n, {0}, n,
-                                            s.ledger_json.data(), ck::Change::changed); !st)
-            return st;
+    const Slice &sl = at.slice;
+    if (at.dp_rank == 0) {  // the slice's parameters, replicated over its DP group
+        for (const Piece &p : pieces_of(sl, 0, sl.params(), true)) {
+            const ck::Shape shape{model_tensors()[p.tensor].length};
+            if (auto st = w.value()->add_tensor(tensor_name("model/", p.tensor), ck::DType::fp32, shape, {p.begin},
+                                                {p.length}, s.params.data() + p.local, ck::Change::changed); !st)
+                return st;
+        }
+        if (sl.mp_rank == 0) {
+            const ck::Shape n{s.ledger_json.size()};
+            if (auto st = w.value()->add_tensor("trainer/ledger", ck::DType::uint8, n, {0}, n,
+                                                s.ledger_json.data(), ck::Change::changed); !st)
+                return st;
+        }
     }
-    if (r.size() > 0) {
-        for (auto [name, v] : {std::pair{"optim/adam_m", &s.adam.m}, std::pair{"optim/adam_v", &s.adam.v}})
-            if (auto st = w.value()->add_tensor(name, ck::DType::fp32, p, {r.begin}, {r.size()}, v->data(),
-                                                ck::Change::changed); !st)
+    const Range r = s.adam.range;
+    for (const Piece &p : pieces_of(sl, r.begin, r.end, true)) {
+        const ck::Shape shape{model_tensors()[p.tensor].length};
+        for (auto [group, v] : {std::pair{"optim/adam_m/", &s.adam.m}, std::pair{"optim/adam_v/", &s.adam.v}})
+            if (auto st = w.value()->add_tensor(tensor_name(group, p.tensor), ck::DType::fp32, shape, {p.begin},
+                                                {p.length}, v->data() + p.local, ck::Change::changed); !st)
                 return st;
     }
     ck::RankState rs;
-    rs.rank = static_cast<std::uint32_t>(rank);
+    rs.rank = static_cast<std::uint32_t>(at.writer);
     if (auto st = w.value()->add_rank_state(rs); !st) return st;
     return w.value()->finish();
 }
@@ -65,7 +105,7 @@ Result<std::string> commit_state(const std::string &root, const TrainState &s, i
     return ck::commit(root, static_cast<std::uint32_t>(world), meta_of(s, world), o);
 }
 
-Result<bool> load_latest(const std::string &root, int rank, int world, TrainState &s) {
+Result<bool> load_latest(const std::string &root, const StateRank &at, TrainState &s) {
     auto entries = ck::list(root);
     if (!entries) return false;  // no root yet: nothing to resume
     bool any = false;
@@ -84,16 +124,22 @@ Result<bool> load_latest(const std::string &root, int rank, int world, TrainStat
     s.lr.base = m.lr.base_lr;
     s.lr.warmup = m.lr.warmup_steps;
     s.lr.total = m.lr.total_steps;
-    s.params.assign(kParams, 0.0f);
-    if (auto st = r.read_all("model/params", s.params.data(), kParams * sizeof(float)); !st)
-        return Error{st.error()};
-    s.adam = AdamShard(shard_range(kParams, rank, world));
+    const Slice &sl = at.slice;
+    for (const TensorSpec &t : model_tensors())
+        for (const char *group : {"model/", "optim/adam_m/", "optim/adam_v/"})
+            if (auto st = check_tensor(r, std::string(group) + t.name, t.length); !st) return Error{st.error()};
+    s.params.assign(sl.params(), 0.0f);
+    for (const Piece &p : pieces_of(sl, 0, sl.params(), false))
+        if (auto st = r.read(tensor_name("model/", p.tensor), {p.begin}, {p.length}, s.params.data() + p.local,
+                             p.length * sizeof(float)); !st)
+            return Error{st.error()};
+    s.adam = AdamShard(shard_range(sl.params(), at.dp_rank, at.dp_size));
     const Range rg = s.adam.range;
-    if (rg.size() > 0) {
-        for (auto [name, v] : {std::pair{"optim/adam_m", &s.adam.m}, std::pair{"optim/adam_v", &s.adam.v}})
-            if (auto st = r.read(name, {rg.begin}, {rg.size()}, v->data(), rg.size() * sizeof(float)); !st)
+    for (const Piece &p : pieces_of(sl, rg.begin, rg.end, false))
+        for (auto [group, v] : {std::pair{"optim/adam_m/", &s.adam.m}, std::pair{"optim/adam_v/", &s.adam.v}})
+            if (auto st = r.read(tensor_name(group, p.tensor), {p.begin}, {p.length}, v->data() + p.local,
+                                 p.length * sizeof(float)); !st)
                 return Error{st.error()};
-    }
     const ck::TensorInfo *led = r.find("trainer/ledger");
     if (!led || led->shape.size() != 1 || led->shape[0] > (1u << 20))
         return make_error(r.path() + ": no trainer/ledger tensor of at most 1 MiB");

@@ -63,7 +63,7 @@ assert [m["rank"] for m in s["members"]] == [0, 1], s
 documented = {"phase", "generation", "units", "world", "unit_size", "min_units", "max_units",
               "target_units", "target_leave", "target_via", "boundary_step", "arrived", "last_step",
               "pending_joiners", "lost", "unit_ids", "members", "last_decision", "last_change",
-              "change_pause_ms", "global_batch", "micro_batch", "grad_accum", "samples_per_s",
+              "change_pause_ms", "global_batch", "micro_batch", "mp", "grad_accum", "samples_per_s",
               "changes", "last_resize", "unit_nodes", "last_checkpoint", "kv", "coordinator"}
 assert set(s) == documented, (sorted(set(s) - documented), sorted(documented - set(s)))
 assert all(set(m) == {"id", "unit", "slot", "rank", "node"} for m in s["members"]), s["members"]

@@ -138,7 +138,7 @@ TEST(RuntimeEnv, SecretIsRequiredWithACoordinator) {
     ASSERT_FALSE(bad);
 }
 
-TEST(RuntimeEnv, JobOptionsAreReadAndModelParallelismRefused) {
+TEST(RuntimeEnv, JobOptionsAndModelParallelSize) {
     Env e = coordinated();
     e.vars["OMNI_GLOBAL_BATCH"] = "48";
     e.vars["OMNI_MICRO_BATCH"] = "2";
@@ -149,8 +149,14 @@ TEST(RuntimeEnv, JobOptionsAreReadAndModelParallelismRefused) {
     e.vars["OMNI_UNIT_SIZE"] = "4";
     e.vars["OMNI_MP"] = "2";
     auto mp = runtime_options_from_env(e.lookup(), pmix(0, 1));
-    ASSERT_FALSE(mp);
-    EXPECT_NE(mp.error().find("OMNI_MP"), std::string::npos) << mp.error();
+    ASSERT_TRUE(mp) << mp.error();
+    EXPECT_EQ(mp.value().mp, 2u);
+    EXPECT_TRUE(mp.value().process.from_pmix);
+    // M must divide the unit: 3 ranks of a model-parallel group would straddle two units.
+    e.vars["OMNI_MP"] = "3";
+    auto bad = runtime_options_from_env(e.lookup(), pmix(0, 1));
+    ASSERT_FALSE(bad);
+    EXPECT_NE(bad.error().find("mp=3"), std::string::npos) << bad.error();
 }
 
 TEST(RuntimeHandoff, RangesAreContiguousAndBalanced) {

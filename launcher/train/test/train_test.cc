@@ -4,10 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
 
 #include "train/model.h"
 #include "train/optim.h"
+#include "train/state_io.h"
 
 using namespace omni::train;
 
@@ -172,4 +174,160 @@ TEST(TrainLoop, SameLossAndParamsForAnyDpSizeAndResizes) {
     const double first = std::accumulate(l.begin(), l.begin() + 10, 0.0) / 10;
     const double last = std::accumulate(l.end() - 10, l.end(), 0.0) / 10;
     EXPECT_LT(last, 0.5 * first) << "the model does not learn";
+}
+
+namespace {
+
+// Where each tensor starts in the whole model's flat vector (model.h: W1, b1, W2, b2).
+std::size_t tensor_start(std::size_t t) {
+    const std::size_t starts[4] = {0, std::size_t(kHidden) * kIn, std::size_t(kHidden) * (kIn + 1),
+                                   std::size_t(kHidden) * (kIn + 2)};
+    return starts[t];
+}
+
+// The slice's flat vector cut from a whole-model vector (the test's own copy of the layout
+// model.h describes: W1 rows, b1 part, W2 part, b2).
+std::vector<float> cut_slice(const std::vector<float> &whole, const Slice &s) {
+    std::vector<float> out;
+    const std::size_t h0 = s.h0(), h1 = s.h1();
+    for (std::size_t j = h0; j < h1; ++j)
+        for (std::size_t i = 0; i < std::size_t(kIn); ++i) out.push_back(whole[j * kIn + i]);
+    for (std::size_t j = h0; j < h1; ++j) out.push_back(whole[tensor_start(1) + j]);
+    for (std::size_t j = h0; j < h1; ++j) out.push_back(whole[tensor_start(2) + j]);
+    out.push_back(whole[tensor_start(3)]);
+    return out;
+}
+
+}  // namespace
+
+TEST(TrainModel, ModelParallelSlicesGiveTheWholeModelsSumsExactly) {
+    const DataSpec data{11, 5000};
+    // Not the initial values (b1 = 0 there): every parameter moved a little.
+    std::vector<float> whole = init_params(4);
+    for (std::size_t k = 0; k < whole.size(); ++k) whole[k] += 0.001f * float(int(k % 7) - 3);
+    const auto idx = iota_indices(100, 40);
+    Accum one;
+    accumulate(whole, data, idx.data(), idx.size(), one);
+    EXPECT_FALSE(valid_mp(3));
+    EXPECT_FALSE(valid_mp(0));
+    EXPECT_FALSE(valid_mp(64));
+    for (int M : {1, 2, 4, 8, 32}) {
+        ASSERT_TRUE(valid_mp(M));
+        std::vector<std::vector<float>> params;
+        std::vector<std::vector<double>> hidden(M);
+        std::vector<std::int64_t> total(idx.size(), 0);
+        std::uint64_t clamped = 0;
+        for (int m = 0; m < M; ++m) {
+            const Slice s{m, M};
+            params.push_back(cut_slice(whole, s));
+            ASSERT_EQ(params.back().size(), s.params());
+            EXPECT_EQ(init_params(4, s), cut_slice(init_params(4), s)) << "M=" << M << " m=" << m;
+            std::vector<std::int64_t> part(idx.size());
+            partial_outputs(params.back(), s, data, idx.data(), idx.size(), hidden[m], part.data(), clamped);
+            for (std::size_t i = 0; i < idx.size(); ++i) total[i] += part[i];  // the MP allreduce
+        }
+        for (int m = 0; m < M; ++m) {
+            const Slice s{m, M};
+            Accum acc(s.params());
+            accumulate(params[m], s, data, idx.data(), idx.size(), hidden[m], total.data(), acc);
+            // Every gradient sum and the loss sum, bit for bit the single rank's.
+            std::vector<std::int64_t> whole_sums(one.v.begin(), one.v.end() - 1);
+            std::vector<std::int64_t> mine(acc.v.begin(), acc.v.end() - 1), want;
+            const std::size_t h0 = s.h0(), h1 = s.h1();
+            for (std::size_t j = h0; j < h1; ++j)
+                for (std::size_t i = 0; i < std::size_t(kIn); ++i) want.push_back(whole_sums[j * kIn + i]);
+            for (std::size_t j = h0; j < h1; ++j) want.push_back(whole_sums[tensor_start(1) + j]);
+            for (std::size_t j = h0; j < h1; ++j) want.push_back(whole_sums[tensor_start(2) + j]);
+            want.push_back(whole_sums[tensor_start(3)]);
+            EXPECT_EQ(mine, want) << "M=" << M << " m=" << m;
+            EXPECT_EQ(acc.v.back(), one.v.back()) << "loss, M=" << M << " m=" << m;
+        }
+    }
+}
+
+TEST(TrainModel, SliceSegmentsCoverEveryTensorOnce) {
+    for (int M : {1, 2, 4, 16}) {
+        std::vector<std::vector<int>> owners;
+        for (const TensorSpec &t : model_tensors()) owners.emplace_back(t.length, 0);
+        for (int m = 0; m < M; ++m) {
+            std::size_t local = 0;
+            for (const Segment &g : slice_segments(Slice{m, M})) {
+                EXPECT_EQ(g.local, local) << "segments are the slice's vector in order";
+                local += g.length;
+                if (g.replicated && m != 0) continue;
+                for (std::size_t k = g.begin; k < g.begin + g.length; ++k) ++owners[g.tensor][k];
+            }
+            EXPECT_EQ(local, Slice({m, M}).params());
+        }
+        for (const auto &o : owners)
+            for (int c : o) ASSERT_EQ(c, 1) << "M=" << M;
+    }
+}
+
+namespace {
+
+// The logical values the checkpoint test writes: parameter k of the whole model, and its
+// two Adam moments.
+float lp(std::size_t k) { return 0.5f * float(k) + 0.25f; }
+float lm(std::size_t k) { return -float(k); }
+float lv(std::size_t k) { return 2.0f * float(k) + 1.0f; }
+
+std::vector<float> whole_of(float (*f)(std::size_t)) {
+    std::vector<float> w(kParams);
+    for (std::size_t k = 0; k < kParams; ++k) w[k] = f(k);
+    return w;
+}
+
+TrainState state_for(const StateRank &at) {
+    TrainState s;
+    s.step = 7;
+    s.generation = 2;
+    s.lr = LrSchedule{};
+    s.ledger_json = "{\"not\": \"read here\"}";
+    s.params = cut_slice(whole_of(lp), at.slice);
+    s.adam = AdamShard(shard_range(s.params.size(), at.dp_rank, at.dp_size));
+    const auto m = cut_slice(whole_of(lm), at.slice), v = cut_slice(whole_of(lv), at.slice);
+    for (std::size_t j = 0; j < s.adam.range.size(); ++j) {
+        s.adam.m[j] = m[s.adam.range.begin + j];
+        s.adam.v[j] = v[s.adam.range.begin + j];
+    }
+    return s;
+}
+
+}  // namespace
+
+TEST(TrainState, ACheckpointOfOneLayoutLoadsInAnother) {
+    char tmpl[] = "/tmp/omni-train-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    const std::string root = tmpl;
+    // Written by M = 2 x DP = 3: six writers, world ranks unit-major as the runtime numbers them.
+    int writer = 0;
+    for (int dp = 0; dp < 3; ++dp)
+        for (int m = 0; m < 2; ++m) {
+            const StateRank at{writer++, Slice{m, 2}, dp, 3};
+            auto st = save_shard(root, state_for(at), at);
+            ASSERT_TRUE(st) << st.error();
+        }
+    auto c = commit_state(root, state_for({0, Slice{0, 2}, 0, 3}), 6);
+    ASSERT_TRUE(c) << c.error();
+    // Read back at M = 1, 2, 4 and other DP sizes: every rank gets the logical values.
+    for (int M : {1, 2, 4})
+        for (int D : {1, 2, 5})
+            for (int m = 0; m < M; ++m)
+                for (int r = 0; r < D; ++r) {
+                    const StateRank at{0, Slice{m, M}, r, D};
+                    TrainState got;
+                    auto l = load_latest(root, at, got);
+                    ASSERT_TRUE(l) << l.error();
+                    ASSERT_TRUE(l.value());
+                    const TrainState want = state_for(at);
+                    EXPECT_EQ(got.step, 7u);
+                    EXPECT_EQ(got.params, want.params) << "M=" << M << " m=" << m;
+                    EXPECT_EQ(got.adam.range.begin, want.adam.range.begin);
+                    EXPECT_EQ(got.adam.m, want.adam.m) << "M=" << M << " m=" << m << " D=" << D << " r=" << r;
+                    EXPECT_EQ(got.adam.v, want.adam.v) << "M=" << M << " m=" << m << " D=" << D << " r=" << r;
+                    EXPECT_EQ(got.ledger_json, want.ledger_json);
+                }
+    std::string cmd = "rm -rf '" + root + "'";
+    EXPECT_EQ(std::system(cmd.c_str()), 0);
 }

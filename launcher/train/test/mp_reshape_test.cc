@@ -1,0 +1,261 @@
+// Model-parallel units through real reshapes: a coordinator on 127.0.0.1 and ranks as threads
+// (no PMIx here, so each unit's MP group meets through the coordinator). Units of N = 4 ranks
+// with M = 2: two replicas of two ranks per unit. 2 units -> 1 (planned shrink) -> 2 (a new
+// unit joins) -> STOP. The two MP slices hold vectors of different lengths, so that a hand-off
+// mixing slices could not go unnoticed. Expected groups come from the layout rule written out
+// here (slot % M, unit index * N/M + slot / M), expected shards from
+// omni::train::shard_range, not from the runtime.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "coord/client.h"
+#include "coord/coordinator.h"
+#include "coord/test/test_secret.h"
+#include "runtime/runtime.h"
+#include "train/optim.h"
+
+using namespace omni::launcher;
+
+namespace {
+
+const std::string kSecret = test_secret();
+constexpr std::uint32_t N = 4, M = 2;
+// The length of MP slice m's vectors: unequal, and odd, so shards differ in size too.
+std::size_t slice_len(std::uint32_t m) { return m == 0 ? 1001 : 777; }
+
+float param_at(std::uint32_t m, std::size_t i, std::uint64_t s) { return 0.25f * float(i) + float(s) + 5000.0f * float(m); }
+float mom_at(std::uint32_t m, std::size_t i, std::uint64_t s) { return 0.5f * float(i) - 1000.0f * float(s) - 7.0f * float(m); }
+
+std::vector<float> expected_shard(std::uint32_t m, std::uint64_t s, int dp_rank, int dp_size) {
+    const auto r = omni::train::shard_range(slice_len(m), dp_rank, dp_size);
+    std::vector<float> out;
+    for (std::size_t i = r.begin; i < r.end; ++i) out.push_back(mom_at(m, i, s));
+    return out;
+}
+
+class Phases {
+public:
+    void arrive_and_wait(int phase) {
+        std::unique_lock<std::mutex> lk(m_);
+        ++arrived_[phase];
+        cv_.notify_all();
+        cv_.wait_for(lk, std::chrono::seconds(60), [&] { return open_ >= phase; });
+    }
+    bool wait_arrived(int phase, int n) {
+        std::unique_lock<std::mutex> lk(m_);
+        return cv_.wait_for(lk, std::chrono::seconds(60), [&] { return arrived_[phase] >= n; });
+    }
+    void open(int phase) {
+        std::lock_guard<std::mutex> lk(m_);
+        open_ = phase;
+        cv_.notify_all();
+    }
+
+private:
+    std::mutex m_;
+    std::condition_variable cv_;
+    std::map<int, int> arrived_;
+    int open_ = 0;
+};
+
+// What one rank saw in one generation.
+struct Gen {
+    std::uint32_t world = 0, mp_rank = 0, mp_size = 0, dp_rank = 0, dp_size = 0;
+    int comm_size = 0, mp_comm_size = 0, world_comm_size = 0;
+    float dp_sum = 0, mp_sum = 0;  // allreduce of dp_rank+1 on comm(), of slot+1 on mp_comm()
+    std::vector<float> shard;       // after the change
+    std::vector<float> params;
+    std::uint32_t ledger_dp = 0, ga = 0;
+};
+struct Seen {
+    std::string error;
+    std::vector<Gen> gens;
+    std::vector<Outcome> outcomes;
+};
+
+std::string member(std::uint32_t unit, std::uint32_t slot) {
+    return "unit-" + std::to_string(unit) + "-s" + std::to_string(slot);
+}
+
+}  // namespace
+
+TEST(RuntimeModelParallel, GroupsAndSlicesSurviveShrinkAndGrow) {
+    CoordinatorConfig cfg;
+    cfg.bind = {"tcp://127.0.0.1:0"};
+    cfg.secret = kSecret;
+    cfg.protocol.unit_size = N;
+    cfg.protocol.initial_units = 2;
+    cfg.protocol.min_units = 1;
+    cfg.protocol.max_units = 2;
+    cfg.protocol.boundary_timeout_ms = 30000;
+    cfg.protocol.grow_wait_ms = 30000;
+    auto started = Coordinator::start(cfg);
+    ASSERT_TRUE(started) << started.error();
+    auto coord = std::move(started).value();
+    const std::string ep = coord->endpoints().front();
+    auto call = [&](Request r) {
+        auto cl = CoordinatorClient::connect(ep, kSecret);
+        ASSERT_TRUE(cl) << cl.error();
+        auto rep = cl.value()->call(r, 5000);
+        ASSERT_TRUE(rep) << rep.error();
+    };
+
+    Phases phases;
+    std::mutex seen_mu;
+    std::map<std::string, Seen> seen;
+    auto rank_thread = [&](std::uint32_t unit, std::uint32_t slot, bool original) {
+        Seen s;
+        auto finish = [&] {
+            if (!s.error.empty()) std::fprintf(stderr, "%s: %s\n", member(unit, slot).c_str(), s.error.c_str());
+            std::lock_guard<std::mutex> lk(seen_mu);
+            seen[member(unit, slot)] = s;
+        };
+        RuntimeOptions o;
+        o.endpoint = ep;
+        o.secret = kSecret;
+        o.member_id = member(unit, slot);
+        o.unit = unit;
+        o.slot = slot;
+        o.unit_size = N;
+        o.mp = M;
+        o.gloo_host = "127.0.0.1";
+        o.join_timeout_ms = o.boundary_timeout_ms = o.comm_timeout_ms = 30000;
+        o.job.global_batch = 12;
+        o.job.micro_batch = 1;
+        auto made = Runtime::create(o);
+        if (!made) return s.error = "create: " + made.error(), finish();
+        Runtime &rt = *made.value();
+        const std::uint32_t m = slot % M;  // the test's own rule
+        std::vector<float> params(slice_len(m), 0.0f), mom;
+        if (original)
+            for (std::size_t i = 0; i < params.size(); ++i) params[i] = param_at(m, i, 0);
+        if (auto st = rt.register_params(params.data(), params.size()); !st) return s.error = st.error(), finish();
+        if (auto r = rt.register_shard(&mom, slice_len(m)); !r) return s.error = r.error(), finish();
+        if (auto st = rt.configure_ledger({1000, 0, 0, 7}); !st) return s.error = st.error(), finish();
+        if (original) {
+            const auto r = rt.shard_range(slice_len(m));
+            for (std::size_t j = 0; j < r.size(); ++j) mom[j] = mom_at(m, r.begin + j, 0);
+        }
+        auto st0 = rt.start();
+        if (!st0) return s.error = "start: " + st0.error(), finish();
+        auto observe = [&] {
+            Gen g;
+            g.world = rt.world();
+            g.mp_rank = rt.mp_rank();
+            g.mp_size = rt.mp_size();
+            g.dp_rank = rt.dp_rank();
+            g.dp_size = rt.dp_size();
+            g.comm_size = rt.comm().size();
+            g.mp_comm_size = rt.mp_comm().size();
+            g.world_comm_size = rt.world_comm().size();
+            std::vector<float> x(5, float(rt.dp_rank() + 1)), y(3, float(slot + 1));
+            if (auto st = rt.comm().allreduce(x.data(), x.size(), DType::fp32, ReduceOp::sum); !st) s.error = st.error();
+            if (auto st = rt.mp_comm().allreduce(y.data(), y.size(), DType::fp32, ReduceOp::sum); !st) s.error = st.error();
+            g.dp_sum = x[0];
+            g.mp_sum = y[0];
+            g.shard = mom;
+            g.params = params;
+            g.ledger_dp = rt.ledger()->dp_size();
+            g.ga = rt.ledger()->grad_accum();
+            s.gens.push_back(g);
+        };
+        // An optimizer step: the slice's parameters and this rank's shard take step s's values.
+        auto step = [&](std::uint64_t st) {
+            for (std::size_t i = 0; i < params.size(); ++i) params[i] = param_at(m, i, st);
+            const auto r = rt.shard_range(slice_len(m));
+            for (std::size_t j = 0; j < r.size(); ++j) mom[j] = mom_at(m, r.begin + j, st);
+        };
+        observe();
+        for (std::uint64_t st = st0.value().step + 1; st <= 3; ++st) {
+            step(st);
+            phases.arrive_and_wait(static_cast<int>(st));
+            auto b = rt.boundary(st);
+            if (!b) return s.error = "boundary " + std::to_string(st) + ": " + b.error(), finish();
+            s.outcomes.push_back(b.value().outcome);
+            if (b.value().outcome == Outcome::Left || b.value().outcome == Outcome::Stop) break;
+            observe();
+        }
+        finish();
+    };
+
+    std::vector<std::thread> threads;
+    for (std::uint32_t u : {0u, 1u})
+        for (std::uint32_t sl = 0; sl < N; ++sl) threads.emplace_back(rank_thread, u, sl, true);
+    ASSERT_TRUE(phases.wait_arrived(1, 8));
+    Request shrink;
+    shrink.op = Op::Reshape;
+    shrink.units = 1;
+    call(shrink);
+    phases.open(1);
+    ASSERT_TRUE(phases.wait_arrived(2, 4));
+    Request grow;
+    grow.op = Op::Reshape;
+    grow.units = 2;
+    call(grow);
+    for (std::uint32_t sl = 0; sl < N; ++sl) threads.emplace_back(rank_thread, 2u, sl, false);
+    // The survivors' next boundary admits the new unit once all four of its ranks wait.
+    bool pending = false;
+    for (int i = 0; i < 1000 && !pending; ++i) {
+        auto cl = CoordinatorClient::connect(ep, kSecret);
+        Request r;
+        r.op = Op::Status;
+        auto st = cl ? cl.value()->call(r, 3000) : omni::Result<Reply>(omni::make_error("no client"));
+        pending = st && st.value().body["status"]["pending_joiners"].size() >= N;
+        if (!pending) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_TRUE(pending) << "the joining unit's ranks never reached the coordinator";
+    phases.open(2);
+    ASSERT_TRUE(phases.wait_arrived(3, 8));
+    Request stop;
+    stop.op = Op::Stop;
+    stop.reason = "test done";
+    call(stop);
+    phases.open(3);
+    for (auto &t : threads) t.join();
+    for (auto &[id, s] : seen) ASSERT_EQ(s.error, "") << id;
+
+    // Checks one generation as seen by (unit, slot): `units` in rank order, state of step st.
+    auto check = [&](const Gen &g, std::uint32_t unit, std::uint32_t slot,
+                     const std::vector<std::uint32_t> &units, std::uint64_t st) {
+        const std::uint32_t ui = static_cast<std::uint32_t>(
+            std::find(units.begin(), units.end(), unit) - units.begin());
+        const std::uint32_t m = slot % M, replica = slot / M;
+        const std::uint32_t dp = static_cast<std::uint32_t>(units.size()) * (N / M);
+        const std::string who = member(unit, slot) + " in a world of " + std::to_string(units.size() * N);
+        EXPECT_EQ(g.world, units.size() * N) << who;
+        EXPECT_EQ(g.mp_size, M) << who;
+        EXPECT_EQ(g.mp_rank, m) << who;
+        EXPECT_EQ(g.dp_size, dp) << who;
+        EXPECT_EQ(g.dp_rank, ui * (N / M) + replica) << who;
+        EXPECT_EQ(g.comm_size, int(dp)) << who;
+        EXPECT_EQ(g.mp_comm_size, int(M)) << who;
+        EXPECT_EQ(g.world_comm_size, int(units.size() * N)) << who;
+        EXPECT_EQ(g.dp_sum, float(dp * (dp + 1) / 2)) << who;
+        // The replica's MP group: slots 2k and 2k+1 of the unit.
+        EXPECT_EQ(g.mp_sum, float((replica * M + 1) + (replica * M + 2))) << who;
+        EXPECT_EQ(g.ledger_dp, dp) << who;
+        EXPECT_EQ(g.ga, 12u / dp) << who;
+        EXPECT_EQ(g.shard, expected_shard(m, st, int(g.dp_rank), int(dp))) << who;
+        std::vector<float> want(slice_len(m));
+        for (std::size_t i = 0; i < want.size(); ++i) want[i] = param_at(m, i, st);
+        EXPECT_EQ(g.params, want) << who;
+    };
+    for (std::uint32_t sl = 0; sl < N; ++sl) {
+        for (std::uint32_t u : {0u, 1u}) check(seen[member(u, sl)].gens.at(0), u, sl, {0, 1}, 0);
+        EXPECT_EQ(seen[member(1, sl)].outcomes, std::vector<Outcome>{Outcome::Left});
+        const Seen &s0 = seen[member(0, sl)];
+        ASSERT_EQ(s0.gens.size(), 3u) << member(0, sl);
+        check(s0.gens.at(1), 0, sl, {0}, 1);     // after the shrink: one unit, DP 2
+        check(s0.gens.at(2), 0, sl, {0, 2}, 2);  // after the grow: units 0 and 2, DP 4
+        const Seen &j = seen[member(2, sl)];
+        ASSERT_EQ(j.gens.size(), 1u) << member(2, sl);
+        check(j.gens.at(0), 2, sl, {0, 2}, 2);   // the joiner received its slice only
+        EXPECT_EQ(j.outcomes, std::vector<Outcome>{Outcome::Stop});
+    }
+}
