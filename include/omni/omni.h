@@ -96,7 +96,9 @@ int omni_init(void);
  * calling it mid-generation makes the others' next boundary see this rank as lost. */
 int omni_finalize(void);
 
-/* Who this rank is now (each changes only in omni_boundary). NULL outputs are skipped. */
+/* Who this rank is now (each changes only in omni_boundary). NULL outputs are skipped.
+ * omni_rank and omni_world_size count every rank of the generation; with model parallelism
+ * the data-parallel rank and size are omni_group_info(OMNI_GROUP_DP, ...). */
 int omni_rank(uint32_t *rank);
 int omni_world_size(uint32_t *world);
 int omni_unit(uint32_t *unit, uint32_t *slot);
@@ -107,17 +109,19 @@ int omni_standalone(int *standalone);
  * while this rank has no communicator: a joiner before omni_start, a rank after OMNI_LEFT. */
 const char *omni_backend(void);
 
-/* The replicated parameters: `count` fp32 values in the caller's memory, which must stay
- * valid until the next omni_register_params or omni_finalize. A joining rank receives them in
- * omni_start(); survivors send theirs at a RESHAPED boundary. Register before omni_start. */
+/* The parameters this rank holds, replicated over its DP group (with M > 1, its MP slice of
+ * the model): `count` fp32 values in the caller's memory, which must stay valid until the
+ * next omni_register_params or omni_finalize. A joining rank receives them in omni_start()
+ * from its DP group; survivors send theirs at a RESHAPED boundary. Register before
+ * omni_start. */
 int omni_register_params(float *params, size_t count);
 
 /* Adds an optimizer-state vector of logical length `length` (e.g. Adam's m or v for P
  * parameters) held ZeRO-1 style: this rank keeps elements [begin, begin+len) with
  * contiguous ranges whose sizes differ by at most one, lower ranks taking the larger ones
- * (see omni_state_shard). The runtime owns the shard's memory, zero-filled here. At a
- * RESHAPED boundary it re-partitions every vector among the new ranks over the communicator
- * (no disk). *index receives the vector's number (0, 1, ...). At most 64 vectors; before
+ * (see omni_state_shard), over the DP group (the ranks holding this MP slice). The runtime
+ * owns the shard's memory, zero-filled here. At a RESHAPED boundary it re-partitions every
+ * vector among the DP group's new ranks over its communicator (no disk). *index receives the vector's number (0, 1, ...). At most 64 vectors; before
  * omni_start only. */
 int omni_state_add(size_t length, size_t *index);
 
@@ -126,11 +130,12 @@ int omni_state_add(size_t length, size_t *index);
  * element count *count. Any output may be NULL. */
 int omni_state_shard(size_t index, float **data, size_t *begin, size_t *count);
 
-/* The runtime's ledger, DP rank omni_rank() of omni_world_size(). global_batch and
- * micro_batch 0 take OMNI_GLOBAL_BATCH / OMNI_MICRO_BATCH (1 when unset). The ledger is
- * committed in omni_boundary and resized at every reshape (GA = B / (b * world)); a joiner
+/* The runtime's ledger, DP rank and size of omni_group_info(OMNI_GROUP_DP): it hands samples
+ * to replicas, so the M ranks of one replica get the same ones. global_batch and micro_batch
+ * 0 take OMNI_GLOBAL_BATCH / OMNI_MICRO_BATCH (1 when unset). The ledger is committed in
+ * omni_boundary and resized at every reshape (GA = B / (b * DP)); a joiner
  * receives the survivors'. Before omni_start (later, omni_data_load restores a checkpoint's).
- * Errors: OMNI_EINVAL (B not divisible by b*world, bad sizes), OMNI_ESTATE (after start). */
+ * Errors: OMNI_EINVAL (B not divisible by b*DP, bad sizes), OMNI_ESTATE (after start). */
 int omni_data_configure(uint64_t dataset_size, uint64_t seed, uint64_t global_batch,
                         uint64_t micro_batch);
 /* GA for the current world. OMNI_ESTATE when no ledger is configured. */
@@ -187,21 +192,42 @@ int omni_request_stop(const char *reason);
  * Errors: OMNI_EINVAL (location), OMNI_ESTATE (standalone, not initialised), OMNI_ECOMM. */
 int omni_checkpoint_done(uint64_t step, const char *location);
 
-/* Collectives on the current communicator; every rank of the generation makes the same calls
- * with the same counts. Buffers: host memory (Gloo, standalone); device memory on the
- * communicator's CUDA stream with OMNI_COMM_BACKEND=nccl. bf16 is 16-bit storage
- * (uint16_t), reduced in fp32 and rounded to nearest even. Errors: OMNI_EINVAL (NULL buffer,
- * bad type/op/root), OMNI_ECOMM (a peer failed or timed out), OMNI_ESTATE (not initialised). */
-/* In place: every rank ends with the element-wise sum (or mean) over all ranks. */
-int omni_allreduce(void *buffer, size_t count, int dtype, int op);
-/* `buffer` of rank `root` copied to every rank. */
-int omni_broadcast(void *buffer, size_t count, int dtype, uint32_t root);
-/* recv[r*count .. (r+1)*count) = rank r's send; recv holds world*count elements. */
-int omni_allgather(const void *send, void *recv, size_t count, int dtype);
-/* send holds world*count elements; rank r receives the reduction of every rank's
+/* Groups (OMNI_MP = M, libomni(3) LAYOUTS): a unit of N ranks holds N/M replicas of M ranks.
+ *   OMNI_GROUP_DP     the data-parallel group: one rank per replica, the ranks holding this
+ *                     rank's model-parallel slice (MP index slot % M); rebuilt at every
+ *                     resize. With M = 1, every rank of the generation.
+ *   OMNI_GROUP_MP     this rank's replica: M ranks inside its unit, the same for the unit's
+ *                     life. With M = 1, this rank alone.
+ *   OMNI_GROUP_WORLD  every rank of the generation; host buffers whatever the backend (Gloo). */
+enum omni_group { OMNI_GROUP_DP = 0, OMNI_GROUP_MP = 1, OMNI_GROUP_WORLD = 2 };
+/* This rank's rank in `group` and the group's size. Errors: OMNI_EINVAL (unknown group),
+ * OMNI_ESTATE (not initialised). */
+int omni_group_info(int group, uint32_t *rank, uint32_t *size);
+
+/* Collectives on a group's current communicator; every rank of the group makes the same
+ * calls with the same counts. Buffers: host memory (Gloo, standalone, OMNI_GROUP_WORLD);
+ * device memory on the communicator's CUDA stream with OMNI_COMM_BACKEND=nccl (DP, and MP
+ * when M > 1; with M = 1 the MP group is this rank alone and its allgather and
+ * reduce_scatter copy with memmove: host buffers, or send == recv). bf16 is 16-bit storage
+ * (uint16_t), reduced in fp32 and rounded to nearest even. Ranks and sizes below are the
+ * group's. Errors: OMNI_EINVAL (NULL buffer, bad type/op/root, unknown group), OMNI_ECOMM (a
+ * peer failed or timed out), OMNI_ESTATE (not initialised). */
+/* In place: every rank ends with the element-wise sum (or mean) over the group. */
+int omni_group_allreduce(int group, void *buffer, size_t count, int dtype, int op);
+/* `buffer` of the group's rank `root` copied to every rank of the group. */
+int omni_group_broadcast(int group, void *buffer, size_t count, int dtype, uint32_t root);
+/* recv[r*count .. (r+1)*count) = rank r's send; recv holds size*count elements. */
+int omni_group_allgather(int group, const void *send, void *recv, size_t count, int dtype);
+/* send holds size*count elements; rank r receives the reduction of every rank's
  * send[r*count .. (r+1)*count) into recv (count elements). */
+int omni_group_reduce_scatter(int group, const void *send, void *recv, size_t count, int dtype, int op);
+/* Returns when every rank of the group has called it. */
+int omni_group_barrier(int group);
+/* The same on OMNI_GROUP_DP: what a data-parallel trainer uses. */
+int omni_allreduce(void *buffer, size_t count, int dtype, int op);
+int omni_broadcast(void *buffer, size_t count, int dtype, uint32_t root);
+int omni_allgather(const void *send, void *recv, size_t count, int dtype);
 int omni_reduce_scatter(const void *send, void *recv, size_t count, int dtype, int op);
-/* Returns when every rank of the generation has called it. */
 int omni_barrier(void);
 
 /* With OMNI_COMM_BACKEND=nccl: the collectives above run on `stream` (a cudaStream_t of

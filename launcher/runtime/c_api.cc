@@ -57,14 +57,21 @@ Runtime *get(const char *fn) {
 
 // The communicator of r, or null with OMNI_ESTATE set: a joiner named by an announced grow
 // has none until omni_start admits it.
-omni::launcher::Communicator *comm_of(Runtime *r, const char *fn) {
-    if (r->has_comm()) return &r->comm();
-    fail(OMNI_ESTATE, std::string(fn) +
-                          (r->started() ? ": this rank left the job at a planned shrink (OMNI_LEFT) "
-                                          "and has no communicator"
-                                        : ": this rank joins at an announced change and has no "
-                                          "communicator before omni_start"));
-    return nullptr;
+// The communicator of `group` (OMNI_GROUP_*) into *out: OMNI_OK, or the error (an unknown
+// group, a rank without communicators) with its message set.
+int comm_of(Runtime *r, int group, const char *fn, omni::launcher::Communicator **out) {
+    if (group != OMNI_GROUP_DP && group != OMNI_GROUP_MP && group != OMNI_GROUP_WORLD)
+        return fail(OMNI_EINVAL, std::string(fn) + ": unknown group " + std::to_string(group) +
+                                     " (expected OMNI_GROUP_DP, OMNI_GROUP_MP or OMNI_GROUP_WORLD)");
+    if (r->has_comm()) {
+        *out = group == OMNI_GROUP_DP ? &r->comm() : group == OMNI_GROUP_MP ? &r->mp_comm() : &r->world_comm();
+        return OMNI_OK;
+    }
+    return fail(OMNI_ESTATE, std::string(fn) +
+                                 (r->started() ? ": this rank left the job at a planned shrink (OMNI_LEFT) "
+                                                 "and has no communicator"
+                                               : ": this rank joins at an announced change and has no "
+                                                 "communicator before omni_start"));
 }
 
 bool dtype_of(int t, omni::launcher::DType &out) {
@@ -264,7 +271,7 @@ int omni_data_micro_batch(uint32_t micro, uint64_t *indices, size_t capacity, si
                                          std::to_string(capacity) + " is below the micro-batch " +
                                          std::to_string(b));
         if (!indices) return fail(OMNI_EINVAL, "omni_data_micro_batch: indices is NULL");
-        auto v = l->micro_batch(r->rank(), micro);
+        auto v = l->micro_batch(r->dp_rank(), micro);
         if (!v) return fail(OMNI_EINVAL, v.error());
         std::memcpy(indices, v.value().data(), v.value().size() * sizeof(uint64_t));
         return int(OMNI_OK);
@@ -382,7 +389,24 @@ int omni_boundary(uint64_t step, omni_decision *out) {
     });
 }
 
-int omni_allreduce(void *buffer, size_t count, int dtype, int op) {
+int omni_group_info(int group, uint32_t *rank, uint32_t *size) {
+    return guarded([&] {
+        auto *r = rt::get("omni_group_info");
+        if (!r) return int(OMNI_ESTATE);
+        std::uint32_t rk = 0, sz = 0;
+        if (group == OMNI_GROUP_DP) rk = r->dp_rank(), sz = r->dp_size();
+        else if (group == OMNI_GROUP_MP) rk = r->mp_rank(), sz = r->mp_size();
+        else if (group == OMNI_GROUP_WORLD) rk = r->rank(), sz = r->world();
+        else
+            return fail(OMNI_EINVAL, "omni_group_info: unknown group " + std::to_string(group) +
+                                         " (expected OMNI_GROUP_DP, OMNI_GROUP_MP or OMNI_GROUP_WORLD)");
+        if (rank) *rank = rk;
+        if (size) *size = sz;
+        return int(OMNI_OK);
+    });
+}
+
+int omni_group_allreduce(int group, void *buffer, size_t count, int dtype, int op) {
     return guarded([&] {
         auto *r = rt::get("omni_allreduce");
         if (!r) return int(OMNI_ESTATE);
@@ -392,13 +416,13 @@ int omni_allreduce(void *buffer, size_t count, int dtype, int op) {
             return fail(OMNI_EINVAL, "omni_allreduce: unknown dtype " + std::to_string(dtype) +
                                          " or op " + std::to_string(op));
         if (!buffer && count) return fail(OMNI_EINVAL, "omni_allreduce: buffer is NULL");
-        auto *c = rt::comm_of(r, "omni_allreduce");
-        if (!c) return int(OMNI_ESTATE);
+        omni::launcher::Communicator *c = nullptr;
+        if (int rc = rt::comm_of(r, group, "omni_allreduce", &c); rc != OMNI_OK) return rc;
         return rt::comm_result(c->allreduce(buffer, count, t, o));
     });
 }
 
-int omni_broadcast(void *buffer, size_t count, int dtype, uint32_t root) {
+int omni_group_broadcast(int group, void *buffer, size_t count, int dtype, uint32_t root) {
     return guarded([&] {
         auto *r = rt::get("omni_broadcast");
         if (!r) return int(OMNI_ESTATE);
@@ -406,16 +430,16 @@ int omni_broadcast(void *buffer, size_t count, int dtype, uint32_t root) {
         if (!rt::dtype_of(dtype, t))
             return fail(OMNI_EINVAL, "omni_broadcast: unknown dtype " + std::to_string(dtype));
         if (!buffer && count) return fail(OMNI_EINVAL, "omni_broadcast: buffer is NULL");
-        if (root >= r->world())
+        omni::launcher::Communicator *c = nullptr;
+        if (int rc = rt::comm_of(r, group, "omni_broadcast", &c); rc != OMNI_OK) return rc;
+        if (root >= static_cast<std::uint32_t>(c->size()))
             return fail(OMNI_EINVAL, "omni_broadcast: root " + std::to_string(root) +
-                                         " is not a rank of " + std::to_string(r->world()));
-        auto *c = rt::comm_of(r, "omni_broadcast");
-        if (!c) return int(OMNI_ESTATE);
+                                         " is not a rank of the group's " + std::to_string(c->size()));
         return rt::comm_result(c->broadcast(buffer, count, t, static_cast<int>(root)));
     });
 }
 
-int omni_allgather(const void *send, void *recv, size_t count, int dtype) {
+int omni_group_allgather(int group, const void *send, void *recv, size_t count, int dtype) {
     return guarded([&] {
         auto *r = rt::get("omni_allgather");
         if (!r) return int(OMNI_ESTATE);
@@ -423,13 +447,13 @@ int omni_allgather(const void *send, void *recv, size_t count, int dtype) {
         if (!rt::dtype_of(dtype, t))
             return fail(OMNI_EINVAL, "omni_allgather: unknown dtype " + std::to_string(dtype));
         if ((!send || !recv) && count) return fail(OMNI_EINVAL, "omni_allgather: NULL buffer");
-        auto *c = rt::comm_of(r, "omni_allgather");
-        if (!c) return int(OMNI_ESTATE);
+        omni::launcher::Communicator *c = nullptr;
+        if (int rc = rt::comm_of(r, group, "omni_allgather", &c); rc != OMNI_OK) return rc;
         return rt::comm_result(c->allgather(send, recv, count, t));
     });
 }
 
-int omni_reduce_scatter(const void *send, void *recv, size_t count, int dtype, int op) {
+int omni_group_reduce_scatter(int group, const void *send, void *recv, size_t count, int dtype, int op) {
     return guarded([&] {
         auto *r = rt::get("omni_reduce_scatter");
         if (!r) return int(OMNI_ESTATE);
@@ -439,11 +463,36 @@ int omni_reduce_scatter(const void *send, void *recv, size_t count, int dtype, i
             return fail(OMNI_EINVAL, "omni_reduce_scatter: unknown dtype " +
                                          std::to_string(dtype) + " or op " + std::to_string(op));
         if ((!send || !recv) && count) return fail(OMNI_EINVAL, "omni_reduce_scatter: NULL buffer");
-        auto *c = rt::comm_of(r, "omni_reduce_scatter");
-        if (!c) return int(OMNI_ESTATE);
+        omni::launcher::Communicator *c = nullptr;
+        if (int rc = rt::comm_of(r, group, "omni_reduce_scatter", &c); rc != OMNI_OK) return rc;
         return rt::comm_result(c->reduce_scatter(send, recv, count, t, o));
     });
 }
+
+int omni_group_barrier(int group) {
+    return guarded([&] {
+        auto *r = rt::get("omni_barrier");
+        if (!r) return int(OMNI_ESTATE);
+        omni::launcher::Communicator *c = nullptr;
+        if (int rc = rt::comm_of(r, group, "omni_barrier", &c); rc != OMNI_OK) return rc;
+        return rt::comm_result(c->barrier());
+    });
+}
+
+// The data-parallel group's: what trainers without model parallelism use.
+int omni_allreduce(void *buffer, size_t count, int dtype, int op) {
+    return omni_group_allreduce(OMNI_GROUP_DP, buffer, count, dtype, op);
+}
+int omni_broadcast(void *buffer, size_t count, int dtype, uint32_t root) {
+    return omni_group_broadcast(OMNI_GROUP_DP, buffer, count, dtype, root);
+}
+int omni_allgather(const void *send, void *recv, size_t count, int dtype) {
+    return omni_group_allgather(OMNI_GROUP_DP, send, recv, count, dtype);
+}
+int omni_reduce_scatter(const void *send, void *recv, size_t count, int dtype, int op) {
+    return omni_group_reduce_scatter(OMNI_GROUP_DP, send, recv, count, dtype, op);
+}
+int omni_barrier(void) { return omni_group_barrier(OMNI_GROUP_DP); }
 
 int omni_set_cuda_stream(void *stream) {
     return guarded([&] {
@@ -451,16 +500,6 @@ int omni_set_cuda_stream(void *stream) {
         if (!r) return int(OMNI_ESTATE);
         auto st = r->set_cuda_stream(stream);
         return st ? int(OMNI_OK) : fail(OMNI_EINVAL, "omni_set_cuda_stream: " + st.error());
-    });
-}
-
-int omni_barrier(void) {
-    return guarded([&] {
-        auto *r = rt::get("omni_barrier");
-        if (!r) return int(OMNI_ESTATE);
-        auto *c = rt::comm_of(r, "omni_barrier");
-        if (!c) return int(OMNI_ESTATE);
-        return rt::comm_result(c->barrier());
     });
 }
 

@@ -58,6 +58,23 @@ TEST(RuntimeCApi, StandaloneWithNoEnvironment) {
     EXPECT_EQ(gen, 1u);
     EXPECT_EQ(standalone, 1);
     EXPECT_STREQ(omni_backend(), "solo");
+    // One rank: every group is this rank alone.
+    for (int g : {OMNI_GROUP_DP, OMNI_GROUP_MP, OMNI_GROUP_WORLD}) {
+        uint32_t grank = 9, gsize = 9;
+        ASSERT_EQ(omni_group_info(g, &grank, &gsize), OMNI_OK) << omni_last_error();
+        EXPECT_EQ(grank, 0u);
+        EXPECT_EQ(gsize, 1u);
+        float x[2] = {1.5f, 2.5f};
+        EXPECT_EQ(omni_group_allreduce(g, x, 2, OMNI_FP32, OMNI_SUM), OMNI_OK) << omni_last_error();
+        EXPECT_EQ(x[1], 2.5f);
+        EXPECT_EQ(omni_group_barrier(g), OMNI_OK);
+        EXPECT_EQ(omni_group_broadcast(g, x, 2, OMNI_FP32, 1), OMNI_EINVAL);  // root 1 of a group of 1
+        EXPECT_NE(std::string(omni_last_error()).find("root 1"), std::string::npos) << omni_last_error();
+    }
+    EXPECT_EQ(omni_group_info(7, nullptr, nullptr), OMNI_EINVAL);
+    EXPECT_NE(std::string(omni_last_error()).find("unknown group 7"), std::string::npos) << omni_last_error();
+    float y = 1;
+    EXPECT_EQ(omni_group_allreduce(-1, &y, 1, OMNI_FP32, OMNI_SUM), OMNI_EINVAL);
     // No job to stop; a reason outside 1..64 characters is refused before that.
     EXPECT_EQ(omni_request_stop(std::string(65, 'x').c_str()), OMNI_EINVAL);
     EXPECT_EQ(omni_request_stop(""), OMNI_EINVAL);
