@@ -8,7 +8,11 @@
 //  restart  the same span when the job instead stops at that boundary, every rank writes
 //           its shard of a libomni-ckpt checkpoint (fsync'd), a fresh coordinator and ranks
 //           start, load the checkpoint and rendezvous. Process and srun start-up are not
-//           counted, so the baseline is a lower bound and the ratio is conservative.
+//           counted, so the baseline is a lower bound and the ratio is conservative;
+//  MP       the pause of 2 -> 1 and 1 -> 2 units of 2 ranks with M = 2 (each rank holds half
+//           the model and its optimizer shards over its slice's DP group) next to M = 1 (each
+//           rank the whole model), the same total state; with M = 2 the MP groups meet
+//           through the coordinator here (threads, no PMIx).
 // A benchmark: it prints what it measured side by side; it does not pass or fail.
 #include <algorithm>
 #include <chrono>
@@ -18,6 +22,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <tuple>
 
 #include <unistd.h>
 
@@ -44,11 +49,11 @@ double ms(Clock::time_point a, Clock::time_point b) {
     std::exit(1);
 }
 
-std::unique_ptr<Coordinator> coordinator(std::uint32_t initial, std::uint32_t max) {
+std::unique_ptr<Coordinator> coordinator(std::uint32_t initial, std::uint32_t max, std::uint32_t unit_size = 1) {
     CoordinatorConfig cfg;
     cfg.bind = {"tcp://127.0.0.1:0"};
     cfg.secret = kSecret;
-    cfg.protocol.unit_size = 1;
+    cfg.protocol.unit_size = unit_size;
     cfg.protocol.initial_units = initial;
     cfg.protocol.min_units = 1;
     cfg.protocol.max_units = max;
@@ -59,12 +64,20 @@ std::unique_ptr<Coordinator> coordinator(std::uint32_t initial, std::uint32_t ma
     return std::move(c).value();
 }
 
-RuntimeOptions options(const std::string &ep, std::uint32_t unit) {
+// Units of `unit_size` ranks with M = mp.
+struct Shape {
+    std::uint32_t unit_size = 1, mp = 1;
+};
+
+RuntimeOptions options(const std::string &ep, std::uint32_t unit, std::uint32_t slot = 0, Shape shape = {}) {
     RuntimeOptions o;
     o.endpoint = ep;
     o.secret = kSecret;
-    o.member_id = "bench-" + std::to_string(unit);
+    o.member_id = "bench-" + std::to_string(unit) + "-" + std::to_string(slot);
     o.unit = unit;
+    o.slot = slot;
+    o.unit_size = shape.unit_size;
+    o.mp = shape.mp;
     o.join_timeout_ms = o.boundary_timeout_ms = o.comm_timeout_ms = 60000;
     o.job.global_batch = 12;  // divisible by 1..4
     o.job.micro_batch = 1;
@@ -136,18 +149,21 @@ struct State {
     std::vector<float> params, m, v;
 };
 
-void setup(Runtime &rt, State &s) {
-    s.params.assign(P, 1.0f);
-    if (auto st = rt.register_params(s.params.data(), P); !st) die(st.error());
-    if (!rt.register_shard(&s.m, P) || !rt.register_shard(&s.v, P)) die("register_shard");
+// A rank holds its MP slice: P / M parameters and their moments.
+void setup(Runtime &rt, State &s, std::uint32_t mp = 1) {
+    const std::size_t n = P / mp;
+    s.params.assign(n, 1.0f);
+    if (auto st = rt.register_params(s.params.data(), n); !st) die(st.error());
+    if (!rt.register_shard(&s.m, n) || !rt.register_shard(&s.v, n)) die("register_shard");
     if (auto st = rt.configure_ledger({1u << 20, 0, 0, 1}); !st) die(st.error());
 }
 
 // A rank of unit `u` with the benchmark's state registered (not yet started).
-std::unique_ptr<Runtime> make_rank(const std::string &ep, std::uint32_t u, State &s) {
-    auto rt = Runtime::create(options(ep, u));
+std::unique_ptr<Runtime> make_rank(const std::string &ep, std::uint32_t u, State &s, std::uint32_t slot = 0,
+                                   Shape shape = {}) {
+    auto rt = Runtime::create(options(ep, u, slot, shape));
     if (!rt) die(rt.error());
-    setup(*rt.value(), s);
+    setup(*rt.value(), s, shape.mp);
     return std::move(rt).value();
 }
 
@@ -182,35 +198,38 @@ double span(Times &t, std::uint64_t k) {
     return ms(*std::max_element(e.begin(), e.end()), *std::max_element(f.begin(), f.end()));
 }
 
-// A planned resize from `from` to `to` ranks at boundary 3; returns the pause in ms.
-double planned(std::uint32_t from, std::uint32_t to, Times *steady) {
-    auto coord = coordinator(from, std::max(from, to));
+// A planned resize from `from` to `to` units at boundary 3; returns the pause in ms.
+double planned(std::uint32_t from, std::uint32_t to, Times *steady, Shape shape = {}) {
+    auto coord = coordinator(from, std::max(from, to), shape.unit_size);
     const std::string ep = coord->endpoints().front();
     Gate gate;
     Times t;
-    const std::uint64_t k = 3, last = 40;
+    const std::uint64_t k = 3, last = shape.unit_size > 1 ? 8 : 40;
+    const std::uint32_t n = shape.unit_size;
     std::vector<std::thread> threads;
     for (std::uint32_t u = 0; u < from; ++u)
-        threads.emplace_back([&, u] {
-            State s;
-            auto rt = make_rank(ep, u, s);
-            if (auto st = rt->start(); !st) die(st.error());
-            rank_loop(*rt, gate, t, 1, k, true);
-        });
-    auto joiner = [&](std::uint32_t u) {  // admitted at boundary k
+        for (std::uint32_t sl = 0; sl < n; ++sl)
+            threads.emplace_back([&, u, sl] {
+                State s;
+                auto rt = make_rank(ep, u, s, sl, shape);
+                if (auto st = rt->start(); !st) die(st.error());
+                rank_loop(*rt, gate, t, 1, k, true);
+            });
+    auto joiner = [&](std::uint32_t u, std::uint32_t sl) {  // admitted at boundary k
         State s;
-        auto rt = make_rank(ep, u, s);
+        auto rt = make_rank(ep, u, s, sl, shape);
         auto st = rt->start();
         if (!st) die(st.error());
         rank_loop(*rt, gate, t, st.value().step + 1, k, false);
     };
     for (std::uint64_t step = 1; step <= last; ++step) {
-        gate.wait_arrived(step, static_cast<int>(step <= k ? from : to));
+        gate.wait_arrived(step, static_cast<int>((step <= k ? from : to) * n));
         // Joiners start once the first generation has formed, so they cannot take part in it.
         if (step == 1)
-            for (std::uint32_t u = from; u < to; ++u) threads.emplace_back(joiner, u);
+            for (std::uint32_t u = from; u < to; ++u)
+                for (std::uint32_t sl = 0; sl < n; ++sl) threads.emplace_back(joiner, u, sl);
         if (step == k) {
-            if (to > from) wait_pending(ep, to - from);
+            if (to > from) wait_pending(ep, (to - from) * n);
             request(ep, Op::Reshape, to);
         }
         if (step == last) request(ep, Op::Stop);
@@ -338,9 +357,14 @@ int main(int argc, char **argv) {
     P = static_cast<std::size_t>(mib * 1048576.0 / 12.0);
     std::printf("state: %.0f MiB (P = %zu fp32 parameters + Adam m, v as ZeRO-1 shards), Gloo on 127.0.0.1, "
                 "%d repetitions, medians\n", mib, P, reps);
-    std::vector<double> shrink, grow, rs_shrink, rs_grow;
+    std::vector<double> shrink, grow, rs_shrink, rs_grow, mp1_shrink, mp1_grow, mp2_shrink, mp2_grow;
     Times steady;
     for (int r = 0; r < reps; ++r) {
+        // Alternated, so that drift in the machine's speed falls on both sides alike.
+        mp1_shrink.push_back(planned(2, 1, nullptr, {2, 1}));
+        mp2_shrink.push_back(planned(2, 1, nullptr, {2, 2}));
+        mp1_grow.push_back(planned(1, 2, nullptr, {2, 1}));
+        mp2_grow.push_back(planned(1, 2, nullptr, {2, 2}));
         shrink.push_back(planned(4, 2, &steady));
         grow.push_back(planned(2, 4, nullptr));
         char root[4096];
@@ -358,6 +382,13 @@ int main(int argc, char **argv) {
     std::printf("  %-26s %10.1f %17.1f ms %7.1fx\n", "2 -> 4 ranks (grow)", g, rg, rg / g);
     std::printf("  (restart here: checkpoint, new coordinator and ranks in this process, load, rendezvous;\n"
                 "   without process/srun/PMIx start. Restart vs resize through Slurm: make bench-cluster)\n");
+    std::printf("  model-parallel units of 2 ranks, same state: pause ms, M=1 | M=2 | M=2/M=1  [<= 1.5x]\n");
+    for (auto [name, one, two] : {std::tuple{"2 -> 1 units (shrink)", &mp1_shrink, &mp2_shrink},
+                                  std::tuple{"1 -> 2 units (grow)", &mp1_grow, &mp2_grow}}) {
+        const double a = median(*one), c = median(*two);
+        std::printf("  %-26s %10.1f %10.1f %7.2fx  (M=2 runs: %.1f..%.1f ms)\n", name, a, c, c / a,
+                    *std::min_element(two->begin(), two->end()), *std::max_element(two->begin(), two->end()));
+    }
     const double b = median(steady.boundary_ms);
     std::printf("  boundary without change (4 ranks, %zu samples): median %.3f ms = %.2f%% of a 100 ms step  [<= 1%%]\n",
                 steady.boundary_ms.size(), b, b / 100.0 * 100.0);
