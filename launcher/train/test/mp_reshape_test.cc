@@ -1,7 +1,7 @@
 // Model-parallel units through real reshapes: a coordinator on 127.0.0.1 and ranks as threads
 // (no PMIx here, so each unit's MP group meets through the coordinator). Units of N = 4 ranks
-// with M = 2: two replicas of two ranks per unit. 2 units -> 1 (planned shrink) -> 2 (a new
-// unit joins) -> STOP. The two MP slices hold vectors of different lengths, so that a hand-off
+// with M = 1, 2 and 4 (four replicas of one rank, two of two, one of four per unit). 2 units
+// -> 1 (planned shrink) -> 2 (a new unit joins) -> STOP. The two MP slices hold vectors of different lengths, so that a hand-off
 // mixing slices could not go unnoticed. Expected groups come from the layout rule written out
 // here (slot % M, unit index * N/M + slot / M), expected shards from
 // omni::train::shard_range, not from the runtime.
@@ -19,15 +19,16 @@
 #include "coord/test/test_secret.h"
 #include "runtime/runtime.h"
 #include "train/optim.h"
+#include "train/test/phases.h"
 
 using namespace omni::launcher;
 
 namespace {
 
 const std::string kSecret = test_secret();
-constexpr std::uint32_t N = 4, M = 2;
+constexpr std::uint32_t N = 4;
 // The length of MP slice m's vectors: unequal, and odd, so shards differ in size too.
-std::size_t slice_len(std::uint32_t m) { return m == 0 ? 1001 : 777; }
+std::size_t slice_len(std::uint32_t m) { return 1001 - 224 * m; }
 
 float param_at(std::uint32_t m, std::size_t i, std::uint64_t s) { return 0.25f * float(i) + float(s) + 5000.0f * float(m); }
 float mom_at(std::uint32_t m, std::size_t i, std::uint64_t s) { return 0.5f * float(i) - 1000.0f * float(s) - 7.0f * float(m); }
@@ -38,31 +39,6 @@ std::vector<float> expected_shard(std::uint32_t m, std::uint64_t s, int dp_rank,
     for (std::size_t i = r.begin; i < r.end; ++i) out.push_back(mom_at(m, i, s));
     return out;
 }
-
-class Phases {
-public:
-    void arrive_and_wait(int phase) {
-        std::unique_lock<std::mutex> lk(m_);
-        ++arrived_[phase];
-        cv_.notify_all();
-        cv_.wait_for(lk, std::chrono::seconds(60), [&] { return open_ >= phase; });
-    }
-    bool wait_arrived(int phase, int n) {
-        std::unique_lock<std::mutex> lk(m_);
-        return cv_.wait_for(lk, std::chrono::seconds(60), [&] { return arrived_[phase] >= n; });
-    }
-    void open(int phase) {
-        std::lock_guard<std::mutex> lk(m_);
-        open_ = phase;
-        cv_.notify_all();
-    }
-
-private:
-    std::mutex m_;
-    std::condition_variable cv_;
-    std::map<int, int> arrived_;
-    int open_ = 0;
-};
 
 // What one rank saw in one generation.
 struct Gen {
@@ -85,7 +61,10 @@ std::string member(std::uint32_t unit, std::uint32_t slot) {
 
 }  // namespace
 
-TEST(RuntimeModelParallel, GroupsAndSlicesSurviveShrinkAndGrow) {
+class RuntimeModelParallel : public ::testing::TestWithParam<std::uint32_t> {};
+
+TEST_P(RuntimeModelParallel, GroupsAndSlicesSurviveShrinkAndGrow) {
+    const std::uint32_t M = GetParam();
     CoordinatorConfig cfg;
     cfg.bind = {"tcp://127.0.0.1:0"};
     cfg.secret = kSecret;
@@ -106,7 +85,7 @@ TEST(RuntimeModelParallel, GroupsAndSlicesSurviveShrinkAndGrow) {
         ASSERT_TRUE(rep) << rep.error();
     };
 
-    Phases phases;
+    Phases phases(std::chrono::seconds(60));
     std::mutex seen_mu;
     std::map<std::string, Seen> seen;
     auto rank_thread = [&](std::uint32_t unit, std::uint32_t slot, bool original) {
@@ -126,7 +105,7 @@ TEST(RuntimeModelParallel, GroupsAndSlicesSurviveShrinkAndGrow) {
         o.mp = M;
         o.gloo_host = "127.0.0.1";
         o.join_timeout_ms = o.boundary_timeout_ms = o.comm_timeout_ms = 30000;
-        o.job.global_batch = 12;
+        o.job.global_batch = 24;  // whole GA for DP 1, 2, 4 and 8
         o.job.micro_batch = 1;
         auto made = Runtime::create(o);
         if (!made) return s.error = "create: " + made.error(), finish();
@@ -237,10 +216,12 @@ TEST(RuntimeModelParallel, GroupsAndSlicesSurviveShrinkAndGrow) {
         EXPECT_EQ(g.mp_comm_size, int(M)) << who;
         EXPECT_EQ(g.world_comm_size, int(units.size() * N)) << who;
         EXPECT_EQ(g.dp_sum, float(dp * (dp + 1) / 2)) << who;
-        // The replica's MP group: slots 2k and 2k+1 of the unit.
-        EXPECT_EQ(g.mp_sum, float((replica * M + 1) + (replica * M + 2))) << who;
+        // The replica's MP group: slots k*M .. k*M+M-1 of the unit.
+        float mp_sum = 0;
+        for (std::uint32_t i = 0; i < M; ++i) mp_sum += float(replica * M + i + 1);
+        EXPECT_EQ(g.mp_sum, mp_sum) << who;
         EXPECT_EQ(g.ledger_dp, dp) << who;
-        EXPECT_EQ(g.ga, 12u / dp) << who;
+        EXPECT_EQ(g.ga, 24u / dp) << who;
         EXPECT_EQ(g.shard, expected_shard(m, st, int(g.dp_rank), int(dp))) << who;
         std::vector<float> want(slice_len(m));
         for (std::size_t i = 0; i < want.size(); ++i) want[i] = param_at(m, i, st);
@@ -259,3 +240,5 @@ TEST(RuntimeModelParallel, GroupsAndSlicesSurviveShrinkAndGrow) {
         EXPECT_EQ(j.outcomes, std::vector<Outcome>{Outcome::Stop});
     }
 }
+
+INSTANTIATE_TEST_SUITE_P(OneTwoFour, RuntimeModelParallel, ::testing::Values(1u, 2u, 4u));

@@ -16,6 +16,7 @@
 #include "coord/test/test_secret.h"
 #include "runtime/runtime.h"
 #include "train/optim.h"
+#include "train/test/phases.h"
 
 using namespace omni::launcher;
 
@@ -142,32 +143,6 @@ struct Cluster {
         }
         return false;
     }
-};
-
-// Rank threads report arrival at a phase; the test opens the phase when it is ready.
-class Phases {
-public:
-    void arrive_and_wait(int phase) {
-        std::unique_lock<std::mutex> lk(m_);
-        ++arrived_[phase];
-        cv_.notify_all();
-        cv_.wait_for(lk, std::chrono::seconds(30), [&] { return open_ >= phase; });
-    }
-    bool wait_arrived(int phase, int n) {
-        std::unique_lock<std::mutex> lk(m_);
-        return cv_.wait_for(lk, std::chrono::seconds(30), [&] { return arrived_[phase] >= n; });
-    }
-    void open(int phase) {
-        std::lock_guard<std::mutex> lk(m_);
-        open_ = phase;
-        cv_.notify_all();
-    }
-
-private:
-    std::mutex m_;
-    std::condition_variable cv_;
-    std::map<int, int> arrived_;
-    int open_ = 0;
 };
 
 float allreduce_rank_plus_one(Runtime &rt) {

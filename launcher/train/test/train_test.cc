@@ -9,6 +9,7 @@
 
 #include "train/model.h"
 #include "train/optim.h"
+#include "omni/ckpt_cpp.h"
 #include "train/state_io.h"
 
 using namespace omni::train;
@@ -328,6 +329,33 @@ TEST(TrainState, ACheckpointOfOneLayoutLoadsInAnother) {
                     EXPECT_EQ(got.adam.v, want.adam.v) << "M=" << M << " m=" << m << " D=" << D << " r=" << r;
                     EXPECT_EQ(got.ledger_json, want.ledger_json);
                 }
+    std::string cmd = "rm -rf '" + root + "'";
+    EXPECT_EQ(std::system(cmd.c_str()), 0);
+}
+
+TEST(TrainState, ACheckpointOfAnotherModelIsRefusedByTensor) {
+    char tmpl[] = "/tmp/omni-train-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    const std::string root = tmpl;
+    // One writer, the whole model under the single name an older omni-train-demo used.
+    auto w = omni::ckpt::ShardWriter::open(root, 3, 0);
+    ASSERT_TRUE(w) << w.error();
+    std::vector<float> p(kParams, 1.0f);
+    const omni::ckpt::Shape all{kParams};
+    ASSERT_TRUE(w.value()->add_tensor("model/params", omni::ckpt::DType::fp32, all, {0}, all, p.data(),
+                                      omni::ckpt::Change::changed));
+    omni::ckpt::RankState rs;
+    ASSERT_TRUE(w.value()->add_rank_state(rs));
+    ASSERT_TRUE(w.value()->finish());
+    omni::ckpt::Meta meta;
+    meta.step = 3;
+    meta.world_size = 1;
+    meta.lr.kind = "warmup_cosine";
+    ASSERT_TRUE(omni::ckpt::commit(root, 1, meta));
+    TrainState got;
+    auto l = load_latest(root, StateRank{}, got);
+    ASSERT_FALSE(l);
+    EXPECT_NE(l.error().find("no tensor model/W1"), std::string::npos) << l.error();
     std::string cmd = "rm -rf '" + root + "'";
     EXPECT_EQ(std::system(cmd.c_str()), 0);
 }
