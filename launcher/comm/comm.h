@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -96,6 +97,15 @@ struct GlooOptions {
 Result<std::unique_ptr<Communicator>> make_gloo_communicator(gloo::rendezvous::Store &store,
                                                              int rank, int size,
                                                              const GlooOptions &options);
+
+// The same over one all-to-all exchange instead of a store: `exchange` is called once with
+// this rank's blob (the addresses of its pairs to every peer) and returns every rank's blob,
+// indexed by rank (this rank's own included). So a rendezvous medium that can do one
+// collective exchange and nothing else (a PMIx fence with data collection) is enough. It
+// reports failure by throwing std::exception.
+using BlobExchange = std::function<std::vector<std::vector<char>>(const std::vector<char> &)>;
+Result<std::unique_ptr<Communicator>> make_gloo_communicator(const BlobExchange &exchange, int rank,
+                                                             int size, const GlooOptions &options);
 
 #ifdef HAVE_NCCL
 // NCCL, built when configure found CUDA and NCCL (HAVE_NCCL). See comm/nccl.cc.

@@ -486,11 +486,74 @@ private:
     std::set<int> warned_;
 };
 
-}  // namespace
+// A full mesh from one exchange of pair addresses (make_gloo_communicator(BlobExchange)):
+// what connectFullMesh does, with every address published at once. Blob of rank r: for each
+// peer p, (u32 p, u32 length, the address of r's pair to p).
+class ExchangedContext final : public gloo::Context {
+public:
+    ExchangedContext(int rank, int size) : gloo::Context(rank, size) {}
+    void connect(const std::shared_ptr<gloo::transport::Device> &dev, const BlobExchange &exchange,
+                 LoopWaker &waker) {
+        device_ = dev;
+        transportContext_ = dev->createContext(rank, size);
+        transportContext_->setTimeout(getTimeout());
+        std::vector<char> mine;
+        auto put32 = [&](std::uint32_t v) {
+            for (int i = 0; i < 4; ++i) mine.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+        };
+        for (int p = 0; p < size; ++p) {
+            if (p == rank) continue;
+            const std::vector<char> a = transportContext_->createPair(p)->address().bytes();
+            put32(static_cast<std::uint32_t>(p));
+            put32(static_cast<std::uint32_t>(a.size()));
+            mine.insert(mine.end(), a.begin(), a.end());
+        }
+        std::vector<std::vector<char>> all;
+        {
+            waker.pause(true);  // the exchange waits on peers; the loop needs no turns
+            struct Resume {
+                LoopWaker &w;
+                ~Resume() { w.pause(false); }
+            } resume{waker};
+            all = exchange(mine);
+        }
+        if (all.size() != static_cast<std::size_t>(size))
+            throw std::runtime_error("the exchange returned " + std::to_string(all.size()) + " blobs for " +
+                                     std::to_string(size) + " ranks");
+        for (int p = 0; p < size; ++p) {
+            if (p == rank) continue;
+            transportContext_->getPair(p)->connect(address_for(all[p], p));
+        }
+    }
 
-Result<std::unique_ptr<Communicator>> make_gloo_communicator(gloo::rendezvous::Store &store,
-                                                             int rank, int size,
-                                                             const GlooOptions &options) {
+private:
+    // The address in peer p's blob of its pair to this rank.
+    std::vector<char> address_for(const std::vector<char> &blob, int p) const {
+        std::size_t at = 0;
+        auto get32 = [&](std::uint32_t &v) {
+            if (blob.size() - at < 4) return false;
+            v = 0;
+            for (int i = 0; i < 4; ++i) v |= std::uint32_t(static_cast<unsigned char>(blob[at + i])) << (8 * i);
+            at += 4;
+            return true;
+        };
+        std::uint32_t peer = 0, len = 0;
+        while (at < blob.size()) {
+            if (!get32(peer) || !get32(len) || blob.size() - at < len) break;
+            if (peer == static_cast<std::uint32_t>(rank))
+                return std::vector<char>(blob.begin() + at, blob.begin() + at + len);
+            at += len;
+        }
+        throw std::runtime_error("rank " + std::to_string(p) + "'s addresses (" + std::to_string(blob.size()) +
+                                 " bytes) hold none for rank " + std::to_string(rank));
+    }
+};
+
+// One communicator build: a device, its waker, and `connect(context, waker)`, which makes the
+// full mesh; everything else (the waker's life, teardown on failure, the same-host probe) is
+// shared by both rendezvous routes.
+template <typename Ctx, typename Connect>
+Result<std::unique_ptr<Communicator>> build_gloo(int rank, int size, const GlooOptions &options, Connect connect) {
     if (size < 1 || rank < 0 || rank >= size)
         return make_error("gloo: rank " + std::to_string(rank) + " of " + std::to_string(size) +
                           ": expected 0 <= rank < size");
@@ -501,13 +564,12 @@ Result<std::unique_ptr<Communicator>> make_gloo_communicator(gloo::rendezvous::S
         auto device = gloo::transport::tcp::CreateDevice(attr);
         auto *tcp = dynamic_cast<gloo::transport::tcp::Device *>(device.get());
         if (tcp) waker->attach(*tcp);
-        std::shared_ptr<gloo::rendezvous::Context> ctx;
+        std::shared_ptr<Ctx> ctx;
         try {
             if (tcp) waker->start();
-            ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
+            ctx = std::make_shared<Ctx>(rank, size);
             ctx->setTimeout(options.timeout);
-            WakingStore waking(store, *waker);
-            ctx->connectFullMesh(waking, device);
+            connect(*ctx, device, *waker);
             // Still waking: the first messages below go over pairs the loop has just
             // started to watch.
         } catch (...) {
@@ -533,6 +595,28 @@ Result<std::unique_ptr<Communicator>> make_gloo_communicator(gloo::rendezvous::S
         return make_error("gloo: rank " + std::to_string(rank) + " of " + std::to_string(size) +
                           ": rendezvous on " + options.hostname + " failed: " + e.what());
     }
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Communicator>> make_gloo_communicator(gloo::rendezvous::Store &store,
+                                                             int rank, int size,
+                                                             const GlooOptions &options) {
+    return build_gloo<gloo::rendezvous::Context>(
+        rank, size, options,
+        [&](gloo::rendezvous::Context &ctx, std::shared_ptr<gloo::transport::Device> &dev, LoopWaker &waker) {
+            WakingStore waking(store, waker);
+            ctx.connectFullMesh(waking, dev);
+        });
+}
+
+Result<std::unique_ptr<Communicator>> make_gloo_communicator(const BlobExchange &exchange, int rank,
+                                                             int size, const GlooOptions &options) {
+    return build_gloo<ExchangedContext>(
+        rank, size, options,
+        [&](ExchangedContext &ctx, std::shared_ptr<gloo::transport::Device> &dev, LoopWaker &waker) {
+            ctx.connect(dev, exchange, waker);
+        });
 }
 
 }  // namespace omni::launcher

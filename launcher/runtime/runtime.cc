@@ -19,7 +19,7 @@
 #include "coord/client.h"
 #include "coord/log.h"
 #include "coord/secret.h"
-#include "runtime/pmix_store.h"
+#include "runtime/mp_wireup.h"
 #include "runtime/solo.h"
 
 namespace omni::launcher {
@@ -118,7 +118,6 @@ Runtime::~Runtime() {
     store_.reset();
     mp_nccl_.reset();
     mp_control_.reset();
-    mp_store_.reset();
     client_.reset();
     pmix_.reset();
 }
@@ -378,8 +377,9 @@ Status Runtime::connect_mp(std::uint64_t generation) {
     const std::string group = "unit " + u(opts_.unit) + " replica " + u(replica);
     const ProcessIdentity &p = opts_.process;
     // Through PMIx when this process's step holds its whole unit in slot order (omni-launch
-    // starts one step per unit) and the group shares this node (pmix_store.h says why);
-    // else through the coordinator. Every member reaches the same answer.
+    // starts one step per unit) and the group shares this node: one exchange of Gloo pair
+    // addresses (mp_wireup.h says why one node); else through the coordinator. Every member
+    // reaches the same answer.
     std::vector<std::uint32_t> procs;
     bool via_pmix = pmix_view_ && !pmix_view_->nspace().empty() && p.from_pmix &&
                     p.rank >= opts_.slot && p.rank - opts_.slot + opts_.unit_size <= p.size;
@@ -389,19 +389,21 @@ Status Runtime::connect_mp(std::uint64_t generation) {
         for (std::uint32_t r : procs) via_pmix = via_pmix && std::find(local.begin(), local.end(), r) != local.end();
     }
     const auto timeout = std::chrono::milliseconds(opts_.comm_timeout_ms);
+    GlooOptions go;
+    go.hostname = opts_.gloo_host;
+    go.timeout = timeout;
+    go.same_host_copy = opts_.same_host_copy ? SameHostCopy::on : SameHostCopy::off;
     try {
+        Result<std::unique_ptr<Communicator>> c = make_error("no rendezvous");
         if (via_pmix) {
-            mp_store_ = std::make_unique<PmixStore>(pmix_view_->nspace(), procs,
-                                                    "mp" + u(opts_.unit) + "r" + u(replica), timeout);
+            const std::string nspace = pmix_view_->nspace(), key = "omni.mp." + u(opts_.unit) + "." + u(replica);
+            c = make_gloo_communicator(
+                [&](const std::vector<char> &mine) { return pmix_exchange(nspace, procs, key, mine, timeout); },
+                static_cast<int>(mp_rank), static_cast<int>(m), go);
         } else {
-            mp_store_ = std::make_unique<CoordinatorStore>(*client_, generation, timeout,
-                                                           "mp-u" + u(opts_.unit) + "r" + u(replica) + "/");
+            CoordinatorStore store(*client_, generation, timeout, "mp-u" + u(opts_.unit) + "r" + u(replica) + "/");
+            c = make_gloo_communicator(store, static_cast<int>(mp_rank), static_cast<int>(m), go);
         }
-        GlooOptions go;
-        go.hostname = opts_.gloo_host;
-        go.timeout = timeout;
-        go.same_host_copy = opts_.same_host_copy ? SameHostCopy::on : SameHostCopy::off;
-        auto c = make_gloo_communicator(*mp_store_, static_cast<int>(mp_rank), static_cast<int>(m), go);
         if (!c) return make_error("the model-parallel group of " + group + ": " + c.error());
         mp_control_ = std::move(c).value();
 #ifdef HAVE_NCCL

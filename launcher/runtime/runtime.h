@@ -23,8 +23,8 @@
 // registered parameters and optimizer vectors are this MP slice's, ZeRO-1 shards them over
 // the DP group, and a reshape hands each slice's state over among that slice's DP ranks
 // only (joiners receive their own slice). The MP group is wired once, when the rank joins,
-// through PMIx (its unit is one srun step: one namespace) or, without PMIx, through the
-// coordinator; it lives as long as the unit, since units come and go whole. With M = 1,
+// through PMIx when it lies on one node (its unit is one srun step: one namespace;
+// runtime/mp_wireup.h), else through the coordinator; it lives as long as the unit, since units come and go whole. With M = 1,
 // comm() is every rank of the generation and mp_comm() a single-rank communicator.
 //
 // A runtime is one rank; it is not thread-safe (the coordinator connection belongs to the
@@ -47,10 +47,6 @@
 #include "runtime/groups.h"
 #include "runtime/handoff.h"
 #include "runtime/ledger.h"
-
-namespace gloo::rendezvous {
-class Store;
-}
 
 namespace omni::launcher {
 
@@ -254,7 +250,6 @@ private:
     std::unique_ptr<Communicator> nccl_;     // OMNI_COMM_BACKEND=nccl: the trainer's (DP group)
     std::unique_ptr<CoordinatorStore> dp_store_;
     std::unique_ptr<Communicator> dp_control_;  // M > 1: the DP group (Gloo)
-    std::unique_ptr<gloo::rendezvous::Store> mp_store_;
     std::unique_ptr<Communicator> mp_control_, mp_nccl_;  // the MP group, for the unit's life
     void *cuda_stream_ = nullptr;            // set_cuda_stream(), applied to every nccl_
     std::uint32_t rank_ = 0, world_ = 1;

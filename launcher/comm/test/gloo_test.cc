@@ -7,7 +7,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <filesystem>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -262,4 +264,47 @@ TEST(Bf16, RoundsToNearestEven) {
     // 1 + 3 * 2^-8 lies between 0x3f81 and 0x3f82: ties to even 0x3f82.
     EXPECT_EQ(float_to_bf16(1.01171875f), 0x3f82);
     EXPECT_EQ(float_to_bf16(-2.0f), 0xc000);
+}
+
+// make_gloo_communicator(BlobExchange): the full mesh from one exchange of pair addresses, as
+// PMIx carries it for a unit's model-parallel group. The exchange here is the test's own:
+// threads hand their blobs to a shared table and wait for all of them.
+TEST(GlooComm, AFullMeshFromOneExchange) {
+    constexpr int n = 4;
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<std::vector<char>> table(n);
+    int posted = 0, calls = 0;
+    std::vector<float> sums(n, 0);
+    std::vector<std::string> errors(n);
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < n; ++r)
+        ranks.emplace_back([&, r] {
+            BlobExchange exchange = [&](const std::vector<char> &mine) {
+                std::unique_lock<std::mutex> lk(mu);
+                table[r] = mine;
+                ++posted;
+                ++calls;
+                cv.notify_all();
+                cv.wait_for(lk, std::chrono::seconds(20), [&] { return posted == n; });
+                return table;
+            };
+            GlooOptions o;
+            auto c = make_gloo_communicator(exchange, r, n, o);
+            if (!c) return void(errors[r] = c.error());
+            float x[3] = {float(r + 1), 1, 2};
+            if (auto st = c.value()->allreduce(x, 3, DType::fp32, ReduceOp::sum); !st) return void(errors[r] = st.error());
+            sums[r] = x[0];
+        });
+    for (auto &t : ranks) t.join();
+    for (int r = 0; r < n; ++r) {
+        EXPECT_EQ(errors[r], "") << "rank " << r;
+        EXPECT_EQ(sums[r], 10.0f) << "rank " << r;  // 1 + 2 + 3 + 4
+    }
+    EXPECT_EQ(calls, n);  // one exchange per rank, nothing else
+    // An exchange that returns a blob without this rank's address is an error naming it.
+    BlobExchange wrong = [](const std::vector<char> &mine) { return std::vector<std::vector<char>>{mine, {}}; };
+    auto bad = make_gloo_communicator(wrong, 0, 2, GlooOptions{});
+    ASSERT_FALSE(bad);
+    EXPECT_NE(bad.error().find("rank 1's addresses (0 bytes) hold none for rank 0"), std::string::npos) << bad.error();
 }

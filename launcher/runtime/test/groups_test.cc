@@ -1,9 +1,8 @@
-// Model-parallel groups of a layout (runtime/groups.h) and the PMIx store's round encoding
-// (runtime/pmix_store.h). Expected groups are written out by hand for small layouts.
+// Model-parallel groups of a layout (runtime/groups.h). Expected groups are written out by
+// hand for small layouts.
 #include <gtest/gtest.h>
 
 #include "runtime/groups.h"
-#include "runtime/pmix_store.h"
 
 using namespace omni::launcher;
 
@@ -88,13 +87,4 @@ TEST(Groups, ADecisionSeenByOneDataParallelGroup) {
     EXPECT_EQ(p.next.world, 4u);
     EXPECT_EQ(p.next.generation, 6u);
     EXPECT_EQ(p.next.rank_of(4, 1), 3u);  // unit 4's second replica
-}
-
-TEST(PmixStoreKeys, TheTrailingNumberNamesTheOwner) {
-    EXPECT_EQ(key_owner("3"), 3u);
-    EXPECT_EQ(key_owner("rank_12"), 12u);
-    EXPECT_EQ(key_owner("mp-nccl-id.0"), 0u);
-    EXPECT_FALSE(key_owner("nccl-unique-id"));
-    EXPECT_FALSE(key_owner(""));
-    EXPECT_FALSE(key_owner("x99999999999"));  // more digits than any group has ranks
 }
