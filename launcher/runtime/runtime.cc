@@ -109,8 +109,8 @@ void take_spare(std::vector<std::vector<float>> &spares, std::size_t i, std::vec
 Runtime::Runtime(const RuntimeOptions &o) : opts_(o) {}
 
 Runtime::~Runtime() {
-    // The communicators go before the store and the client they rendezvoused through, and
-    // the MP group's store before the PMIx session.
+    // The communicators go before the stores and the client they rendezvoused through, and
+    // before the PMIx session.
     nccl_.reset();
     dp_control_.reset();
     control_.reset();
@@ -343,7 +343,7 @@ Result<Runtime::Connection> Runtime::connect(std::uint64_t generation, std::uint
                                        u(g.mp_rank) + ": " + dp.error());
             c.dp = std::move(dp).value();
         }
-        (void)dp_store;
+        (void)dp_store;  // only NCCL's unique id goes through it
 #ifdef HAVE_NCCL
         if (opts_.backend == CommBackend::nccl && with_nccl) {
             // A fresh NCCL communicator per generation, its unique id under this generation's
