@@ -212,11 +212,12 @@ TEST(TrainModel, ModelParallelSlicesGiveTheWholeModelsSumsExactly) {
     EXPECT_FALSE(valid_mp(3));
     EXPECT_FALSE(valid_mp(0));
     EXPECT_FALSE(valid_mp(64));
+    std::vector<std::int64_t> total;
     for (int M : {1, 2, 4, 8, 32}) {
         ASSERT_TRUE(valid_mp(M));
         std::vector<std::vector<float>> params;
         std::vector<std::vector<double>> hidden(M);
-        std::vector<std::int64_t> total(idx.size(), 0);
+        total.assign(idx.size(), 0);
         std::uint64_t clamped = 0;
         for (int m = 0; m < M; ++m) {
             const Slice s{m, M};
