@@ -167,6 +167,10 @@ public:
 
     int run() {
         if (auto st = start(); !st) return fail(st.error());
+        // A joiner enters at the boundary the survivors just left, before what they do after
+        // it: the periodic checkpoint of that step is collective, so the joiner takes it too.
+        if (joined_at_boundary_)
+            if (auto code = periodic_checkpoint_or_term()) return *code;
         while (s_.step < o_.steps) {
             StepResult r;
             if (auto st = compute_step(r); !st) return fail(st.error());
@@ -212,6 +216,8 @@ private:
             for (const auto &n : o_.notes) std::cerr << kProg << ": note: " << n << "\n";
         s_.step = started.value().step;
         s_.generation = rt_.generation();
+        // After a rewind the survivors reload and go on without a checkpoint; so does the joiner.
+        joined_at_boundary_ = started.value().joined && !started.value().rewind && s_.step > 0;
         reshard_optimizer();
         if (!o_.ckpt.empty() && (!started.value().joined || started.value().rewind)) {
             auto r = load_newest();
@@ -490,6 +496,7 @@ private:
     std::ofstream metrics_, sample_log_, layout_log_;
     Slice slice_;
     int exit_code_ = 0;
+    bool joined_at_boundary_ = false;  // joined a running job at a boundary (not a rewind)
 };
 
 // Under omni-launch the runtime joins the job's coordinator (world, rank, resizes); without

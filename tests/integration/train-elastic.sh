@@ -5,6 +5,8 @@
 #    grow with a joining srun step), its batch sizes given to sbatch, not to the trainer:
 #    per-step loss, LR and samples bitwise the same, every sample of every epoch used
 #    exactly once (the sets of indices the ranks recorded, tests/integration/exactly-once.py);
+#    it checkpoints after every step, so every resize lands on a checkpoint step, which the
+#    joining ranks must take part in;
 #  - a run whose unit 3 is killed with SIGKILL at step ~25: the survivors detect it, rewind
 #    to the last checkpoint (step 20) with 3 units and finish with the static run's losses;
 #  - a run with --min-units 3 that loses two units: after the second loss the job stops
@@ -24,7 +26,7 @@ train="$schedule --global-batch 48 --micro-batch 4"
 
 write_static_job static.sh 4 "$train"
 elastic_job elastic.sh elastic "--units 4 --boundary-timeout 30" \
-  "$schedule --pace-ms 60 --sample-log $work/samples-elastic" <<EOS
+  "$schedule --pace-ms 60 --sample-log $work/samples-elastic --ckpt $work/elastic-ckpt --ckpt-every 1" <<EOS
 at_step 10 || exit 11
 srun --overlap -N4 --ntasks-per-node=1 bash -c 'ss -Htanp | sed "s/^/\$SLURMD_NODENAME /"' >"$work/sockets.txt"
 "$ctl" reshape --units 2 || exit 11
@@ -114,6 +116,12 @@ PY
 # Every sample of each epoch exactly once, as sets: 20 steps of 48 samples per epoch of
 # D = 960, from the indices every rank recorded (--sample-log).
 /usr/bin/python3 "$once" "$work/samples-elastic" 960 20 60 || fail "the elastic run's samples (above)"
+# A checkpoint of every step, those of the resize steps written by the new world with its
+# joiners, and the last one whole.
+"$top_build/ckpt/omni-ckpt" ls "$work/elastic-ckpt" >"$work/elastic-ckpt.txt" 2>&1 ||
+  { cat "$work/elastic-ckpt.txt" >&2; fail "omni-ckpt ls of the elastic run failed"; }
+expect_eq "complete checkpoints of the elastic run" "$(grep -c '^ *step-[0-9]* *[0-9]* *complete' "$work/elastic-ckpt.txt")" 60
+"$top_build/ckpt/omni-ckpt" verify "$work/elastic-ckpt/latest" >/dev/null || fail "the elastic run's last checkpoint does not verify"
 # The check can fail: one index of step 3 repeated in step 4 (and so missing once) is found.
 mkdir -p "$work/samples-bad"
 for f in "$work"/samples-elastic/*.samples; do cp "$f" "$work/samples-bad/"; done
