@@ -141,8 +141,24 @@ int omni_data_configure(uint64_t dataset_size, uint64_t seed, uint64_t global_ba
 /* GA for the current world. OMNI_ESTATE when no ledger is configured. */
 int omni_data_grad_accum(uint32_t *grad_accum);
 /* This rank's b sample indices of micro-step `micro` of the current step; as
- * omni_ledger_micro_batch (OMNI_ERANGE with *count = b when capacity is too small). */
+ * omni_ledger_micro_batch (OMNI_ERANGE with *count = b when capacity is too small). With a
+ * balance policy (omni_data_balance) they come from the step's plan, and the first call of
+ * a step is collective over the DP group: every DP rank makes it at the same step
+ * (OMNI_ECOMM when a peer fails in it; OMNI_ERANGE answers come before it). */
 int omni_data_micro_batch(uint32_t micro, uint64_t *indices, size_t capacity, size_t *count);
+/* A sample's cost for balancing (tokens, patches, frames, or any integer estimate of its
+ * compute, at most 2^40): from its global index and the step (0-based: the steps committed
+ * before it) that consumes it. Called by the rank that loads the sample, for its own share. */
+typedef uint64_t (*omni_cost_fn)(uint64_t index, uint64_t step, void *user);
+/* Grouped reordering (libomni(3) BALANCING): which replica computes which of the step's
+ * samples, to make the slowest replica's cost small. `policy`: "none" (the ledger's split),
+ * "lpt", "kk" (Karmarkar-Karp, over every replica), "grouped" (kk among the replicas of one
+ * node), or "POLICY:SCOPE" with SCOPE "job" or "node". The step's samples stay the same, so
+ * the ledger, checkpoints and exactly-once do too. Every rank of the job sets the same
+ * policy; it applies from the next step's first omni_data_micro_batch. `cost` may be NULL
+ * only with "none". Errors: OMNI_EINVAL (an unknown policy, a NULL cost), OMNI_ESTATE
+ * (before omni_init). */
+int omni_data_balance(const char *policy, omni_cost_fn cost, void *user);
 /* The ledger as JSON text for a checkpoint, as omni_ledger_save. */
 int omni_data_save(char *buffer, size_t capacity, size_t *length);
 /* After loading a checkpoint (a resumed job, or REWIND): restores the saved ledger, resized

@@ -81,6 +81,10 @@ public:
         detail::check(omni_data_configure(dataset_size, seed, global_batch, micro_batch),
                       "omni_data_configure");
     }
+    // Grouped reordering (omni_data_balance): the policy and each sample's cost.
+    void balance(const char *policy, omni_cost_fn cost = nullptr, void *user = nullptr) {
+        detail::check(omni_data_balance(policy, cost, user), "omni_data_balance");
+    }
     std::uint32_t grad_accum() const { return get32(omni_data_grad_accum, "omni_data_grad_accum"); }
     std::vector<std::uint64_t> micro_batch(std::uint32_t micro) const {
         std::size_t n = 0;

@@ -198,26 +198,55 @@ Result<Assignment> partition(const std::vector<std::uint64_t> &costs, std::uint3
     }
 }
 
+Result<Assignment> partition_by_group(const std::vector<std::uint64_t> &costs,
+                                      const std::vector<std::uint64_t> &group_of_part, Policy policy) {
+    const auto parts = static_cast<std::uint32_t>(group_of_part.size());
+    if (group_of_part.size() > UINT32_MAX) return make_error("balance: too many parts");
+    if (auto st = check(costs, parts); !st) return Error{st.error()};
+    const std::size_t m = costs.size() / parts;
+    // Groups in the order of their first part; each group's parts in part order.
+    std::vector<std::vector<std::uint32_t>> groups;
+    {
+        std::vector<std::pair<std::uint64_t, std::uint32_t>> byl;  // (label, part)
+        for (std::uint32_t r = 0; r < parts; ++r) byl.push_back({group_of_part[r], r});
+        std::stable_sort(byl.begin(), byl.end(), [](const auto &a, const auto &b) { return a.first < b.first; });
+        for (std::size_t k = 0; k < byl.size(); ++k) {
+            if (k == 0 || byl[k].first != byl[k - 1].first) groups.emplace_back();
+            groups.back().push_back(byl[k].second);
+        }
+        std::sort(groups.begin(), groups.end());
+    }
+    Assignment out(parts);
+    std::vector<std::uint64_t> mine;
+    std::vector<std::uint32_t> where;  // the group's positions, share after share
+    for (const auto &g : groups) {
+        mine.clear();
+        where.clear();
+        for (std::uint32_t r : g)
+            for (std::size_t i = 0; i < m; ++i) {
+                where.push_back(static_cast<std::uint32_t>(r * m + i));
+                mine.push_back(costs[r * m + i]);
+            }
+        auto a = partition(mine, static_cast<std::uint32_t>(g.size()), policy);
+        if (!a) return a;
+        for (std::size_t k = 0; k < g.size(); ++k) {
+            auto &part = out[g[k]];
+            for (std::uint32_t i : a.value()[k]) part.push_back(where[i]);
+            std::sort(part.begin(), part.end());
+        }
+    }
+    return out;
+}
+
 Result<Assignment> partition_grouped(const std::vector<std::uint64_t> &costs, std::uint32_t parts,
                                      std::uint32_t group, Policy policy) {
     if (auto st = check(costs, parts); !st) return Error{st.error()};
     if (group == 0 || parts % group != 0)
         return make_error("balance: groups of " + std::to_string(group) + " do not divide " + std::to_string(parts) +
                           " parts");
-    const std::size_t share = costs.size() / parts * group;
-    Assignment out;
-    out.reserve(parts);
-    for (std::uint32_t g = 0; g < parts / group; ++g) {
-        const std::vector<std::uint64_t> mine(costs.begin() + static_cast<std::ptrdiff_t>(g * share),
-                                              costs.begin() + static_cast<std::ptrdiff_t>((g + 1) * share));
-        auto a = partition(mine, group, policy);
-        if (!a) return a;
-        for (auto &p : a.value()) {
-            for (auto &i : p) i += static_cast<std::uint32_t>(g * share);
-            out.push_back(std::move(p));
-        }
-    }
-    return out;
+    std::vector<std::uint64_t> labels(parts);
+    for (std::uint32_t r = 0; r < parts; ++r) labels[r] = r / group;
+    return partition_by_group(costs, labels, policy);
 }
 
 Balance measure(const std::vector<std::uint64_t> &costs, const Assignment &a) {

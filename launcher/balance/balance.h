@@ -52,6 +52,15 @@ Result<Assignment> partition(const std::vector<std::uint64_t> &costs, std::uint3
 Result<Assignment> partition_grouped(const std::vector<std::uint64_t> &costs, std::uint32_t parts,
                                      std::uint32_t group, Policy policy);
 
+// The general form: part r belongs to the group labelled group_of_part[r] (any labels; parts
+// = group_of_part.size()). Part r's own share is the contiguous slice [r*m, (r+1)*m) of the
+// positions (m = n / parts, the ledger's split); a group divides the union of its parts'
+// shares among its parts, in the order of their part numbers (the lowest-numbered part gets
+// the group's first subset), so samples move only inside a group. All labels equal is
+// partition(); labels r / group is partition_grouped().
+Result<Assignment> partition_by_group(const std::vector<std::uint64_t> &costs,
+                                      const std::vector<std::uint64_t> &group_of_part, Policy policy);
+
 struct Balance {
     std::uint64_t max_part = 0;  // the slowest part's summed cost
     double mean_part = 0;        // the mean part's

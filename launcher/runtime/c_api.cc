@@ -271,9 +271,24 @@ int omni_data_micro_batch(uint32_t micro, uint64_t *indices, size_t capacity, si
                                          std::to_string(capacity) + " is below the micro-batch " +
                                          std::to_string(b));
         if (!indices) return fail(OMNI_EINVAL, "omni_data_micro_batch: indices is NULL");
-        auto v = l->micro_batch(r->dp_rank(), micro);
-        if (!v) return fail(OMNI_EINVAL, v.error());
+        auto v = r->micro_batch(micro);
+        if (!v) return fail(rt::fault_code(*r), v.error());
         std::memcpy(indices, v.value().data(), v.value().size() * sizeof(uint64_t));
+        return int(OMNI_OK);
+    });
+}
+
+int omni_data_balance(const char *policy, omni_cost_fn cost, void *user) {
+    return guarded([&] {
+        auto *r = rt::get("omni_data_balance");
+        if (!r) return int(OMNI_ESTATE);
+        if (!policy) return fail(OMNI_EINVAL, "omni_data_balance: policy is NULL");
+        auto o = omni::launcher::parse_balance(policy);
+        if (!o) return fail(OMNI_EINVAL, "omni_data_balance: " + o.error());
+        omni::launcher::CostFn fn;
+        if (cost) fn = [cost, user](std::uint64_t index, std::uint64_t step) { return cost(index, step, user); };
+        if (auto st = r->configure_balance(o.value(), std::move(fn)); !st)
+            return fail(OMNI_EINVAL, "omni_data_balance: " + st.error());
         return int(OMNI_OK);
     });
 }

@@ -101,6 +101,17 @@ std::uint64_t Ledger::sample_at(std::uint64_t position) const {
     return p(position % cfg_.dataset_size);
 }
 
+Result<std::vector<std::uint64_t>> Ledger::share(std::uint32_t rank) const {
+    std::vector<std::uint64_t> out;
+    out.reserve(cfg_.global_batch / dp_size_);
+    for (std::uint32_t m = 0; m < ga_; ++m) {
+        auto mb = micro_batch(rank, m);
+        if (!mb) return mb;
+        out.insert(out.end(), mb.value().begin(), mb.value().end());
+    }
+    return out;
+}
+
 Result<std::vector<std::uint64_t>> Ledger::micro_batch(std::uint32_t rank,
                                                        std::uint32_t micro) const {
     if (rank >= dp_size_)

@@ -78,6 +78,8 @@ public:
     // The b global sample indices of DP rank `rank`, micro-step `micro` of the current
     // (uncommitted) step. Errors name the rank or micro-step that is out of range.
     Result<std::vector<std::uint64_t>> micro_batch(std::uint32_t rank, std::uint32_t micro) const;
+    // DP rank `rank`'s B/d indices of the current step in order: its micro-batches, joined.
+    Result<std::vector<std::uint64_t>> share(std::uint32_t rank) const;
     // All B indices of the current step in stream order (rank 0's slice first).
     std::vector<std::uint64_t> step_samples() const;
     // The sample at absolute stream position p (epoch p / D, offset p % D).

@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -487,6 +488,80 @@ Status Runtime::restore_ledger(std::string_view json) {
     if (!st) return st;
     ledger_ = std::move(l).value();
     return Status::success();
+}
+
+Status Runtime::configure_balance(const BalanceOptions &options, CostFn cost) {
+    if (options.active() && !cost) return usage_error("configure_balance: policy " + balance_name(options) +
+                                                      " needs a cost function");
+    balance_ = options;
+    cost_ = std::move(cost);
+    plan_.reset();
+    return Status::success();
+}
+
+const StepPlan *Runtime::step_plan() const {
+    if (!plan_ || !ledger_ || plan_->step != ledger_->step() || plan_->generation != generation_) return nullptr;
+    return &*plan_;
+}
+
+Result<std::uint64_t> Runtime::replica_key() {
+    if (replica_key_) return *replica_key_;
+    std::string node;
+    if (const char *n = std::getenv("SLURMD_NODENAME"); n && *n) {
+        node = n;
+    } else {
+        char host[256] = "";
+        if (gethostname(host, sizeof host - 1) == 0) node = host;
+    }
+    std::uint64_t key = locality_key(node);
+    // The replica's M ranks must land in the same group: MP rank 0's node names it.
+    if (groups_.mp_size > 1) {
+        if (!mp_control_) return usage_error("balance: no model-parallel communicator before start()");
+        fault_ = Fault::peer;
+        if (auto st = mp_control_->broadcast(&key, 1, DType::i64, 0); !st)
+            return make_error("balance: agreeing on the replica's node: " + st.error());
+    }
+    replica_key_ = key;
+    return key;
+}
+
+Result<std::vector<std::uint64_t>> Runtime::micro_batch(std::uint32_t micro) {
+    if (!ledger_) return usage_error("micro_batch: no ledger configured");
+    if (!balance_.active()) {
+        auto v = ledger_->micro_batch(groups_.dp_rank, micro);
+        if (!v) return usage_error(v.error());
+        return v;
+    }
+    if (!started_) return usage_error("micro_batch: balancing needs start() first");
+    if (micro >= ledger_->grad_accum())
+        return usage_error("micro_batch: micro-step " + std::to_string(micro) + " is outside 0.." +
+                           std::to_string(ledger_->grad_accum() - 1) + " (GA)");
+    if (!step_plan()) {
+        auto key = replica_key();
+        if (!key) return Error{key.error()};
+        auto share = ledger_->share(groups_.dp_rank);
+        if (!share) return usage_error(share.error());
+        auto rec = plan_record(key.value(), share.value(), ledger_->step(), cost_);
+        if (!rec) return usage_error(rec.error());
+        const std::uint32_t d = groups_.dp_size;
+        std::vector<std::uint64_t> gathered(rec.value().size() * d);
+        if (d > 1) {
+            fault_ = Fault::peer;
+            if (auto st = dp_control().allgather(rec.value().data(), gathered.data(), rec.value().size(), DType::i64);
+                !st)
+                return make_error("balance: all-gather of the step's costs: " + st.error());
+        } else {
+            gathered = rec.value();
+        }
+        auto p = plan_step(ledger_->step_samples(), gathered, d, groups_.dp_rank, balance_);
+        if (!p) return usage_error(p.error());
+        p.value().step = ledger_->step();
+        p.value().generation = generation_;
+        plan_ = std::move(p).value();
+    }
+    const std::uint64_t b = ledger_->config().micro_batch;
+    const auto first = plan_->samples.begin() + static_cast<std::ptrdiff_t>(micro * b);
+    return std::vector<std::uint64_t>(first, first + static_cast<std::ptrdiff_t>(b));
 }
 
 Status Runtime::check_state_for(std::uint32_t dp_size) const {

@@ -43,6 +43,7 @@
 #include "comm/comm.h"
 #include "coord/protocol.h"
 #include "omni/result.h"
+#include "runtime/balanced_step.h"
 #include "runtime/env.h"
 #include "runtime/groups.h"
 #include "runtime/handoff.h"
@@ -168,6 +169,19 @@ public:
     // (Ledger::resume_as).
     Status restore_ledger(std::string_view json);
 
+    // Grouped reordering (runtime/balanced_step.h): the policy, and the cost of a sample this
+    // rank loads. Every rank of the job configures the same policy; it applies from the next
+    // plan (the next step's first micro_batch()). Usage error: a null cost with a policy.
+    Status configure_balance(const BalanceOptions &options, CostFn cost);
+    const BalanceOptions &balance_options() const { return balance_; }
+    // The b indices of micro-step `micro` of the current step for this replica: the ledger's
+    // share without a policy, the step's plan with one. With a policy the first call of a
+    // step is collective over the DP group (an all-gather of the replicas' costs and locality),
+    // so every DP rank makes it at the same step; its failure is a peer fault (last_fault()).
+    Result<std::vector<std::uint64_t>> micro_batch(std::uint32_t micro);
+    // The current step's plan (every replica's cost), once micro_batch() made it; else null.
+    const StepPlan *step_plan() const;
+
     // Once, after registering state and before the first step, on every rank. A joiner
     // receives step, ledger, parameters and its shards here from the survivors, who wait for
     // it in their boundary() (up to comm_timeout_ms).
@@ -265,6 +279,12 @@ private:
     std::size_t param_count_ = 0;
     std::vector<Shard> shards_;
     std::optional<Ledger> ledger_;
+    // The locality key of this rank's replica (its first MP rank's node), agreed once.
+    Result<std::uint64_t> replica_key();
+    BalanceOptions balance_;
+    CostFn cost_;
+    std::optional<StepPlan> plan_;
+    std::optional<std::uint64_t> replica_key_;
     bool started_ = false, finished_ = false;
     bool stop_requested_ = false;  // request_stop() went out (once is enough)
     Fault fault_ = Fault::none;

@@ -30,6 +30,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/job_options.h"
@@ -37,11 +38,13 @@
 #include "omni/ckpt_cpp.h"
 
 #include "comm/comm.h"
+#include "runtime/balanced_step.h"
 #include "runtime/ledger.h"
 #include "runtime/runtime.h"
 #include "train/model.h"
 #include "train/optim.h"
 #include "train/state_io.h"
+#include "workload/workload.h"
 
 namespace po = boost::program_options;
 using namespace omni::train;
@@ -56,6 +59,12 @@ struct Options {
     std::uint64_t dataset_size = 131072, warmup = 20, ckpt_every = 0;
     double lr = 1e-2;
     std::uint64_t pace_ms = 0;
+    // --workload: every sample's modality and length; --cost: what balancing minimises and
+    // the pace counts; --pace-ns-per-token: a rank sleeps its samples' cost times this.
+    std::optional<omni::workload::Workload> workload;
+    omni::workload::CostKind cost = omni::workload::CostKind::Tokens;
+    std::uint64_t pace_ns_per_token = 0;
+    omni::launcher::BalanceOptions balance;
     std::uint64_t mp = 1;        // --mp: model-parallel ranks per replica
     bool timestamps = false;
     std::string ckpt, metrics, sample_log, layout_log;
@@ -154,6 +163,7 @@ struct StepResult {
     // the indices, wrapping): the metrics let a test check each epoch at a glance.
     std::int64_t seen[3] = {0, 0, 0};
     std::string indices;        // this rank's indices, as text (--sample-log)
+    std::uint64_t cost = 0;     // this replica's samples' cost (--workload)
 };
 
 // What the training loop does after a boundary.
@@ -210,6 +220,11 @@ private:
             if (auto r = rt_.register_shard(v, s_.params.size()); !r) return omni::Error{r.error()};
         if (auto st = rt_.configure_ledger({o_.dataset_size, o_.global_batch, o_.micro_batch, o_.seed}); !st)
             return st;
+        if (o_.workload)
+            if (auto st = rt_.configure_balance(o_.balance, [this](std::uint64_t i, std::uint64_t step) {
+                    return sample_cost(i, step);
+                }); !st)
+                return st;
         auto started = rt_.start();
         if (!started) return omni::Error{started.error()};
         if (rt_.rank() == 0)
@@ -356,10 +371,17 @@ private:
         std::vector<double> hidden;
         std::vector<std::int64_t> partial;
         for (std::uint32_t m = 0; m < ledger->grad_accum(); ++m) {
-            // The replica's samples: every MP rank of the replica has its DP rank.
-            auto idx = ledger->micro_batch(rt_.dp_rank(), m);
-            if (!idx) return omni::Error{idx.error()};
+            // The replica's samples: every MP rank of the replica has its DP rank (and, with
+            // --balance, the step's plan: its first call is the DP group's all-gather).
+            auto idx = rt_.micro_batch(m);
+            if (!idx) {
+                if (rt_.last_fault() != omni::launcher::Fault::peer) return omni::Error{idx.error()};
+                r.comm = omni::Error{idx.error()};
+                break;
+            }
             const std::vector<std::uint64_t> &ix = idx.value();
+            if (o_.workload)
+                for (std::uint64_t i : ix) r.cost += sample_cost(i, ledger->step());
             // Tensor parallel: each MP rank computes its hidden units' part of every output;
             // the group's exact sum of the parts completes the forward pass.
             partial.assign(ix.size(), 0);
@@ -377,6 +399,7 @@ private:
             }
         }
         if (o_.pace_ms) usleep(static_cast<useconds_t>(o_.pace_ms * 1000));
+        if (o_.pace_ns_per_token && r.comm) pace(r.cost * o_.pace_ns_per_token);
         // Exact: integer sums do not depend on how the batch was split among ranks.
         for (auto [buf, n] : {std::pair{acc.v.data(), acc.v.size()}, std::pair{r.seen, std::size_t(3)}})
             if (r.comm) r.comm = rt_.comm().allreduce(buf, n, omni::launcher::DType::i64, omni::launcher::ReduceOp::sum);
@@ -430,17 +453,49 @@ private:
                       s_.step, r.loss, r.lr, rt_.world(), rt_.generation(), s_.step * o_.global_batch,
                       r.clamped, r.seen[0], static_cast<std::uint64_t>(r.seen[1]),
                       static_cast<std::uint64_t>(r.seen[2]));
+        std::string l(line);
+        if (o_.workload) {  // the slowest replica's cost and the step's total: what balancing changed
+            auto c = replica_costs();
+            if (!c) return omni::Error{c.error()};
+            std::uint64_t max = 0, total = 0;
+            for (auto x : c.value()) {
+                max = std::max(max, x);
+                total += x;
+            }
+            l.insert(l.size() - 2, ", \"cost\": [" + std::to_string(max) + ", " + std::to_string(total) + "]");
+        }
         if (o_.timestamps) {  // wall clock, for benchmarks; off by default so runs compare bytewise
             const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
                 std::chrono::system_clock::now().time_since_epoch()).count();
-            std::string l(line);
             l.insert(l.size() - 2, ", \"time_ms\": " + std::to_string(now));
-            metrics_ << l << std::flush;
-        } else {
-            metrics_ << line << std::flush;
         }
+        metrics_ << l << std::flush;
         return omni::Status::success();
     }
+
+    std::uint64_t sample_cost(std::uint64_t index, std::uint64_t step) const {
+        return o_.workload->cost(o_.seed, index, step, o_.cost);
+    }
+
+    // Every replica's cost in the step just computed (before its boundary): the plan's, or
+    // without a policy the ledger's shares'.
+    omni::Result<std::vector<std::uint64_t>> replica_costs() const {
+        if (const auto *p = rt_.step_plan()) return p->costs;
+        const auto *ledger = rt_.ledger();
+        std::vector<std::uint64_t> out;
+        for (std::uint32_t r = 0; r < rt_.dp_size(); ++r) {
+            auto share = ledger->share(r);
+            if (!share) return omni::Error{share.error()};
+            std::uint64_t sum = 0;
+            for (auto i : share.value()) sum += sample_cost(i, ledger->step());
+            out.push_back(sum);
+        }
+        return out;
+    }
+
+    // As if computing for `ns` nanoseconds (--pace-ns-per-token): a sleep, so that two cores
+    // run several ranks whose step times follow their samples' lengths.
+    static void pace(std::uint64_t ns) { std::this_thread::sleep_for(std::chrono::nanoseconds(ns)); }
 
     // The runtime's decision at the end of the step, the same on every rank.
     Next after_boundary() {
@@ -546,9 +601,12 @@ int main(int argc, char **argv) {
         {"warmup", &o.warmup, 0, kMaxCount, "steps of linear warmup"},
         {"ckpt-every", &o.ckpt_every, 0, kMaxCount, "checkpoint every N steps (0: only on SIGTERM)"},
         {"pace-ms", &o.pace_ms, 0, 3600000, "sleep this long in every step, as if computing (demos, tests)"},
+        {"pace-ns-per-token", &o.pace_ns_per_token, 0, 1000000000,
+         "sleep the rank's samples' cost (--cost) times this many ns in every step, as if computing (needs --workload)"},
         {"mp", &o.mp, 1, kHidden, "model-parallel ranks per replica: the hidden layer's split (a divisor of 32; the job's OMNI_MP)"},
     };
     std::map<std::string, std::string> uint_text;
+    std::string workload, cost, balance;
     desc.add_options()("help,h", "show this help and exit");
     for (const auto &u : uints)
         desc.add_options()(u.name, po::value<std::string>(&uint_text[u.name])->default_value(std::to_string(*u.to)), u.help);
@@ -557,6 +615,12 @@ int main(int argc, char **argv) {
         ("ckpt", po::value<std::string>(&o.ckpt), "checkpoint root (resume from its newest checkpoint)")
         ("metrics", po::value<std::string>(&o.metrics), "JSONL metrics file, one line per step")
         ("timestamps", po::bool_switch(&o.timestamps), "add the wall-clock time_ms to every metrics line (benchmarks)")
+        ("workload", po::value<std::string>(&workload),
+         "FILE or preset (paper, text, uniform): every sample's modality and length (omni-sim(1) WORKLOAD FILES)")
+        ("cost", po::value<std::string>(&cost)->default_value("tokens"),
+         "a sample's cost for --balance and --pace-ns-per-token: tokens, units or compute")
+        ("balance", po::value<std::string>(&balance)->default_value("none"),
+         "which replica computes which of the step's samples: none, lpt, kk, grouped (kk per node), POLICY:job|node (needs --workload)")
         ("layout-log", po::value<std::string>(&o.layout_log),
          "directory: every rank appends its groups and a fingerprint of its parameters, a line per step, to a file of its own there (tests)")
         ("sample-log", po::value<std::string>(&o.sample_log),
@@ -618,6 +682,21 @@ int main(int argc, char **argv) {
                            batch_from + " " + std::to_string(o.global_batch));
     if (!(o.lr > 0 && o.lr < 10)) return usage_error("--lr: expected a number in (0, 10)");
     if (o.ckpt_every && o.ckpt.empty()) return usage_error("--ckpt-every needs --ckpt DIR");
+    auto bal = omni::launcher::parse_balance(balance);
+    if (!bal) return usage_error("--balance: " + bal.error());
+    o.balance = bal.value();
+    auto kind = omni::workload::parse_cost_kind(cost);
+    if (!kind) return usage_error("--cost: " + kind.error());
+    o.cost = kind.value();
+    if (vm.count("workload")) {
+        auto w = omni::workload::Workload::load(workload);
+        if (!w) return usage_error("--workload " + workload + ": " + w.error());
+        o.workload = std::move(w).value();
+    } else if (o.balance.active() || o.pace_ns_per_token || !vm["cost"].defaulted()) {
+        return usage_error(std::string(o.balance.active() ? "--balance " + balance
+                                       : o.pace_ns_per_token ? "--pace-ns-per-token" : "--cost " + cost) +
+                           " needs --workload FILE|PRESET: the samples' costs come from it");
+    }
     try {
         return run(o);
     } catch (const std::exception &e) {

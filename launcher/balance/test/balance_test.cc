@@ -83,6 +83,35 @@ TEST(Balance, GroupsKeepTheirSamples) {
     EXPECT_EQ(partition_grouped(c, 4, 4, Policy::Lpt).value(), partition(c, 4, Policy::Lpt).value());
 }
 
+TEST(Balance, GroupsByLabelNeedNotBeConsecutive) {
+    // Parts 0 and 2 are one node, 1 and 3 another (units interleave after resizes). Shares:
+    // part 0 {0,1} = 9+9, part 1 {2,3} = 1+1, part 2 {4,5} = 5+5, part 3 {6,7} = 5+5. Node A
+    // (parts 0, 2) holds positions 0,1,4,5 (9,9,5,5): best halves 14 and 14; node B (parts
+    // 1, 3) holds 2,3,6,7 (1,1,5,5): 6 and 6. No sample leaves its node.
+    const std::vector<std::uint64_t> c{9, 9, 1, 1, 5, 5, 5, 5};
+    for (Policy p : {Policy::Lpt, Policy::Kk}) {
+        auto a = partition_by_group(c, {7, 3, 7, 3}, p);
+        ASSERT_TRUE(a) << a.error();
+        const Assignment &x = a.value();
+        ASSERT_EQ(x.size(), 4u);
+        const auto sum = [&](const std::vector<std::uint32_t> &part) {
+            std::uint64_t s = 0;
+            for (auto i : part) s += c[i];
+            return s;
+        };
+        EXPECT_EQ(sum(x[0]), 14u) << policy_name(p);
+        EXPECT_EQ(sum(x[2]), 14u) << policy_name(p);
+        EXPECT_EQ(sum(x[1]), 6u) << policy_name(p);
+        EXPECT_EQ(sum(x[3]), 6u) << policy_name(p);
+        for (int r : {0, 2})
+            for (auto i : x[r]) EXPECT_TRUE(i == 0 || i == 1 || i == 4 || i == 5) << "part " << r << " got " << i;
+        for (int r : {1, 3})
+            for (auto i : x[r]) EXPECT_TRUE(i == 2 || i == 3 || i == 6 || i == 7) << "part " << r << " got " << i;
+    }
+    // none keeps every part's own share.
+    EXPECT_EQ(partition_by_group(c, {7, 3, 7, 3}, Policy::None).value(), (Assignment{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
+}
+
 TEST(Balance, BadInputIsRefusedWithItsName) {
     const std::vector<std::uint64_t> c{1, 2, 3};
     EXPECT_EQ(partition(c, 0, Policy::Kk).error(), "balance: 0 parts; expected at least 1");

@@ -121,6 +121,35 @@ TEST(RuntimeCApi, StandaloneWithNoEnvironment) {
     EXPECT_EQ(rewind, 0);
     EXPECT_EQ(omni_state_add(5, &idx), OMNI_ESTATE);  // after omni_start
 
+    // Balancing: bad policies and a missing cost are refused naming them; one replica's plan
+    // is the ledger's own share (sorted by position, which is stream order), and a cost above
+    // 2^40 from the callback fails the micro-batch, naming the sample.
+    EXPECT_EQ(omni_data_balance(nullptr, nullptr, nullptr), OMNI_EINVAL);
+    EXPECT_EQ(omni_data_balance("greedy", nullptr, nullptr), OMNI_EINVAL);
+    EXPECT_NE(std::string(omni_last_error()).find("balance 'greedy': expected none, lpt, kk"), std::string::npos)
+        << omni_last_error();
+    EXPECT_EQ(omni_data_balance("kk", nullptr, nullptr), OMNI_EINVAL);
+    EXPECT_NE(std::string(omni_last_error()).find("needs a cost function"), std::string::npos) << omni_last_error();
+    uint64_t plain[2], balanced[2];
+    ASSERT_EQ(omni_data_micro_batch(1, plain, 2, &n), OMNI_OK) << omni_last_error();
+    static uint64_t calls = 0;
+    const omni_cost_fn by_index = [](uint64_t index, uint64_t, void *user) -> uint64_t {
+        ++*static_cast<uint64_t *>(user);
+        return index + 1;
+    };
+    ASSERT_EQ(omni_data_balance("grouped", by_index, &calls), OMNI_OK) << omni_last_error();
+    ASSERT_EQ(omni_data_micro_batch(1, balanced, 2, &n), OMNI_OK) << omni_last_error();
+    EXPECT_EQ(std::vector<uint64_t>(plain, plain + 2), std::vector<uint64_t>(balanced, balanced + 2));
+    EXPECT_EQ(calls, 8u);  // the rank's share of B = 8, once per step
+    ASSERT_EQ(omni_data_micro_batch(0, balanced, 2, &n), OMNI_OK) << omni_last_error();
+    EXPECT_EQ(calls, 8u);
+    const omni_cost_fn huge = [](uint64_t, uint64_t, void *) -> uint64_t { return uint64_t(1) << 41; };
+    ASSERT_EQ(omni_data_balance("lpt", huge, nullptr), OMNI_OK) << omni_last_error();
+    EXPECT_EQ(omni_data_micro_batch(0, balanced, 2, &n), OMNI_EINVAL);
+    EXPECT_NE(std::string(omni_last_error()).find("cost 2199023255552; at most 1099511627776"), std::string::npos)
+        << omni_last_error();
+    ASSERT_EQ(omni_data_balance("none", nullptr, nullptr), OMNI_OK) << omni_last_error();
+
     // Collectives over one rank: values unchanged, copies where there is a receive buffer.
     float x[3] = {1.5f, -2, 4};
     ASSERT_EQ(omni_allreduce(x, 3, OMNI_FP32, OMNI_SUM), OMNI_OK);

@@ -4,7 +4,10 @@
 // -> 1 (planned shrink) -> 2 (a new unit joins) -> STOP. The two MP slices hold vectors of different lengths, so that a hand-off
 // mixing slices could not go unnoticed. Expected groups come from the layout rule written out
 // here (slot % M, unit index * N/M + slot / M), expected shards from
-// omni::train::shard_range, not from the runtime.
+// omni::train::shard_range, not from the runtime. Every generation also balances its step
+// (kk over the replicas, runtime/balanced_step.h): the M ranks of a replica get the same
+// samples, the replicas together get exactly the step's samples, and no replica is slower
+// than under the ledger's own split.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -48,7 +51,16 @@ struct Gen {
     std::vector<float> shard;       // after the change
     std::vector<float> params;
     std::uint32_t ledger_dp = 0, ga = 0;
+    std::uint64_t ledger_step = 0;
+    std::vector<std::uint64_t> samples;     // this replica's, from micro_batch() under kk
+    std::vector<std::uint64_t> plan_costs;  // every replica's, from the plan
 };
+
+// A long-tailed cost: most samples cost 1..100, one in eight 1000 or more.
+std::uint64_t skewed_cost(std::uint64_t index, std::uint64_t step) {
+    const std::uint64_t h = (index * 0x9e3779b97f4a7c15ull + step) >> 40;
+    return h % 8 == 0 ? 1000 + h % 3000 : 1 + h % 100;
+}
 struct Seen {
     std::string error;
     std::vector<Gen> gens;
@@ -117,6 +129,8 @@ TEST_P(RuntimeModelParallel, GroupsAndSlicesSurviveShrinkAndGrow) {
         if (auto st = rt.register_params(params.data(), params.size()); !st) return s.error = st.error(), finish();
         if (auto r = rt.register_shard(&mom, slice_len(m)); !r) return s.error = r.error(), finish();
         if (auto st = rt.configure_ledger({1000, 0, 0, 7}); !st) return s.error = st.error(), finish();
+        if (auto st = rt.configure_balance({omni::balance::Policy::Kk, BalanceScope::job}, skewed_cost); !st)
+            return s.error = st.error(), finish();
         if (original) {
             const auto r = rt.shard_range(slice_len(m));
             for (std::size_t j = 0; j < r.size(); ++j) mom[j] = mom_at(m, r.begin + j, 0);
@@ -142,6 +156,13 @@ TEST_P(RuntimeModelParallel, GroupsAndSlicesSurviveShrinkAndGrow) {
             g.params = params;
             g.ledger_dp = rt.ledger()->dp_size();
             g.ga = rt.ledger()->grad_accum();
+            g.ledger_step = rt.ledger()->step();
+            for (std::uint32_t k = 0; k < g.ga; ++k) {
+                auto mb = rt.micro_batch(k);
+                if (!mb) { s.error = "micro_batch: " + mb.error(); break; }
+                g.samples.insert(g.samples.end(), mb.value().begin(), mb.value().end());
+            }
+            if (const auto *p = rt.step_plan()) g.plan_costs = p->costs;
             s.gens.push_back(g);
         };
         // An optimizer step: the slice's parameters and this rank's shard take step s's values.
@@ -238,6 +259,58 @@ TEST_P(RuntimeModelParallel, GroupsAndSlicesSurviveShrinkAndGrow) {
         ASSERT_EQ(j.gens.size(), 1u) << member(2, sl);
         check(j.gens.at(0), 2, sl, {0, 2}, 2);   // the joiner received its slice only
         EXPECT_EQ(j.outcomes, std::vector<Outcome>{Outcome::Stop});
+    }
+
+    // The balanced steps, per generation: (member, generation index) of every rank in it.
+    const std::vector<std::vector<std::pair<std::string, std::size_t>>> gens = [&] {
+        std::vector<std::vector<std::pair<std::string, std::size_t>>> g(3);
+        for (std::uint32_t sl = 0; sl < N; ++sl) {
+            g[0].push_back({member(0, sl), 0});
+            g[0].push_back({member(1, sl), 0});
+            g[1].push_back({member(0, sl), 1});
+            g[2].push_back({member(0, sl), 2});
+            g[2].push_back({member(2, sl), 0});
+        }
+        return g;
+    }();
+    for (std::size_t gi = 0; gi < gens.size(); ++gi) {
+        std::map<std::uint32_t, std::vector<std::uint64_t>> by_replica;  // DP rank -> samples
+        std::vector<std::uint64_t> costs;
+        std::uint64_t step = 0;
+        for (const auto &[id, k] : gens[gi]) {
+            const Gen &g = seen[id].gens.at(k);
+            step = g.ledger_step;
+            if (costs.empty()) costs = g.plan_costs;
+            EXPECT_EQ(g.plan_costs, costs) << id << ": every rank has the same plan";
+            auto [it, fresh] = by_replica.insert({g.dp_rank, g.samples});
+            if (!fresh) {
+                EXPECT_EQ(it->second, g.samples) << id << ": the MP peers of a replica differ";
+            }
+        }
+        // The step's samples from a ledger of its own, split as the ledger does.
+        auto ref = Ledger::create({1000, 24, 1, 7}, 1);
+        ASSERT_TRUE(ref);
+        for (std::uint64_t k = 0; k < step; ++k) ASSERT_TRUE(ref.value().commit_step());
+        std::vector<std::uint64_t> want = ref.value().step_samples(), got;
+        const std::size_t d = by_replica.size(), share = want.size() / d;
+        std::uint64_t ledger_max = 0, plan_max = 0;
+        for (std::size_t r = 0; r < d; ++r) {
+            std::uint64_t sum = 0;
+            for (std::size_t i = r * share; i < (r + 1) * share; ++i) sum += skewed_cost(want[i], step);
+            ledger_max = std::max(ledger_max, sum);
+        }
+        ASSERT_EQ(costs.size(), d) << "generation " << gi;
+        for (auto &[r, v] : by_replica) {
+            std::uint64_t sum = 0;
+            for (auto i : v) sum += skewed_cost(i, step);
+            EXPECT_EQ(costs[r], sum) << "replica " << r << " of generation " << gi;
+            plan_max = std::max(plan_max, sum);
+            got.insert(got.end(), v.begin(), v.end());
+        }
+        std::sort(want.begin(), want.end());
+        std::sort(got.begin(), got.end());
+        EXPECT_EQ(got, want) << "generation " << gi << ": the replicas' samples are not the step's, once each";
+        EXPECT_LE(plan_max, ledger_max) << "generation " << gi;
     }
 }
 

@@ -110,4 +110,24 @@ for bad in "--global-batch 0" "--global-batch 4096" "--micro-batch 3" "--steps 0
   opt=${bad%% *}
   grep -qe "${opt#--}" err || fail "'$bad': message does not name ${opt}: $(cat err)"
 done
+# --balance, --workload, --cost, --pace-ns-per-token: bad values and a policy without a
+# workload exit 2 naming the option; a workload file with a bad field names the field.
+printf '{"modalities": [{"name": "text", "length": {"fixed": 0}}], "phases": [{"mix": {"text": 1}}]}' >bad-workload.json
+for bad in "--balance greedy|--balance" "--balance kk|--balance kk needs --workload" \
+           "--pace-ns-per-token 5|--pace-ns-per-token needs --workload" "--cost frames --workload paper|--cost" \
+           "--workload no-such-file.json|--workload no-such-file.json" \
+           "--workload bad-workload.json|modalities[0].length.fixed"; do
+  args=${bad%%|*} want=${bad#*|}
+  rc=0
+  # shellcheck disable=SC2086
+  timeout 20 "$demo" --steps 2 $args >out 2>err || rc=$?
+  [ "$rc" = 2 ] || fail "'$args': exit $rc, expected 2: $(cat err)"
+  grep -qF -- "$want" err || fail "'$args': the message does not say '$want': $(cat err)"
+done
+# One rank balancing its own step changes nothing: the same metrics as without --balance,
+# with the step's cost in them.
+"$demo" --steps 5 --global-batch 16 --micro-batch 4 --workload paper --metrics w1.jsonl
+"$demo" --steps 5 --global-batch 16 --micro-batch 4 --workload paper --balance grouped --metrics w2.jsonl
+cmp w1.jsonl w2.jsonl || fail "--balance grouped changed a single rank's metrics"
+grep -q '"cost": \[[0-9]*, [0-9]*\]' w1.jsonl || fail "no cost in the metrics of a --workload run: $(head -n 1 w1.jsonl)"
 echo "ok: resume is bitwise identical (also with other micro-batches), other data orders and LR schedules refused, the job's OMNI_* defaults taken, SIGTERM checkpoints, bad options refused"
