@@ -148,14 +148,16 @@ int omni_data_grad_accum(uint32_t *grad_accum);
 int omni_data_micro_batch(uint32_t micro, uint64_t *indices, size_t capacity, size_t *count);
 /* A sample's cost for balancing (tokens, patches, frames, or any integer estimate of its
  * compute, at most 2^40): from its global index and the step (0-based: the steps committed
- * before it) that consumes it. Called by the rank that loads the sample, for its own share. */
+ * before it) that consumes it. Each rank calls it for its replica's own share; with OMNI_MP > 1
+ * the replica's MP rank 0's values count. */
 typedef uint64_t (*omni_cost_fn)(uint64_t index, uint64_t step, void *user);
 /* Grouped reordering (libomni(3) BALANCING): which replica computes which of the step's
  * samples, to make the slowest replica's cost small. `policy`: "none" (the ledger's split),
  * "lpt", "kk" (Karmarkar-Karp, over every replica), "grouped" (kk among the replicas of one
  * node), or "POLICY:SCOPE" with SCOPE "job" or "node". The step's samples stay the same, so
  * the ledger, checkpoints and exactly-once do too. Every rank of the job sets the same
- * policy; it applies from the next step's first omni_data_micro_batch. `cost` may be NULL
+ * policy; it applies from the next step not yet planned (a step whose first
+ * omni_data_micro_batch ran keeps its split). `cost` may be NULL
  * only with "none". Errors: OMNI_EINVAL (an unknown policy, a NULL cost), OMNI_ESTATE
  * (before omni_init). */
 int omni_data_balance(const char *policy, omni_cost_fn cost, void *user);

@@ -14,9 +14,10 @@
 //    and costs; then every replica runs the same deterministic partition (balance/balance.h)
 //    and takes its part. The samples are addressed by index (a map-style dataset), so a
 //    replica loads the samples it was given; none travel through the runtime.
-//  - The locality key is the node of the replica's first MP rank (SLURMD_NODENAME, else the
-//    host name): the M ranks of a replica must compute on the same samples, and they may sit
-//    on several nodes; the MP group agrees on the key once, when the rank joins.
+//  - The M ranks of a replica must compute on the same samples, and they may sit on several
+//    nodes and see other costs (another libm): each replica's record, its locality key (its
+//    MP rank 0's node: SLURMD_NODENAME, else the host name) and its costs, is MP rank 0's,
+//    broadcast over the MP group before the all-gather, so every DP group plans alike.
 //  - The all-gather spans the DP group, not just the locality group: B 64-bit costs in all
 //    (16 KiB at B = 2048), far below a step's gradient traffic, and it needs no communicator
 //    per locality group. The partition itself runs per group, so a group's result is what a

@@ -493,9 +493,9 @@ Status Runtime::restore_ledger(std::string_view json) {
 Status Runtime::configure_balance(const BalanceOptions &options, CostFn cost) {
     if (options.active() && !cost) return usage_error("configure_balance: policy " + balance_name(options) +
                                                       " needs a cost function");
+    // A step already planned keeps its plan: one step is never split two ways.
     balance_ = options;
     cost_ = std::move(cost);
-    plan_.reset();
     return Status::success();
 }
 
@@ -504,54 +504,46 @@ const StepPlan *Runtime::step_plan() const {
     return &*plan_;
 }
 
-Result<std::uint64_t> Runtime::replica_key() {
-    if (replica_key_) return *replica_key_;
-    std::string node;
-    if (const char *n = std::getenv("SLURMD_NODENAME"); n && *n) {
-        node = n;
-    } else {
-        char host[256] = "";
-        if (gethostname(host, sizeof host - 1) == 0) node = host;
-    }
-    std::uint64_t key = locality_key(node);
-    // The replica's M ranks must land in the same group: MP rank 0's node names it.
-    if (groups_.mp_size > 1) {
-        if (!mp_control_) return usage_error("balance: no model-parallel communicator before start()");
-        fault_ = Fault::peer;
-        if (auto st = mp_control_->broadcast(&key, 1, DType::i64, 0); !st)
-            return make_error("balance: agreeing on the replica's node: " + st.error());
-    }
-    replica_key_ = key;
-    return key;
+std::uint64_t Runtime::node_key() const {
+    if (const char *n = std::getenv("SLURMD_NODENAME"); n && *n) return locality_key(n);
+    char host[256] = "";
+    if (gethostname(host, sizeof host - 1) != 0) host[0] = 0;
+    return locality_key(host);
 }
 
 Result<std::vector<std::uint64_t>> Runtime::micro_batch(std::uint32_t micro) {
     if (!ledger_) return usage_error("micro_batch: no ledger configured");
-    if (!balance_.active()) {
-        auto v = ledger_->micro_batch(groups_.dp_rank, micro);
-        if (!v) return usage_error(v.error());
-        return v;
-    }
-    if (!started_) return usage_error("micro_batch: balancing needs start() first");
     if (micro >= ledger_->grad_accum())
         return usage_error("micro_batch: micro-step " + std::to_string(micro) + " is outside 0.." +
                            std::to_string(ledger_->grad_accum() - 1) + " (GA)");
     if (!step_plan()) {
-        auto key = replica_key();
-        if (!key) return Error{key.error()};
+        if (!balance_.active()) {
+            auto v = ledger_->micro_batch(groups_.dp_rank, micro);
+            if (!v) return usage_error(v.error());
+            return v;
+        }
+        if (!started_) return usage_error("micro_batch: balancing needs start() first");
         auto share = ledger_->share(groups_.dp_rank);
         if (!share) return usage_error(share.error());
-        auto rec = plan_record(key.value(), share.value(), ledger_->step(), cost_);
-        if (!rec) return usage_error(rec.error());
+        auto made = plan_record(node_key(), share.value(), ledger_->step(), cost_);
+        if (!made) return usage_error(made.error());
+        std::vector<std::uint64_t> rec = std::move(made).value();
+        // The replica's M ranks plan in M DP groups: they take MP rank 0's record (its node
+        // and its costs), so that every DP group plans the same split whatever the cost
+        // function returned on each rank.
+        if (groups_.mp_size > 1) {
+            fault_ = Fault::peer;
+            if (auto st = mp_control_->broadcast(rec.data(), rec.size(), DType::i64, 0); !st)
+                return make_error("balance: the replica's costs from its MP rank 0: " + st.error());
+        }
         const std::uint32_t d = groups_.dp_size;
-        std::vector<std::uint64_t> gathered(rec.value().size() * d);
+        std::vector<std::uint64_t> gathered(rec.size() * d);
         if (d > 1) {
             fault_ = Fault::peer;
-            if (auto st = dp_control().allgather(rec.value().data(), gathered.data(), rec.value().size(), DType::i64);
-                !st)
+            if (auto st = dp_control().allgather(rec.data(), gathered.data(), rec.size(), DType::i64); !st)
                 return make_error("balance: all-gather of the step's costs: " + st.error());
         } else {
-            gathered = rec.value();
+            gathered = rec;
         }
         auto p = plan_step(ledger_->step_samples(), gathered, d, groups_.dp_rank, balance_);
         if (!p) return usage_error(p.error());

@@ -171,13 +171,16 @@ public:
 
     // Grouped reordering (runtime/balanced_step.h): the policy, and the cost of a sample this
     // rank loads. Every rank of the job configures the same policy; it applies from the next
-    // plan (the next step's first micro_batch()). Usage error: a null cost with a policy.
+    // step not yet planned (a step whose first micro_batch() has run keeps its split). Usage
+    // error: a null cost with a policy.
     Status configure_balance(const BalanceOptions &options, CostFn cost);
     const BalanceOptions &balance_options() const { return balance_; }
     // The b indices of micro-step `micro` of the current step for this replica: the ledger's
     // share without a policy, the step's plan with one. With a policy the first call of a
-    // step is collective over the DP group (an all-gather of the replicas' costs and locality),
-    // so every DP rank makes it at the same step; its failure is a peer fault (last_fault()).
+    // step is collective over the DP group (an all-gather of the replicas' costs and
+    // locality), and with M > 1 over the MP group too (the replica's record comes from its MP
+    // rank 0), so every rank makes it at the same step; its failure is a peer fault
+    // (last_fault()).
     Result<std::vector<std::uint64_t>> micro_batch(std::uint32_t micro);
     // The current step's plan (every replica's cost), once micro_batch() made it; else null.
     const StepPlan *step_plan() const;
@@ -279,12 +282,11 @@ private:
     std::size_t param_count_ = 0;
     std::vector<Shard> shards_;
     std::optional<Ledger> ledger_;
-    // The locality key of this rank's replica (its first MP rank's node), agreed once.
-    Result<std::uint64_t> replica_key();
+    // The locality key of this rank's node (SLURMD_NODENAME, else the host name).
+    std::uint64_t node_key() const;
     BalanceOptions balance_;
     CostFn cost_;
-    std::optional<StepPlan> plan_;
-    std::optional<std::uint64_t> replica_key_;
+    std::optional<StepPlan> plan_;  // the step's, once its first micro_batch() made it
     bool started_ = false, finished_ = false;
     bool stop_requested_ = false;  // request_stop() went out (once is enough)
     Fault fault_ = Fault::none;

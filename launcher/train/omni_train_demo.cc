@@ -399,7 +399,7 @@ private:
             }
         }
         if (o_.pace_ms) usleep(static_cast<useconds_t>(o_.pace_ms * 1000));
-        if (o_.pace_ns_per_token && r.comm) pace(r.cost * o_.pace_ns_per_token);
+        if (o_.pace_ns_per_token && r.comm) pace(static_cast<double>(r.cost) * static_cast<double>(o_.pace_ns_per_token));
         // Exact: integer sums do not depend on how the batch was split among ranks.
         for (auto [buf, n] : {std::pair{acc.v.data(), acc.v.size()}, std::pair{r.seen, std::size_t(3)}})
             if (r.comm) r.comm = rt_.comm().allreduce(buf, n, omni::launcher::DType::i64, omni::launcher::ReduceOp::sum);
@@ -494,8 +494,10 @@ private:
     }
 
     // As if computing for `ns` nanoseconds (--pace-ns-per-token): a sleep, so that two cores
-    // run several ranks whose step times follow their samples' lengths.
-    static void pace(std::uint64_t ns) { std::this_thread::sleep_for(std::chrono::nanoseconds(ns)); }
+    // run several ranks whose step times follow their samples' lengths. At most an hour.
+    static void pace(double ns) {
+        std::this_thread::sleep_for(std::chrono::nanoseconds(static_cast<std::int64_t>(std::min(ns, 3.6e12))));
+    }
 
     // The runtime's decision at the end of the step, the same on every rank.
     Next after_boundary() {
@@ -616,9 +618,9 @@ int main(int argc, char **argv) {
         ("metrics", po::value<std::string>(&o.metrics), "JSONL metrics file, one line per step")
         ("timestamps", po::bool_switch(&o.timestamps), "add the wall-clock time_ms to every metrics line (benchmarks)")
         ("workload", po::value<std::string>(&workload),
-         "FILE or preset (paper, text, uniform): every sample's modality and length (omni-sim(1) WORKLOAD FILES)")
+         "FILE or preset (paper, text, uniform): every sample's modality and length (omni-workload(5))")
         ("cost", po::value<std::string>(&cost)->default_value("tokens"),
-         "a sample's cost for --balance and --pace-ns-per-token: tokens, units or compute")
+         "a sample's cost for --balance and --pace-ns-per-token: tokens, units or compute (needs --workload)")
         ("balance", po::value<std::string>(&balance)->default_value("none"),
          "which replica computes which of the step's samples: none, lpt, kk, grouped (kk per node), POLICY:job|node (needs --workload)")
         ("layout-log", po::value<std::string>(&o.layout_log),

@@ -24,9 +24,9 @@
 //                            min <= max; M and S are finite, S >= 0, M <= 17 and S <= 4 (e^17 and
 //                            e^(6*4) are already beyond 16777216: larger values only pile draws up
 //                            at max).
-//    tokens_per_unit         optional, default 1; the LLM tokens one unit becomes; in (0, 65536].
+//    tokens_per_unit         optional, default 1; the LLM tokens one unit becomes; in (0, 32768].
 //    encoder_cost_per_unit   optional, default 0; encoder compute per unit, in LLM-token
-//                            equivalents; in [0, 65536].
+//                            equivalents; in [0, 32768].
 //  phases      1..256 objects, in order:
 //    steps                   the phase's length in steps, an integer >= 1; required but in the
 //                            last phase, which lasts for ever: a last phase's steps, if given, are
@@ -537,8 +537,8 @@ Sample Workload::sample(std::uint64_t seed, std::uint64_t index, std::uint64_t s
 }
 
 std::uint64_t Workload::cost(const Sample &s, CostKind kind) const {
-    // length <= 2^24 and factors <= 2^16: each product is at most 2^40 and exact in a double's
-    // 53 bits of integer; Compute is at most 2^41. All fit the balancer's costs.
+    // length <= 2^24 and factors <= 2^15: each product is at most 2^39 and exact in a double's
+    // 53 bits of integer; Compute is at most 2^40, the balancer's kMaxCost.
     if (s.modality >= modalities_.size()) return 0;
     const Modality &m = modalities_[s.modality];
     const std::uint64_t tokens = std::max<std::uint64_t>(1, ceil_product(s.length, m.tokens_per_unit));

@@ -13,8 +13,10 @@
 //    consumes it): every rank, a joiner and omni-sim see the same workload without sharing
 //    state, and a run is repeatable. The functions use only 64-bit integer hashing and
 //    <cmath>'s log/exp/sqrt/cos, so two machines with other libm builds may differ by one in
-//    a length; the runtime all-gathers the costs the loading rank computed, so ranks never
-//    disagree about a step (runtime/balanced_step.h).
+//    a length; the runtime plans a step with the costs one rank of each replica computed,
+//    all-gathered, so ranks never disagree about a step (runtime/balanced_step.h).
+//  - Bounds: lengths up to 2^24 and factors up to 2^15 keep a sample's tokens and its
+//    encoder part below 2^39 each, so every cost kind fits balance::kMaxCost (2^40).
 //  - Costs are integers (balance/balance.h): the LLM tokens a sample becomes, its length in
 //    its own unit, or the compute of encoder plus LLM in token-equivalents.
 #ifndef OMNI_LAUNCHER_WORKLOAD_WORKLOAD_H
@@ -35,7 +37,7 @@ constexpr std::size_t kMaxPhases = 256;
 constexpr std::size_t kMaxChoices = 256;
 constexpr std::size_t kMaxNameLength = 32;
 constexpr std::uint64_t kMaxLength = std::uint64_t(1) << 24;      // per sample, in its unit
-constexpr double kMaxFactor = 1 << 16;                             // tokens or compute per unit
+constexpr double kMaxFactor = 1 << 15;                             // tokens or compute per unit
 
 // A length distribution; every draw is clamped to [min, max] (1 <= min <= max <= kMaxLength).
 struct Length {
@@ -81,7 +83,7 @@ Result<CostKind> parse_cost_kind(std::string_view text);
 
 class Workload {
 public:
-    // From JSON text (the format in omni-sim(1) WORKLOAD FILES). Every error names the field
+    // From JSON text (the format in omni-workload(5)). Every error names the field
     // (e.g. "modalities[2].length.sigma") and what was expected; unknown keys are errors.
     static Result<Workload> parse(std::string_view json);
     // A file, or the name of a built-in workload (presets()).

@@ -10,6 +10,8 @@
 #    sets of samples are those the ledger gives the nodes (the none run's); kk moves some;
 #  - the slowest replica's cost summed over the steps (the metrics' "cost"): lpt, kk and
 #    grouped below none;
+#  - omni-sim predict, with the runtime's planner and no ranks, gives every step's "cost" of
+#    every run exactly (omni-sim(1));
 #  - grouped through a resize, 2 -> 1 -> 2 units (omni-ctl): the same losses, every sample once.
 # The step times per policy are printed (measured, not checked: timing belongs to benchmarks).
 . "$(dirname "$0")/lib.sh"
@@ -26,6 +28,15 @@ batch() {  # batch WHAT OUT SBATCH-ARGS... SCRIPT: run a batch job to its end, i
 }
 same=$top_src/tests/integration/same-steps.py
 once=$top_src/tests/integration/exactly-once.py
+sim=$top_build/launcher/omni-sim
+need_built "$sim"
+# predict RUN POLICY: omni-sim's model of the run's steps; exit 1 names a step it differs in.
+predict() {
+  "$sim" predict --metrics "$work/$1.jsonl" --workload paper --global-batch 48 --dataset-size 960 --seed 3 \
+    --replicas-per-node 2 --balance "$2" >"$work/$1.predict" 2>&1 ||
+    { cat "$work/$1.predict" >&2; fail "omni-sim predict differs from the --balance $2 run"; }
+  grep -q "cost checked on 30: 0 differ" "$work/$1.predict" || fail "omni-sim predict: $(cat "$work/$1.predict")"
+}
 
 "$demo" $train --metrics "$work/reference.jsonl" >"$work/reference.out" 2>&1 ||
   { cat "$work/reference.out" >&2; fail "the single-rank reference run failed"; }
@@ -40,6 +51,7 @@ EOS
   batch "--balance $p" "$work/$p.out" -N2 -n4 --omni-unit=2 -t 3 "$p.sh"
   /usr/bin/python3 "$same" "$work/reference.jsonl" "$work/$p.jsonl" 30 || fail "--balance $p differs from the single rank (above)"
   /usr/bin/python3 "$once" "$work/samples-$p" 960 20 30 || fail "--balance $p: the samples (above)"
+  predict "$p" "$p"
 done
 
 # Per step and host: the samples of none and grouped are the same sets; kk's are not.
@@ -88,6 +100,7 @@ EOS
 batch "grouped through a resize" "$work/elastic.out" -N2 -n4 --omni-unit=2 --omni-elastic=1:2 -t 3 elastic.sh
 /usr/bin/python3 "$same" "$work/reference.jsonl" "$work/elastic.jsonl" 30 || fail "the resized grouped run differs (above)"
 /usr/bin/python3 "$once" "$work/samples-elastic" 960 20 30 || fail "the resized grouped run's samples (above)"
+predict elastic grouped
 /usr/bin/python3 - "$work/elastic.jsonl" <<'PY' || fail "the resized run's worlds (above)"
 import json, sys
 w = [json.loads(l)["world"] for l in open(sys.argv[1])]

@@ -143,12 +143,12 @@ TEST(RuntimeCApi, StandaloneWithNoEnvironment) {
     EXPECT_EQ(calls, 8u);  // the rank's share of B = 8, once per step
     ASSERT_EQ(omni_data_micro_batch(0, balanced, 2, &n), OMNI_OK) << omni_last_error();
     EXPECT_EQ(calls, 8u);
+    // A policy set in the middle of a planned step applies from the next step: this one keeps
+    // its plan (the costly cost function is not called yet).
     const omni_cost_fn huge = [](uint64_t, uint64_t, void *) -> uint64_t { return uint64_t(1) << 41; };
     ASSERT_EQ(omni_data_balance("lpt", huge, nullptr), OMNI_OK) << omni_last_error();
-    EXPECT_EQ(omni_data_micro_batch(0, balanced, 2, &n), OMNI_EINVAL);
-    EXPECT_NE(std::string(omni_last_error()).find("cost 2199023255552; at most 1099511627776"), std::string::npos)
-        << omni_last_error();
-    ASSERT_EQ(omni_data_balance("none", nullptr, nullptr), OMNI_OK) << omni_last_error();
+    ASSERT_EQ(omni_data_micro_batch(1, balanced, 2, &n), OMNI_OK) << omni_last_error();
+    EXPECT_EQ(std::vector<uint64_t>(plain, plain + 2), std::vector<uint64_t>(balanced, balanced + 2));
 
     // Collectives over one rank: values unchanged, copies where there is a receive buffer.
     float x[3] = {1.5f, -2, 4};
@@ -175,6 +175,13 @@ TEST(RuntimeCApi, StandaloneWithNoEnvironment) {
     EXPECT_EQ(d.kind, OMNI_CONTINUE);
     EXPECT_EQ(d.world, 1u);
     EXPECT_EQ(d.grad_accum, 4u);
+    // The next step is planned with lpt and the costly function: the micro-batch fails,
+    // naming the cost; without a policy the ledger's split comes back.
+    EXPECT_EQ(omni_data_micro_batch(0, balanced, 2, &n), OMNI_EINVAL);
+    EXPECT_NE(std::string(omni_last_error()).find("cost 2199023255552; at most 1099511627776"), std::string::npos)
+        << omni_last_error();
+    ASSERT_EQ(omni_data_balance("none", nullptr, nullptr), OMNI_OK) << omni_last_error();
+    ASSERT_EQ(omni_data_micro_batch(0, balanced, 2, &n), OMNI_OK) << omni_last_error();
 
     char buf[512];
     size_t len = 0;

@@ -246,11 +246,12 @@ TEST(Workload, CostsOnWorkedExamples) {
     const Workload t = ok(one(R"({"fixed": 1})", R"(, "tokens_per_unit": 0.001)"));
     EXPECT_EQ(t.cost(Sample{0, 1}, CostKind::Tokens), 1u);
     EXPECT_EQ(t.cost(Sample{0, 1}, CostKind::Compute), 1u);
-    // The largest: 2^24 units at 2^16 per unit are 2^40 tokens, and 2^41 of compute.
+    // The largest: 2^24 units at 2^15 per unit are 2^39 tokens, and 2^40 of compute: the most
+    // a balanced step takes (balance::kMaxCost), so any valid workload balances.
     const Workload big =
-        ok(one(R"({"fixed": 16777216})", R"(, "tokens_per_unit": 65536, "encoder_cost_per_unit": 65536)"));
-    EXPECT_EQ(big.cost(1, 0, 0, CostKind::Tokens), std::uint64_t(1) << 40);
-    EXPECT_EQ(big.cost(1, 0, 0, CostKind::Compute), std::uint64_t(1) << 41);
+        ok(one(R"({"fixed": 16777216})", R"(, "tokens_per_unit": 32768, "encoder_cost_per_unit": 32768)"));
+    EXPECT_EQ(big.cost(1, 0, 0, CostKind::Tokens), std::uint64_t(1) << 39);
+    EXPECT_EQ(big.cost(1, 0, 0, CostKind::Compute), std::uint64_t(1) << 40);
 }
 
 TEST(Workload, CostKindNames) {
@@ -309,7 +310,7 @@ TEST(Workload, BadInputIsRefusedWithItsField) {
         {one(R"({"lognormal": {"mu": 1e999, "sigma": 1}})"), "not valid JSON: a number beyond a double's range"},
         {one(R"({"lognormal": {"mu": 5}})"), "modalities[0].length.lognormal: expected both mu and sigma"},
         {one(R"({"fixed": 5})", R"(, "tokens_per_unit": 0)"),
-         "modalities[0].tokens_per_unit: expected a number in (0, 65536]"},
+         "modalities[0].tokens_per_unit: expected a number in (0, 32768]"},
         {one(R"({"fixed": 5})", R"(, "encoder_cost_per_unit": 65537)"), "modalities[0].encoder_cost_per_unit"},
         {one(R"({"fixed": 5})", R"(, "unit": "tok ens")"), "modalities[0].unit: expected 1..32 of"},
         {R"({"modalities": [{"name": "a b", "length": {"fixed": 1}}], "phases": [{"mix": {"a": 1}}]})",

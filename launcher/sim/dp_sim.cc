@@ -1,0 +1,54 @@
+// omni-sim's data-parallel part; see sim/dp_sim.h.
+#include "sim/dp_sim.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+namespace omni::sim {
+
+Result<std::vector<StepCost>> simulate(const DpJob &job, const workload::Workload &w,
+                                       const std::vector<std::uint32_t> &replicas) {
+    if (job.replicas_per_node == 0) return make_error("omni-sim: 0 replicas per node");
+    if (replicas.empty()) return std::vector<StepCost>{};
+    auto made = launcher::Ledger::create(job.ledger, replicas.front());
+    if (!made) return make_error("omni-sim: step 1: " + made.error());
+    launcher::Ledger ledger = std::move(made).value();
+    std::vector<StepCost> out;
+    out.reserve(replicas.size());
+    std::vector<std::uint64_t> gathered;
+    for (std::size_t k = 0; k < replicas.size(); ++k) {
+        const std::uint32_t d = replicas[k];
+        if (d != ledger.dp_size())
+            if (auto st = ledger.resize(d); !st)
+                return make_error("omni-sim: step " + std::to_string(k + 1) + ": " + st.error());
+        const std::vector<std::uint64_t> samples = ledger.step_samples();
+        const std::size_t m = samples.size() / d;
+        // The all-gather's records, as the d replicas would send them.
+        gathered.clear();
+        for (std::uint32_t r = 0; r < d; ++r) {
+            gathered.push_back(r / job.replicas_per_node);
+            for (std::size_t i = r * m; i < (r + 1) * m; ++i)
+                gathered.push_back(w.cost(job.ledger.seed, samples[i], ledger.step(), job.cost));
+        }
+        std::uint64_t largest = 0;
+        for (std::size_t i = 0; i < gathered.size(); ++i)
+            if (i % (m + 1)) largest = std::max(largest, gathered[i]);  // not a record's key
+        const auto t0 = std::chrono::steady_clock::now();
+        auto plan = launcher::plan_step(samples, gathered, d, 0, job.balance);
+        const auto t1 = std::chrono::steady_clock::now();
+        if (!plan) return make_error("omni-sim: step " + std::to_string(k + 1) + ": " + plan.error());
+        StepCost c;
+        c.step = k + 1;
+        c.replicas = d;
+        c.slowest = plan.value().max_cost();
+        c.largest = largest;
+        for (auto x : plan.value().costs) c.total += x;
+        c.plan_us = std::chrono::duration<double, std::micro>(t1 - t0).count();
+        out.push_back(c);
+        if (auto st = ledger.commit_step(); !st) return make_error("omni-sim: " + st.error());
+    }
+    return out;
+}
+
+}  // namespace omni::sim

@@ -1,0 +1,459 @@
+// omni-sim: MegaScale-Omni's balancing policies on synthetic multimodal workloads, without
+// GPUs, with the runtime's own ledger and planner (sim/dp_sim.h). Commands:
+//   balance   the policies side by side at several scales (a table, CSV);
+//   predict   a real run's steps (omni-train-demo --metrics) as the model predicts them, and
+//             the run's measured step times beside them;
+//   workload  a workload as JSON (the generator: presets to edit), or its statistics.
+#include <boost/program_options.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/parse.h"
+#include "runtime/balanced_step.h"
+#include "sim/dp_sim.h"
+#include "workload/workload.h"
+
+namespace po = boost::program_options;
+using omni::sim::DpJob;
+using omni::sim::StepCost;
+using omni::sim::TimeModel;
+using omni::workload::Workload;
+
+namespace {
+
+constexpr const char *kProg = "omni-sim";
+constexpr std::uint64_t kMaxGpus = 1u << 16;
+constexpr std::uint64_t kMaxSteps = 100000;
+
+int usage_error(const std::string &msg) {
+    std::cerr << kProg << ": " << msg << "\nTry '" << kProg << " --help'.\n";
+    return 2;
+}
+
+int fail(const std::string &msg) {
+    std::cerr << kProg << ": " << msg << "\n";
+    return 1;
+}
+
+const char *kUsage =
+    "Usage: omni-sim COMMAND [OPTIONS]\n\n"
+    "MegaScale-Omni's balancing of multimodal samples over data-parallel replicas, simulated\n"
+    "with libomni's own ledger and planner on a synthetic workload (omni-workload(5)).\n\n"
+    "Commands:\n"
+    "  balance    the policies side by side at several scales: the slowest replica's cost per\n"
+    "             step, imbalance, step time and throughput against none\n"
+    "  predict    a real run (omni-train-demo --metrics FILE): every step's slowest replica as\n"
+    "             the model predicts it, checked against the run's own \"cost\", and the\n"
+    "             predicted step times beside the measured ones\n"
+    "  workload   a workload as JSON (--workload PRESET writes a file to edit), or --stats\n\n"
+    "'omni-sim COMMAND --help' lists a command's options. Exit status: 0 done, 1 failed,\n"
+    "2 bad usage.\n";
+
+// A comma-separated list of integers in [min, max].
+omni::Result<std::vector<std::uint64_t>> parse_list(const std::string &text, std::uint64_t min, std::uint64_t max,
+                                                    const std::string &what) {
+    std::vector<std::uint64_t> out;
+    std::stringstream ss(text);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        auto v = omni::parse_uint(item, min, max, what);
+        if (!v) return omni::Error{v.error()};
+        out.push_back(v.value());
+    }
+    if (out.empty() || out.size() > 64) return omni::make_error(what + " '" + text + "': expected 1..64 comma-separated numbers");
+    return out;
+}
+
+// Options shared by the commands that simulate: the workload and what a cost counts.
+struct WorkloadArgs {
+    std::string workload = "paper", cost = "tokens";
+    Workload w;
+    omni::workload::CostKind kind = omni::workload::CostKind::Tokens;
+    void add(po::options_description &d) {
+        d.add_options()("workload", po::value<std::string>(&workload)->default_value(workload),
+                        "FILE or preset (paper, text, uniform): omni-workload(5)")(
+            "cost", po::value<std::string>(&cost)->default_value(cost), "what a sample costs: tokens, units or compute");
+    }
+    omni::Status load() {
+        auto k = omni::workload::parse_cost_kind(cost);
+        if (!k) return omni::make_error("--cost: " + k.error());
+        kind = k.value();
+        auto l = Workload::load(workload);
+        if (!l) return omni::make_error("--workload " + workload + ": " + l.error());
+        w = std::move(l).value();
+        return omni::Status::success();
+    }
+};
+
+// Parses argv for one command; returns an exit code when the command should end (help, bad
+// usage), else nothing.
+std::optional<int> parse(int argc, char **argv, po::options_description &desc, const std::string &usage,
+                         po::variables_map &vm) {
+    desc.add_options()("help,h", "show this help and exit");
+    try {
+        po::store(po::command_line_parser(argc, argv).options(desc).run(), vm);
+        po::notify(vm);
+    } catch (const std::exception &e) {
+        return usage_error(e.what());
+    }
+    if (vm.count("help")) {
+        std::cout << usage << "\n" << desc << "\n";
+        return 0;
+    }
+    return std::nullopt;
+}
+
+double mean(const std::vector<double> &v) {
+    double s = 0;
+    for (double x : v) s += x;
+    return v.empty() ? 0 : s / static_cast<double>(v.size());
+}
+
+double median(std::vector<double> v) {
+    if (v.empty()) return 0;
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+// ---- balance --------------------------------------------------------------------------------
+int cmd_balance(int argc, char **argv) {
+    WorkloadArgs wa;
+    std::string gpus_text = "64,128,256,512", policies_text = "none,lpt,kk,grouped", csv;
+    std::uint64_t mp = 1, per_node = 8, per_replica = 16, steps = 50, first = 0, seed = 1;
+    double ns_per_token = 1000, overhead_ms = 0;
+    po::options_description desc("Options");
+    wa.add(desc);
+    std::map<std::string, std::string> num;
+    desc.add_options()
+        ("gpus", po::value<std::string>(&gpus_text)->default_value(gpus_text), "GPUs, a comma-separated list of scales")
+        ("mp", po::value<std::string>(&num["mp"])->default_value("1"), "GPUs per replica (model parallel); divides --gpus-per-node")
+        ("gpus-per-node", po::value<std::string>(&num["gpus-per-node"])->default_value("8"), "GPUs per node: the groups of grouped")
+        ("batch-per-replica", po::value<std::string>(&num["batch-per-replica"])->default_value("16"), "samples per replica per step (B = replicas x this)")
+        ("steps", po::value<std::string>(&num["steps"])->default_value("50"), "steps per scale and policy")
+        ("first-step", po::value<std::string>(&num["first-step"])->default_value("0"), "steps done before (the workload's phase)")
+        ("seed", po::value<std::string>(&num["seed"])->default_value("1"), "data order and draws")
+        ("policies", po::value<std::string>(&policies_text)->default_value(policies_text), "comma-separated: none, lpt, kk, grouped, POLICY:job|node")
+        ("ns-per-token", po::value<double>(&ns_per_token)->default_value(ns_per_token), "time model: compute per unit of cost")
+        ("overhead-ms", po::value<double>(&overhead_ms)->default_value(overhead_ms), "time model: fixed time per step")
+        ("csv", po::value<std::string>(&csv), "also write the table as CSV to FILE");
+    po::variables_map vm;
+    if (auto rc = parse(argc, argv, desc, "Usage: omni-sim balance [OPTIONS]", vm)) return *rc;
+    struct N { const char *name; std::uint64_t *to, min, max; };
+    for (const N &n : {N{"mp", &mp, 1, 1024}, N{"gpus-per-node", &per_node, 1, 1024},
+                       N{"batch-per-replica", &per_replica, 1, 4096}, N{"steps", &steps, 1, kMaxSteps},
+                       N{"first-step", &first, 0, kMaxSteps}, N{"seed", &seed, 0, UINT64_MAX}}) {
+        auto v = omni::parse_uint(num[n.name], n.min, n.max, std::string("--") + n.name);
+        if (!v) return usage_error(v.error());
+        *n.to = v.value();
+    }
+    if (!(ns_per_token > 0 && ns_per_token < 1e9)) return usage_error("--ns-per-token: expected a number in (0, 1e9)");
+    if (!(overhead_ms >= 0 && overhead_ms < 1e7)) return usage_error("--overhead-ms: expected a number in [0, 1e7)");
+    if (per_node % mp) return usage_error("--mp " + std::to_string(mp) + ": expected a divisor of --gpus-per-node " + std::to_string(per_node));
+    auto gpus = parse_list(gpus_text, 1, kMaxGpus, "--gpus");
+    if (!gpus) return usage_error(gpus.error());
+    for (auto g : gpus.value())
+        if (g % per_node)
+            return usage_error("--gpus " + std::to_string(g) + ": expected whole nodes of --gpus-per-node " + std::to_string(per_node));
+    std::vector<omni::launcher::BalanceOptions> policies;
+    std::vector<std::string> names;
+    {
+        std::stringstream ss(policies_text);
+        std::string item;
+        while (std::getline(ss, item, ',')) {
+            auto p = omni::launcher::parse_balance(item);
+            if (!p) return usage_error("--policies: " + p.error());
+            policies.push_back(p.value());
+            names.push_back(item);
+        }
+        if (policies.empty()) return usage_error("--policies: expected at least one policy");
+    }
+    if (auto st = wa.load(); !st) return usage_error(st.error());
+    std::ofstream csv_out;
+    if (!csv.empty()) {
+        csv_out.open(csv);
+        if (!csv_out) return fail("--csv " + csv + ": cannot write");
+        csv_out << "gpus,replicas,policy,slowest_mean,imbalance_mean,imbalance_max,bound_mean,step_ms,samples_per_s,vs_none,"
+                   "plan_ms_per_10k\n";
+    }
+    const TimeModel tm{ns_per_token, overhead_ms};
+    std::printf("workload %s, cost %s, %" PRIu64 " steps from step %" PRIu64 ", %" PRIu64
+                " samples per replica, MP %" PRIu64 ", %" PRIu64 " GPUs per node; time: %.6g ns per token + %.6g ms per step\n",
+                wa.workload.c_str(), omni::workload::cost_kind_name(wa.kind), steps, first, per_replica, mp, per_node,
+                ns_per_token, overhead_ms);
+    std::printf("%6s %8s %-10s %14s %10s %10s %10s %10s %14s %8s %10s\n", "GPUS", "REPLICAS", "POLICY", "SLOWEST",
+                "IMBALANCE", "IMB-MAX", "BOUND", "STEP-MS", "SAMPLES/S", "VS-NONE", "PLAN-MS/10K");
+    for (auto g : gpus.value()) {
+        const std::uint64_t d = g / mp;
+        if (d > omni::launcher::kMaxDpSize || d * per_replica > omni::balance::kMaxSamples)
+            return usage_error("--gpus " + std::to_string(g) + ": too many samples a step");
+        struct Row {
+            double slowest, imb, imb_max, bound, step_ms, plan;
+        };
+        std::vector<Row> rows;
+        for (std::size_t pi = 0; pi < policies.size(); ++pi) {
+            DpJob job;
+            job.ledger = {std::uint64_t(1) << 40, d * per_replica, 1, seed};
+            job.replicas_per_node = static_cast<std::uint32_t>(per_node / mp);
+            job.balance = policies[pi];
+            job.cost = wa.kind;
+            // The steps before --first-step only move the ledger; the means start there.
+            std::vector<std::uint32_t> reps(first + steps, static_cast<std::uint32_t>(d));
+            auto r = omni::sim::simulate(job, wa.w, reps);
+            if (!r) return fail(r.error());
+            std::vector<double> slowest, imb, ms, bound;
+            double plan_us = 0, samples = 0;
+            for (std::size_t k = first; k < r.value().size(); ++k) {
+                const StepCost &c = r.value()[k];
+                slowest.push_back(static_cast<double>(c.slowest));
+                imb.push_back(c.imbalance());
+                bound.push_back(c.bound());
+                ms.push_back(tm.step_ms(c));
+                plan_us += c.plan_us;
+                samples += static_cast<double>(d * per_replica);
+            }
+            rows.push_back({mean(slowest), mean(imb), *std::max_element(imb.begin(), imb.end()), mean(bound), mean(ms),
+                            plan_us / 1000.0 / (samples / 10000.0)});
+        }
+        // Against none when it is listed, else against the first policy.
+        std::size_t base = 0;
+        for (std::size_t pi = 0; pi < policies.size(); ++pi)
+            if (!policies[pi].active()) base = pi;
+        for (std::size_t pi = 0; pi < rows.size(); ++pi) {
+            const Row &w = rows[pi];
+            const double per_s = static_cast<double>(d * per_replica) / (w.step_ms / 1000.0);
+            const double vs = rows[base].step_ms / w.step_ms;
+            std::printf("%6" PRIu64 " %8" PRIu64 " %-10s %14.0f %10.4f %10.4f %10.4f %10.3f %14.1f %8.3f %10.4f\n", g, d,
+                        names[pi].c_str(), w.slowest, w.imb, w.imb_max, w.bound, w.step_ms, per_s, vs, w.plan);
+            if (csv_out.is_open())
+                csv_out << g << "," << d << "," << names[pi] << "," << w.slowest << "," << w.imb << "," << w.imb_max << ","
+                        << w.bound << ","
+                        << w.step_ms << "," << per_s << "," << vs << "," << w.plan << "\n";
+        }
+    }
+    if (csv_out.is_open() && !csv_out.flush()) return fail("--csv " + csv + ": write failed");
+    std::printf("SLOWEST: the slowest replica's cost, mean over the steps; IMBALANCE: slowest / mean replica; BOUND: the\n"
+                "least imbalance whole samples allow (the costliest sample, or the mean);\n");
+    std::printf("VS-NONE: none's step time / this policy's (the first policy's when none is not listed); PLAN-MS/10K:\n"
+                "the planner's time per 10k samples of a step, every group's on one core\n");
+    return 0;
+}
+
+// ---- predict --------------------------------------------------------------------------------
+struct MetricsLine {
+    std::uint64_t step = 0, world = 0;
+    bool has_cost = false, has_time = false;
+    std::uint64_t slowest = 0, total = 0;
+    double time_ms = 0;
+};
+
+omni::Result<std::vector<MetricsLine>> read_metrics(const std::string &path) {
+    std::ifstream in(path);
+    if (!in) return omni::make_error(path + ": cannot read");
+    std::vector<MetricsLine> out;
+    std::string line;
+    std::size_t n = 0;
+    while (std::getline(in, line)) {
+        ++n;
+        if (line.empty()) continue;
+        if (n > kMaxSteps) return omni::make_error(path + ": more than " + std::to_string(kMaxSteps) + " lines");
+        auto j = nlohmann::json::parse(line, nullptr, false);
+        const auto where = path + ":" + std::to_string(n) + ": ";
+        if (j.is_discarded() || !j.is_object()) return omni::make_error(where + "not a JSON object");
+        MetricsLine m;
+        if (!j.contains("step") || !j["step"].is_number_unsigned() || !j.contains("world") || !j["world"].is_number_unsigned())
+            return omni::make_error(where + "no \"step\" and \"world\" (an omni-train-demo --metrics file?)");
+        m.step = j["step"].get<std::uint64_t>();
+        m.world = j["world"].get<std::uint64_t>();
+        if (j.contains("cost")) {
+            const auto &c = j["cost"];
+            if (!c.is_array() || c.size() != 2 || !c[0].is_number_unsigned() || !c[1].is_number_unsigned())
+                return omni::make_error(where + "\"cost\": expected [slowest, total]");
+            m.has_cost = true;
+            m.slowest = c[0].get<std::uint64_t>();
+            m.total = c[1].get<std::uint64_t>();
+        }
+        if (j.contains("time_ms")) {
+            if (!j["time_ms"].is_number()) return omni::make_error(where + "\"time_ms\": expected a number");
+            m.has_time = true;
+            m.time_ms = j["time_ms"].get<double>();
+        }
+        if (m.step != out.size() + 1)
+            return omni::make_error(where + "step " + std::to_string(m.step) + "; expected " + std::to_string(out.size() + 1) +
+                                    " (a complete run: steps 1, 2, ... once each)");
+        out.push_back(m);
+    }
+    if (out.empty()) return omni::make_error(path + ": no steps");
+    return out;
+}
+
+int cmd_predict(int argc, char **argv) {
+    WorkloadArgs wa;
+    std::string metrics, balance = "none";
+    std::map<std::string, std::string> num;
+    double pace = 0, overhead_ms = 0;
+    po::options_description desc("Options (the run's own, as omni-train-demo took them)");
+    wa.add(desc);
+    desc.add_options()
+        ("metrics", po::value<std::string>(&metrics), "the run's --metrics file (with --timestamps for the measured times)")
+        ("global-batch", po::value<std::string>(&num["global-batch"])->default_value("64"), "the run's global batch")
+        ("dataset-size", po::value<std::string>(&num["dataset-size"])->default_value("131072"), "the run's dataset size")
+        ("seed", po::value<std::string>(&num["seed"])->default_value("1"), "the run's seed")
+        ("mp", po::value<std::string>(&num["mp"])->default_value("1"), "the run's ranks per replica (world / mp replicas)")
+        ("replicas-per-node", po::value<std::string>(&num["replicas-per-node"])->default_value("1"),
+         "replicas per node, consecutive in DP rank (the groups of grouped)")
+        ("skip", po::value<std::string>(&num["skip"])->default_value("5"), "steps left out of the means (start-up)")
+        ("balance", po::value<std::string>(&balance)->default_value(balance), "the run's --balance")
+        ("pace-ns-per-token", po::value<double>(&pace)->default_value(pace), "the run's --pace-ns-per-token")
+        ("overhead-ms", po::value<double>(&overhead_ms)->default_value(overhead_ms),
+         "time per step besides the pace (calibrate: the mean step of the same job without pace)")
+        ("per-step", "print every step");
+    po::variables_map vm;
+    if (auto rc = parse(argc, argv, desc, "Usage: omni-sim predict --metrics FILE [OPTIONS]", vm)) return *rc;
+    if (metrics.empty()) return usage_error("predict needs --metrics FILE");
+    std::uint64_t batch = 0, dataset = 0, seed = 0, mp = 0, per_node = 0, skip = 0;
+    struct N { const char *name; std::uint64_t *to, min, max; };
+    for (const N &n : {N{"global-batch", &batch, 1, omni::launcher::kMaxGlobalBatch},
+                       N{"dataset-size", &dataset, 1, omni::launcher::kMaxDatasetSize}, N{"seed", &seed, 0, UINT64_MAX},
+                       N{"mp", &mp, 1, 1024}, N{"replicas-per-node", &per_node, 1, 1u << 20}, N{"skip", &skip, 0, kMaxSteps}}) {
+        auto v = omni::parse_uint(num[n.name], n.min, n.max, std::string("--") + n.name);
+        if (!v) return usage_error(v.error());
+        *n.to = v.value();
+    }
+    if (!(pace >= 0 && pace < 1e9)) return usage_error("--pace-ns-per-token: expected a number in [0, 1e9)");
+    if (!(overhead_ms >= 0 && overhead_ms < 1e7)) return usage_error("--overhead-ms: expected a number in [0, 1e7)");
+    auto bal = omni::launcher::parse_balance(balance);
+    if (!bal) return usage_error("--balance: " + bal.error());
+    if (auto st = wa.load(); !st) return usage_error(st.error());
+    auto lines = read_metrics(metrics);
+    if (!lines) return fail("--metrics " + lines.error());
+    std::vector<std::uint32_t> reps;
+    for (const auto &m : lines.value()) {
+        if (m.world == 0 || m.world % mp)
+            return fail("--metrics " + metrics + ": step " + std::to_string(m.step) + ": world " + std::to_string(m.world) +
+                        " is not a multiple of --mp " + std::to_string(mp));
+        reps.push_back(static_cast<std::uint32_t>(m.world / mp));
+    }
+    DpJob job;
+    job.ledger = {dataset, batch, 1, seed};
+    job.replicas_per_node = static_cast<std::uint32_t>(per_node);
+    job.balance = bal.value();
+    job.cost = wa.kind;
+    auto sim = omni::sim::simulate(job, wa.w, reps);
+    if (!sim) return fail(sim.error());
+    const TimeModel tm{pace, overhead_ms};
+    std::size_t mismatches = 0, with_cost = 0;
+    std::vector<double> measured, predicted;
+    if (vm.count("per-step")) std::printf("%6s %6s %12s %12s %12s %12s\n", "STEP", "WORLD", "SLOWEST", "RUN-SLOWEST", "PRED-MS", "RUN-MS");
+    const auto &ls = lines.value();
+    for (std::size_t k = 0; k < ls.size(); ++k) {
+        const StepCost &c = sim.value()[k];
+        if (ls[k].has_cost) {
+            ++with_cost;
+            if (ls[k].slowest != c.slowest || ls[k].total != c.total) {
+                if (mismatches < 5)
+                    std::fprintf(stderr, "%s: step %" PRIu64 ": the run's cost [%" PRIu64 ", %" PRIu64 "], the model's [%" PRIu64
+                                 ", %" PRIu64 "]\n", kProg, ls[k].step, ls[k].slowest, ls[k].total, c.slowest, c.total);
+                ++mismatches;
+            }
+        }
+        const bool timed = k > 0 && ls[k].has_time && ls[k - 1].has_time;
+        const double run_ms = timed ? ls[k].time_ms - ls[k - 1].time_ms : 0;
+        if (vm.count("per-step"))
+            std::printf("%6" PRIu64 " %6" PRIu64 " %12" PRIu64 " %12s %12.3f %12s\n", ls[k].step, ls[k].world, c.slowest,
+                        ls[k].has_cost ? std::to_string(ls[k].slowest).c_str() : "-", tm.step_ms(c),
+                        timed ? std::to_string(run_ms).c_str() : "-");
+        if (k >= skip && timed) {
+            measured.push_back(run_ms);
+            predicted.push_back(tm.step_ms(c));
+        }
+    }
+    std::printf("steps %zu (worlds from the run), cost checked on %zu: %zu differ\n", ls.size(), with_cost, mismatches);
+    if (!measured.empty())
+        std::printf("mean step over steps %" PRIu64 "..%zu: measured %.3f ms (median %.3f), predicted %.3f ms; predicted / "
+                    "measured %.4f\n", skip + 1, ls.size(), mean(measured), median(measured), mean(predicted),
+                    mean(predicted) / mean(measured));
+    else
+        std::printf("no measured step times (run the trainer with --timestamps)\n");
+    return mismatches ? 1 : 0;
+}
+
+// ---- workload -------------------------------------------------------------------------------
+int cmd_workload(int argc, char **argv) {
+    WorkloadArgs wa;
+    std::map<std::string, std::string> num;
+    po::options_description desc("Options");
+    wa.add(desc);
+    desc.add_options()
+        ("stats", "draw samples and print each modality's share, mean length and mean cost per phase")
+        ("samples", po::value<std::string>(&num["samples"])->default_value("100000"), "--stats: samples per phase")
+        ("seed", po::value<std::string>(&num["seed"])->default_value("1"), "--stats: the draws' seed");
+    po::variables_map vm;
+    if (auto rc = parse(argc, argv, desc, "Usage: omni-sim workload [--workload FILE|PRESET] [--stats]", vm)) return *rc;
+    std::uint64_t samples = 0, seed = 0;
+    auto s = omni::parse_uint(num["samples"], 1, 10000000, "--samples");
+    if (!s) return usage_error(s.error());
+    samples = s.value();
+    auto sd = omni::parse_uint(num["seed"], 0, UINT64_MAX, "--seed");
+    if (!sd) return usage_error(sd.error());
+    seed = sd.value();
+    if (auto st = wa.load(); !st) return usage_error(st.error());
+    if (!vm.count("stats")) {
+        std::cout << wa.w.to_json() << "\n";
+        return std::cout.flush() ? 0 : 1;
+    }
+    const auto &mods = wa.w.modalities();
+    std::uint64_t at = 0;
+    std::printf("%5s %10s %-12s %8s %12s %12s %12s\n", "PHASE", "FROM-STEP", "MODALITY", "SHARE", "MEAN-LENGTH", "MEAN-COST",
+                "COST-SHARE");
+    for (std::size_t p = 0; p < wa.w.phases().size(); ++p) {
+        std::vector<double> n(mods.size()), len(mods.size()), cost(mods.size());
+        double total_cost = 0;
+        for (std::uint64_t i = 0; i < samples; ++i) {
+            const auto smp = wa.w.sample(seed, i, at);
+            n[smp.modality] += 1;
+            len[smp.modality] += static_cast<double>(smp.length);
+            const double c = static_cast<double>(wa.w.cost(smp, wa.kind));
+            cost[smp.modality] += c;
+            total_cost += c;
+        }
+        for (std::size_t m = 0; m < mods.size(); ++m)
+            std::printf("%5zu %10" PRIu64 " %-12s %8.4f %12.1f %12.1f %12.4f\n", p, at, mods[m].name.c_str(),
+                        n[m] / static_cast<double>(samples), n[m] ? len[m] / n[m] : 0.0, n[m] ? cost[m] / n[m] : 0.0,
+                        total_cost ? cost[m] / total_cost : 0.0);
+        at += wa.w.phases()[p].steps;
+    }
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        std::cerr << kUsage;
+        return 2;
+    }
+    const std::string cmd = argv[1];
+    if (cmd == "-h" || cmd == "--help") {
+        std::cout << kUsage;
+        return 0;
+    }
+    try {
+        if (cmd == "balance") return cmd_balance(argc - 1, argv + 1);
+        if (cmd == "predict") return cmd_predict(argc - 1, argv + 1);
+        if (cmd == "workload") return cmd_workload(argc - 1, argv + 1);
+    } catch (const std::exception &e) {
+        return fail(std::string("internal error: ") + e.what());
+    }
+    return usage_error("unknown command '" + cmd.substr(0, 32) + "'; expected balance, predict or workload");
+}

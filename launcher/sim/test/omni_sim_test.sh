@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# omni-sim's commands: --help, bad options exit 2 naming the option, the balance table has a
+# row per scale and policy with none's VS-NONE 1 and a uniform workload balanced already;
+# the workload generator's JSON reads back to itself; --stats draws the preset's mix; predict
+# agrees with a standalone omni-train-demo run's own costs and catches one changed cost.
+set -euo pipefail
+sim=${OMNI_SIM:?set by make check}
+demo=${OMNI_TRAIN_DEMO:?set by make check}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+unset OMNI_COORD_ADDR OMNI_COORD_SECRET OMNI_JOB_DIR OMNI_GLOBAL_BATCH OMNI_MICRO_BATCH OMNI_MP
+
+for c in "" balance predict workload; do
+  # shellcheck disable=SC2086
+  "$sim" $c --help >out 2>&1 || fail "omni-sim $c --help: exit $?"
+  grep -q "Usage: omni-sim" out || fail "omni-sim $c --help: no usage: $(head -n 3 out)"
+done
+for bad in "|COMMAND" "frobnicate|unknown command 'frobnicate'" "balance --gpus 0|--gpus" "balance --gpus 12|--gpus 12" \
+            "balance --policies greedy|--policies" "balance --mp 3|--mp 3" "balance --steps -1|--steps" \
+            "balance --workload nope.json|--workload nope.json" "balance --cost frames|--cost" \
+            "predict|--metrics" "predict --metrics x --balance kk:rack|--balance" "workload --samples 0|--samples" \
+            "balance --bogus|bogus"; do
+  args=${bad%%|*} want=${bad#*|}
+  rc=0
+  # shellcheck disable=SC2086
+  "$sim" $args >out 2>&1 || rc=$?
+  [ "$rc" = 2 ] || fail "omni-sim $args: exit $rc, expected 2: $(cat out)"
+  grep -qF -- "$want" out || fail "omni-sim $args: the message does not say '$want': $(cat out)"
+done
+
+# The table: 2 scales x 3 policies; none against itself is 1.000; every sample the same
+# length leaves nothing to balance (imbalance 1).
+"$sim" balance --gpus 16,32 --policies none,kk,grouped --steps 5 --csv t.csv >t.txt
+[ "$(grep -cE '^ +(16|32) +(16|32) +(none|kk|grouped) ' t.txt)" = 6 ] || fail "expected 6 rows: $(cat t.txt)"
+awk '$3 == "none" && $10 != "1.000" { exit 1 }' t.txt || fail "none's VS-NONE is not 1: $(cat t.txt)"
+[ "$(wc -l <t.csv)" = 7 ] || fail "the CSV has $(wc -l <t.csv) lines, expected 7"
+"$sim" balance --workload uniform --gpus 16 --steps 3 >u.txt
+awk '$1 == 16 && $5 != "1.0000" { exit 1 }' u.txt || fail "a uniform workload is imbalanced: $(cat u.txt)"
+
+# The generator: a preset as JSON, read back to the same JSON.
+"$sim" workload --workload paper >paper.json
+"$sim" workload --workload paper.json >again.json
+cmp paper.json again.json || fail "the paper preset's JSON does not read back to itself"
+# Phase 0 of the paper preset: 70% text, 25% images, 5% audio.
+"$sim" workload --stats --samples 40000 >stats.txt
+for want in "text 0.70" "image 0.25" "audio 0.05"; do
+  set -- $want
+  awk -v m="$1" -v s="$2" '$1 == 0 && $3 == m { d = $4 - s; if (d < -0.01 || d > 0.01) exit 1; found = 1 }
+                           END { exit !found }' stats.txt || fail "phase 0's share of $1 is not about $2: $(cat stats.txt)"
+done
+
+# predict: one rank's run has every step's cost in its metrics; the model agrees with each,
+# and a run with one changed cost is caught (exit 1, naming the step).
+"$demo" --steps 6 --global-batch 16 --micro-batch 4 --seed 5 --workload paper --timestamps --metrics run.jsonl
+"$sim" predict --metrics run.jsonl --global-batch 16 --seed 5 >p.txt || fail "predict: $(cat p.txt)"
+grep -q "cost checked on 6: 0 differ" p.txt || fail "predict: $(cat p.txt)"
+sed '3s/"cost": \[\([0-9]*\)/"cost": [1\1/' run.jsonl >bad.jsonl
+rc=0; "$sim" predict --metrics bad.jsonl --global-batch 16 --seed 5 >p.txt 2>err || rc=$?
+[ "$rc" = 1 ] && grep -q "step 3: the run's cost" err || fail "a changed cost: exit $rc: $(cat err p.txt)"
+rc=0; "$sim" predict --metrics run.jsonl --global-batch 16 --seed 6 >p.txt 2>err || rc=$?
+[ "$rc" = 1 ] || fail "predict with another seed agreed with the run"
+echo "ok: omni-sim help, usage errors, balance table, workload generator and stats, predict"
