@@ -51,4 +51,19 @@ Result<std::vector<StepCost>> simulate(const DpJob &job, const workload::Workloa
     return out;
 }
 
+Result<std::vector<std::vector<std::uint64_t>>> step_costs(const DpJob &job, const workload::Workload &w,
+                                                           std::uint64_t count, std::uint32_t replicas) {
+    auto made = launcher::Ledger::create(job.ledger, replicas);
+    if (!made) return make_error("omni-sim: " + made.error());
+    launcher::Ledger ledger = std::move(made).value();
+    std::vector<std::vector<std::uint64_t>> out;
+    for (std::uint64_t k = 0; k < count; ++k) {
+        std::vector<std::uint64_t> c;
+        for (std::uint64_t i : ledger.step_samples()) c.push_back(w.cost(job.ledger.seed, i, ledger.step(), job.cost));
+        out.push_back(std::move(c));
+        if (auto st = ledger.commit_step(); !st) return make_error("omni-sim: " + st.error());
+    }
+    return out;
+}
+
 }  // namespace omni::sim

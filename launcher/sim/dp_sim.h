@@ -56,6 +56,11 @@ struct StepCost {
 Result<std::vector<StepCost>> simulate(const DpJob &job, const workload::Workload &w,
                                        const std::vector<std::uint32_t> &replicas);
 
+// Every sample's cost, step by step (steps 1..count, the ledger's order), for the planners
+// that work on whole steps (balance/lssp.h). Errors: as simulate()'s.
+Result<std::vector<std::vector<std::uint64_t>>> step_costs(const DpJob &job, const workload::Workload &w,
+                                                           std::uint64_t count, std::uint32_t replicas);
+
 struct TimeModel {
     double ns_per_token = 1000;  // per unit of the cost
     double overhead_ms = 0;      // per step

@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "balance/balance.h"
+#include "balance/lssp.h"
 #include "common/parse.h"
 #include "runtime/balanced_step.h"
 #include "sim/dp_sim.h"
@@ -56,6 +58,8 @@ const char *kUsage =
     "  predict    a real run (omni-train-demo --metrics FILE): every step's slowest replica as\n"
     "             the model predicts it, checked against the run's own \"cost\", and the\n"
     "             predicted step times beside the measured ones\n"
+    "  lssp       long/short sequence parallelism against whole samples and a static\n"
+    "             sequence-parallel degree: the step's makespan under a memory limit\n"
     "  workload   a workload as JSON (--workload PRESET writes a file to edit), or --stats\n\n"
     "'omni-sim COMMAND --help' lists a command's options. Exit status: 0 done, 1 failed,\n"
     "2 bad usage.\n";
@@ -388,6 +392,131 @@ int cmd_predict(int argc, char **argv) {
     return mismatches ? 1 : 0;
 }
 
+// ---- lssp -----------------------------------------------------------------------------------
+int cmd_lssp(int argc, char **argv) {
+    WorkloadArgs wa;
+    std::string gpus_text = "64,128,256,512";
+    std::map<std::string, std::string> num;
+    omni::balance::LsspOptions lo;
+    double quadratic = 1e-5, comm = 0.1, latency = 50;
+    po::options_description desc("Options");
+    wa.add(desc);
+    desc.add_options()
+        ("gpus", po::value<std::string>(&gpus_text)->default_value(gpus_text), "GPUs, a comma-separated list of scales")
+        ("mp", po::value<std::string>(&num["mp"])->default_value("1"), "GPUs per replica (model parallel)")
+        ("batch-per-replica", po::value<std::string>(&num["batch-per-replica"])->default_value("16"), "samples per replica per step")
+        ("steps", po::value<std::string>(&num["steps"])->default_value("20"), "steps per scale")
+        ("first-step", po::value<std::string>(&num["first-step"])->default_value("0"), "steps done before (the workload's phase)")
+        ("seed", po::value<std::string>(&num["seed"])->default_value("1"), "data order and draws")
+        ("memory-tokens", po::value<std::string>(&num["memory-tokens"])->default_value("32768"),
+         "most tokens of one sample a replica may hold (activation memory)")
+        ("max-degree", po::value<std::string>(&num["max-degree"])->default_value("8"), "largest sequence-parallel degree, a power of two")
+        ("quadratic", po::value<double>(&quadratic)->default_value(quadratic), "cost model: compute per token^2 (attention), per token's 1")
+        ("sp-comm", po::value<double>(&comm)->default_value(comm), "cost model: a split sample's exchange per token and (k-1)/k")
+        ("sp-latency", po::value<double>(&latency)->default_value(latency), "cost model: a split sample's fixed cost per replica");
+    po::variables_map vm;
+    if (auto rc = parse(argc, argv, desc, "Usage: omni-sim lssp [OPTIONS]", vm)) return *rc;
+    std::uint64_t mp = 0, per_replica = 0, steps = 0, first = 0, seed = 0, memory = 0, degree = 0;
+    struct N { const char *name; std::uint64_t *to, min, max; };
+    for (const N &n : {N{"mp", &mp, 1, 1024}, N{"batch-per-replica", &per_replica, 1, 4096}, N{"steps", &steps, 1, 10000},
+                       N{"first-step", &first, 0, kMaxSteps}, N{"seed", &seed, 0, UINT64_MAX},
+                       N{"memory-tokens", &memory, 1, std::uint64_t(1) << 32}, N{"max-degree", &degree, 1, 1024}}) {
+        auto v = omni::parse_uint(num[n.name], n.min, n.max, std::string("--") + n.name);
+        if (!v) return usage_error(v.error());
+        *n.to = v.value();
+    }
+    for (auto [name, v] : {std::pair{"--quadratic", quadratic}, std::pair{"--sp-comm", comm}, std::pair{"--sp-latency", latency}})
+        if (!(v >= 0 && v < 1e9)) return usage_error(std::string(name) + ": expected a number in [0, 1e9)");
+    if (degree & (degree - 1)) return usage_error("--max-degree " + std::to_string(degree) + ": expected a power of two");
+    auto gpus = parse_list(gpus_text, 1, kMaxGpus, "--gpus");
+    if (!gpus) return usage_error(gpus.error());
+    for (auto g : gpus.value())
+        if (g % mp || (g / mp) % degree)
+            return usage_error("--gpus " + std::to_string(g) + ": expected a multiple of --mp x --max-degree (" +
+                               std::to_string(mp * degree) + ")");
+    if (auto st = wa.load(); !st) return usage_error(st.error());
+    lo.memory_tokens = memory;
+    lo.max_degree = static_cast<std::uint32_t>(degree);
+    lo.cost = {1, quadratic, comm, latency};
+    std::printf("workload %s, cost %s, %" PRIu64 " steps from step %" PRIu64 ", %" PRIu64 " samples per replica, MP %" PRIu64
+                "; memory %" PRIu64 " tokens, degrees up to %" PRIu64 "; time per sample: L + %.6g L^2, split over k: / k + "
+                "%.6g L (k-1)/k + %.6g\n",
+                wa.workload.c_str(), omni::workload::cost_kind_name(wa.kind), steps, first, per_replica, mp, memory, degree,
+                quadratic, comm, latency);
+    std::printf("%6s %8s %-10s %14s %8s %8s %10s %11s %9s\n", "GPUS", "REPLICAS", "POLICY", "MAKESPAN", "VS-BASE", "SPLIT%",
+                "THRESHOLD", "PEAK-TOKENS", "OOM-STEPS");
+    for (auto g : gpus.value()) {
+        const std::uint32_t d = static_cast<std::uint32_t>(g / mp);
+        if (std::uint64_t(d) * per_replica > omni::balance::kMaxSamples) return usage_error("--gpus " + std::to_string(g) + ": too many samples a step");
+        DpJob job;
+        job.ledger = {std::uint64_t(1) << 40, d * per_replica, 1, seed};
+        job.cost = wa.kind;
+        auto costs = omni::sim::step_costs(job, wa.w, first + steps, d);
+        if (!costs) return fail(costs.error());
+        // none and kk: whole samples, equal counts (the ledger's split, and kk on the model's
+        // times); a step with a sample above the memory limit cannot run them (OOM).
+        struct Acc {
+            std::vector<double> makespan, threshold;
+            double split = 0, samples = 0;
+            std::uint64_t peak = 0, oom = 0;
+        } acc[4];
+        std::vector<omni::balance::LsspPlan> lssp_steps;
+        for (std::size_t k = first; k < costs.value().size(); ++k) {
+            const auto &l = costs.value()[k];
+            const std::uint64_t longest = l.empty() ? 0 : *std::max_element(l.begin(), l.end());
+            std::vector<std::uint64_t> t(l.size());
+            for (std::size_t i = 0; i < l.size(); ++i) t[i] = static_cast<std::uint64_t>(std::ceil(lo.cost.time(l[i], 1)));
+            for (int w = 0; w < 2; ++w) {
+                if (longest > memory) {
+                    ++acc[w].oom;
+                    continue;
+                }
+                auto a = omni::balance::partition(t, d, w ? omni::balance::Policy::Kk : omni::balance::Policy::None);
+                if (!a) return fail(a.error());
+                acc[w].makespan.push_back(static_cast<double>(omni::balance::measure(t, a.value()).max_part));
+                acc[w].peak = std::max(acc[w].peak, longest);
+                acc[w].samples += static_cast<double>(l.size());
+            }
+            auto st = omni::balance::plan_static_sp(l, d, lo);
+            auto ls = omni::balance::plan_lssp(l, d, lo);
+            if (!st) return fail("step " + std::to_string(k + 1) + ": " + st.error());
+            if (!ls) return fail("step " + std::to_string(k + 1) + ": " + ls.error());
+            int w = 2;
+            for (const auto *p : {&st.value(), &ls.value()}) {
+                acc[w].makespan.push_back(p->makespan);
+                acc[w].split += static_cast<double>(p->split.size());
+                acc[w].samples += static_cast<double>(l.size());
+                acc[w].peak = std::max(acc[w].peak, p->peak_tokens);
+                if (p->threshold != UINT64_MAX) acc[w].threshold.push_back(static_cast<double>(p->threshold));
+                ++w;
+            }
+            lssp_steps.push_back(std::move(ls).value());
+        }
+        const char *names[4] = {"none", "kk", "static-sp", "lssp"};
+        // Against none, or static SP when none ran out of memory at some step.
+        const int base = acc[0].oom ? 2 : 0;
+        const double base_ms = mean(acc[base].makespan);
+        for (int w = 0; w < 4; ++w) {
+            if (acc[w].oom) {
+                std::printf("%6" PRIu64 " %8u %-10s %14s %8s %8s %10s %11s %9" PRIu64 "\n", g, d, names[w], "-", "-", "-", "-",
+                            "-", acc[w].oom);
+                continue;
+            }
+            const std::string thr = acc[w].threshold.empty() ? "-" : std::to_string(static_cast<std::uint64_t>(mean(acc[w].threshold)));
+            std::printf("%6" PRIu64 " %8u %-10s %14.0f %8.3f %8.2f %10s %11" PRIu64 " %9d\n", g, d, names[w], mean(acc[w].makespan),
+                        base_ms / mean(acc[w].makespan), acc[w].samples ? 100.0 * acc[w].split / acc[w].samples : 0.0,
+                        thr.c_str(), acc[w].peak, 0);
+        }
+        std::printf("%6s %8s sequence-parallel groups: %zu built once (state shifting) against %.1f a step built on demand\n",
+                    "", "", omni::balance::groups_prebuilt(d, lo.max_degree),
+                    static_cast<double>(omni::balance::groups_built_on_demand(lssp_steps)) / static_cast<double>(steps));
+    }
+    std::printf("MAKESPAN: the slowest replica's time a step in the model's units (mean); VS-BASE: none's (static-sp's when\n"
+                "none runs out of memory) / this one's; THRESHOLD: LSSP's mean split threshold; OOM-STEPS: steps with a sample\n"
+                "above --memory-tokens, which whole-sample policies cannot run\n");
+    return 0;
+}
+
 // ---- workload -------------------------------------------------------------------------------
 int cmd_workload(int argc, char **argv) {
     WorkloadArgs wa;
@@ -452,8 +581,9 @@ int main(int argc, char **argv) {
         if (cmd == "balance") return cmd_balance(argc - 1, argv + 1);
         if (cmd == "predict") return cmd_predict(argc - 1, argv + 1);
         if (cmd == "workload") return cmd_workload(argc - 1, argv + 1);
+        if (cmd == "lssp") return cmd_lssp(argc - 1, argv + 1);
     } catch (const std::exception &e) {
         return fail(std::string("internal error: ") + e.what());
     }
-    return usage_error("unknown command '" + cmd.substr(0, 32) + "'; expected balance, predict or workload");
+    return usage_error("unknown command '" + cmd.substr(0, 32) + "'; expected balance, lssp, predict or workload");
 }

@@ -86,6 +86,20 @@ TEST(DpSim, NoneIsTheLedgersSplitAndPoliciesKeepTheStep) {
     for (std::size_t k = 0; k < reps.size(); ++k) EXPECT_EQ(again.value()[k].slowest, kk.value()[k].slowest);
 }
 
+TEST(DpSim, StepCostsAreTheStepsSamples) {
+    const Workload w = load("paper");
+    auto c = step_costs(job(Policy::None), w, 3, 4);
+    auto s = simulate(job(Policy::None), w, {4, 4, 4});
+    ASSERT_TRUE(c && s);
+    ASSERT_EQ(c.value().size(), 3u);
+    for (std::size_t k = 0; k < 3; ++k) {
+        ASSERT_EQ(c.value()[k].size(), 48u);
+        std::uint64_t total = 0;
+        for (auto x : c.value()[k]) total += x;
+        EXPECT_EQ(total, s.value()[k].total) << "step " << k + 1;
+    }
+}
+
 TEST(DpSim, BadJobsAreRefusedNamingTheStep) {
     const Workload w = load("uniform");
     auto r = simulate(job(Policy::Kk), w, {4, 5});

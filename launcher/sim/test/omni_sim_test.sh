@@ -12,7 +12,7 @@ cd "$work"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 unset OMNI_COORD_ADDR OMNI_COORD_SECRET OMNI_JOB_DIR OMNI_GLOBAL_BATCH OMNI_MICRO_BATCH OMNI_MP
 
-for c in "" balance predict workload; do
+for c in "" balance lssp predict workload; do
   # shellcheck disable=SC2086
   "$sim" $c --help >out 2>&1 || fail "omni-sim $c --help: exit $?"
   grep -q "Usage: omni-sim" out || fail "omni-sim $c --help: no usage: $(head -n 3 out)"
@@ -21,7 +21,8 @@ for bad in "|COMMAND" "frobnicate|unknown command 'frobnicate'" "balance --gpus 
             "balance --policies greedy|--policies" "balance --mp 3|--mp 3" "balance --steps -1|--steps" \
             "balance --workload nope.json|--workload nope.json" "balance --cost frames|--cost" \
             "predict|--metrics" "predict --metrics x --balance kk:rack|--balance" "workload --samples 0|--samples" \
-            "balance --bogus|bogus"; do
+            "balance --bogus|bogus" "lssp --max-degree 3|--max-degree 3" "lssp --gpus 12|--gpus 12" \
+            "lssp --memory-tokens 0|--memory-tokens" "lssp --sp-comm -1|--sp-comm"; do
   args=${bad%%|*} want=${bad#*|}
   rc=0
   # shellcheck disable=SC2086
@@ -38,6 +39,16 @@ awk '$3 == "none" && $10 != "1.000" { exit 1 }' t.txt || fail "none's VS-NONE is
 [ "$(wc -l <t.csv)" = 7 ] || fail "the CSV has $(wc -l <t.csv) lines, expected 7"
 "$sim" balance --workload uniform --gpus 16 --steps 3 >u.txt
 awk '$1 == 16 && $5 != "1.0000" { exit 1 }' u.txt || fail "a uniform workload is imbalanced: $(cat u.txt)"
+
+# LSSP: with memory for every sample, the four policies run; LSSP's makespan is the
+# smallest (it may split nothing, so it is never slower than whole samples placed freely);
+# with a small memory the whole-sample policies run out of it on some steps.
+"$sim" lssp --gpus 16 --steps 4 --memory-tokens 300000 >l.txt
+[ "$(grep -cE '^ +16 +16 +(none|kk|static-sp|lssp) ' l.txt)" = 4 ] || fail "lssp: expected 4 rows: $(cat l.txt)"
+awk '$3 == "lssp" { l = $4 } $1 == 16 && $3 != "lssp" { if ($4 > m) m = $4; if (min == "" || $4 < min) min = $4 }
+     END { exit !(l > 0 && l <= min) }' l.txt || fail "lssp is slower than a whole-sample policy: $(cat l.txt)"
+"$sim" lssp --gpus 16 --steps 4 --memory-tokens 4096 --max-degree 16 >m.txt
+awk '$3 == "none" && $4 == "-" && $9 > 0 { found = 1 } END { exit !found }' m.txt || fail "lssp: no OOM steps for none at 4096 tokens: $(cat m.txt)"
 
 # The generator: a preset as JSON, read back to the same JSON.
 "$sim" workload --workload paper >paper.json
@@ -61,4 +72,4 @@ rc=0; "$sim" predict --metrics bad.jsonl --global-batch 16 --seed 5 >p.txt 2>err
 [ "$rc" = 1 ] && grep -q "step 3: the run's cost" err || fail "a changed cost: exit $rc: $(cat err p.txt)"
 rc=0; "$sim" predict --metrics run.jsonl --global-batch 16 --seed 6 >p.txt 2>err || rc=$?
 [ "$rc" = 1 ] || fail "predict with another seed agreed with the run"
-echo "ok: omni-sim help, usage errors, balance table, workload generator and stats, predict"
+echo "ok: omni-sim help, usage errors, balance and lssp tables, workload generator and stats, predict"
