@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "balance/balance.h"
+#include "balance/insertion.h"
 #include "balance/lssp.h"
 #include "common/parse.h"
 #include "runtime/balanced_step.h"
@@ -60,6 +61,8 @@ const char *kUsage =
     "             predicted step times beside the measured ones\n"
     "  lssp       long/short sequence parallelism against whole samples and a static\n"
     "             sequence-parallel degree: the step's makespan under a memory limit\n"
+    "  insertion  encoder work in the LLM's 1F1B pipeline: in front of stage 0, on a stage of\n"
+    "             its own, or spread over the stages' idle time (uniform insertion)\n"
     "  workload   a workload as JSON (--workload PRESET writes a file to edit), or --stats\n\n"
     "'omni-sim COMMAND --help' lists a command's options. Exit status: 0 done, 1 failed,\n"
     "2 bad usage.\n";
@@ -517,6 +520,139 @@ int cmd_lssp(int argc, char **argv) {
     return 0;
 }
 
+// ---- insertion ------------------------------------------------------------------------------
+// The idle share of every GPU's time: an encoder stage run by E GPUs (each op an E-th as
+// long, data parallel) has E GPUs busy while its one modelled timeline is.
+double gpu_bubble(const omni::balance::Schedule &s, std::uint64_t e) {
+    double enc_busy = 0;
+    if (e > 1)
+        for (const auto &o : s.stages.front()) enc_busy += o.end - o.start;
+    const double gpus = static_cast<double>(s.gpus + e - 1);
+    return 1 - (s.busy + static_cast<double>(e - 1) * enc_busy) / (gpus * s.makespan);
+}
+
+int cmd_insertion(int argc, char **argv) {
+    WorkloadArgs wa;
+    std::map<std::string, std::string> num;
+    std::string layouts_text = "none,front,encoder-stage,uniform", schedule_path;
+    double transfer = 0.01;
+    po::options_description desc("Options");
+    wa.add(desc);
+    desc.add_options()
+        ("stages", po::value<std::string>(&num["stages"])->default_value("8"), "the LLM pipeline's stages")
+        ("micro-batches", po::value<std::string>(&num["micro-batches"])->default_value("32"), "micro-batches a step (1F1B)")
+        ("samples-per-micro-batch", po::value<std::string>(&num["samples"])->default_value("8"), "samples of one micro-batch")
+        ("step", po::value<std::string>(&num["step"])->default_value("0"), "the step drawn (the workload's phase)")
+        ("seed", po::value<std::string>(&num["seed"])->default_value("1"), "data order and draws")
+        ("transfer", po::value<double>(&transfer)->default_value(transfer),
+         "sending one micro-batch's activations between GPUs, as a share of one stage's forward")
+        ("frozen-encoders", "encoders without a backward pass")
+        ("layouts", po::value<std::string>(&layouts_text)->default_value(layouts_text),
+         "comma-separated: none (the LLM alone), front, encoder-stage, uniform")
+        ("schedule", po::value<std::string>(&schedule_path), "write the uniform schedule as JSON to FILE");
+    po::variables_map vm;
+    if (auto rc = parse(argc, argv, desc, "Usage: omni-sim insertion [OPTIONS]", vm)) return *rc;
+    std::uint64_t S = 0, M = 0, b = 0, step = 0, seed = 0;
+    struct N { const char *name; std::uint64_t *to, min, max; };
+    for (const N &n : {N{"stages", &S, 1, omni::balance::kMaxStages}, N{"micro-batches", &M, 1, omni::balance::kMaxMicroBatches},
+                       N{"samples", &b, 1, 4096}, N{"step", &step, 0, kMaxSteps}, N{"seed", &seed, 0, UINT64_MAX}}) {
+        auto v = omni::parse_uint(num[n.name], n.min, n.max,
+                                  std::string("--") + (std::string(n.name) == "samples" ? "samples-per-micro-batch" : n.name));
+        if (!v) return usage_error(v.error());
+        *n.to = v.value();
+    }
+    if (!(transfer >= 0 && transfer < 1e6)) return usage_error("--transfer: expected a number in [0, 1e6)");
+    std::vector<omni::balance::Insertion> layouts;
+    {
+        std::stringstream ss(layouts_text);
+        std::string item;
+        while (std::getline(ss, item, ',')) {
+            auto l = omni::balance::parse_insertion(item);
+            if (!l) return usage_error("--layouts: " + l.error());
+            layouts.push_back(l.value());
+        }
+        if (layouts.empty()) return usage_error("--layouts: expected at least one layout");
+    }
+    if (auto st = wa.load(); !st) return usage_error(st.error());
+    // One step's micro-batches from the ledger: the LLM's sequences packed to the step's mean
+    // tokens a micro-batch (so every LLM micro-batch costs the same), the encoders' work as
+    // the samples' modalities make it (compute minus tokens: encoder_cost_per_unit).
+    DpJob job;
+    job.ledger = {std::uint64_t(1) << 40, M * b, 1, seed};
+    auto made = omni::launcher::Ledger::create(job.ledger, 1);
+    if (!made) return fail(made.error());
+    omni::launcher::Ledger ledger = std::move(made).value();
+    for (std::uint64_t k = 0; k < step; ++k)
+        if (auto st = ledger.commit_step(); !st) return fail(st.error());
+    const auto samples = ledger.step_samples();
+    std::vector<double> enc_f(M, 0);
+    double tokens = 0;
+    for (std::uint64_t j = 0; j < M; ++j)
+        for (std::uint64_t i = j * b; i < (j + 1) * b; ++i) {
+            const auto smp = wa.w.sample(seed, samples[i], step);
+            const auto t = wa.w.cost(smp, omni::workload::CostKind::Tokens);
+            tokens += static_cast<double>(t);
+            enc_f[j] += static_cast<double>(wa.w.cost(smp, omni::workload::CostKind::Compute) - t);
+        }
+    omni::balance::PipelineSpec pipe;
+    pipe.stages = static_cast<std::uint32_t>(S);
+    pipe.micro_batches = static_cast<std::uint32_t>(M);
+    const double f = tokens / static_cast<double>(M) / static_cast<double>(S);
+    pipe.forward.assign(S, f);
+    pipe.backward.assign(S, 2 * f);
+    pipe.transfer = transfer * f;
+    omni::balance::EncoderWork enc;
+    enc.forward = enc_f;
+    for (double x : enc_f) enc.backward.push_back(vm.count("frozen-encoders") ? 0 : 2 * x);
+    double enc_total = 0;
+    for (std::uint64_t j = 0; j < M; ++j) enc_total += enc.forward[j] + enc.backward[j];
+    std::printf("workload %s, step %" PRIu64 ": %" PRIu64 " stages, %" PRIu64 " micro-batches of %" PRIu64
+                " samples; LLM forward %.1f a stage, backward %.1f (packed); encoders %s, %.1f in all (%.1f%% of the LLM's)\n",
+                wa.workload.c_str(), step, S, M, b, f, 2 * f, vm.count("frozen-encoders") ? "frozen" : "trained", enc_total,
+                100.0 * enc_total / (3 * f * static_cast<double>(S * M)));
+    std::printf("%-18s %5s %14s %8s %16s %9s\n", "LAYOUT", "GPUS", "MAKESPAN", "BUBBLE", "MB/TIME/GPU", "VS-FIRST");
+    double first = 0;
+    for (std::size_t k = 0; k < layouts.size(); ++k) {
+        // The encoder stage at its best: E GPUs sharing its micro-batches data parallel (each
+        // op a E-th as long, E more GPUs), E = 1..S, the E with the most work per GPU.
+        const std::uint64_t widths = layouts[k] == omni::balance::Insertion::EncoderStage ? S : 1;
+        std::optional<omni::balance::Schedule> best;
+        std::uint64_t best_e = 1, gpus = 0;
+        double per_gpu = 0;
+        for (std::uint64_t e = 1; e <= widths; ++e) {
+            omni::balance::EncoderWork shared = enc;
+            for (auto *v : {&shared.forward, &shared.backward})
+                for (double &x : *v) x /= static_cast<double>(e);
+            auto sch = omni::balance::schedule(pipe, shared, layouts[k]);
+            if (!sch) return fail(sch.error());
+            if (auto st = omni::balance::check_schedule(sch.value(), pipe, shared, layouts[k]); !st)
+                return fail(std::string("the ") + omni::balance::insertion_name(layouts[k]) + " schedule: " + st.error());
+            const std::uint64_t g = sch.value().gpus + (e - 1);
+            const double r = static_cast<double>(M) / sch.value().makespan / static_cast<double>(g);
+            if (!best || r > per_gpu) {
+                per_gpu = r;
+                best = std::move(sch).value();
+                best_e = e;
+                gpus = g;
+            }
+        }
+        if (k == 0) first = per_gpu;
+        const std::string name = std::string(omni::balance::insertion_name(layouts[k])) +
+                                 (widths > 1 ? "(" + std::to_string(best_e) + ")" : "");
+        std::printf("%-18s %5" PRIu64 " %14.1f %8.4f %16.6g %9.3f\n", name.c_str(), gpus, best->makespan,
+                    gpu_bubble(best.value(), best_e), per_gpu, per_gpu / first);
+        const auto &sch = best;  // the schedule written by --schedule
+        if (layouts[k] == omni::balance::Insertion::Uniform && !schedule_path.empty()) {
+            std::ofstream out(schedule_path);
+            out << sch->to_json();
+            if (!out.flush()) return fail("--schedule " + schedule_path + ": cannot write");
+        }
+    }
+    std::printf("BUBBLE: idle share of the GPUs' time; MB/TIME/GPU: micro-batches per unit of time per GPU; VS-FIRST: against\n"
+                "the first layout listed (none: the LLM alone, which does no encoder work)\n");
+    return 0;
+}
+
 // ---- workload -------------------------------------------------------------------------------
 int cmd_workload(int argc, char **argv) {
     WorkloadArgs wa;
@@ -582,8 +718,9 @@ int main(int argc, char **argv) {
         if (cmd == "predict") return cmd_predict(argc - 1, argv + 1);
         if (cmd == "workload") return cmd_workload(argc - 1, argv + 1);
         if (cmd == "lssp") return cmd_lssp(argc - 1, argv + 1);
+        if (cmd == "insertion") return cmd_insertion(argc - 1, argv + 1);
     } catch (const std::exception &e) {
         return fail(std::string("internal error: ") + e.what());
     }
-    return usage_error("unknown command '" + cmd.substr(0, 32) + "'; expected balance, lssp, predict or workload");
+    return usage_error("unknown command '" + cmd.substr(0, 32) + "'; expected balance, lssp, insertion, predict or workload");
 }

@@ -12,7 +12,7 @@ cd "$work"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 unset OMNI_COORD_ADDR OMNI_COORD_SECRET OMNI_JOB_DIR OMNI_GLOBAL_BATCH OMNI_MICRO_BATCH OMNI_MP
 
-for c in "" balance lssp predict workload; do
+for c in "" balance lssp insertion predict workload; do
   # shellcheck disable=SC2086
   "$sim" $c --help >out 2>&1 || fail "omni-sim $c --help: exit $?"
   grep -q "Usage: omni-sim" out || fail "omni-sim $c --help: no usage: $(head -n 3 out)"
@@ -22,7 +22,9 @@ for bad in "|COMMAND" "frobnicate|unknown command 'frobnicate'" "balance --gpus 
             "balance --workload nope.json|--workload nope.json" "balance --cost frames|--cost" \
             "predict|--metrics" "predict --metrics x --balance kk:rack|--balance" "workload --samples 0|--samples" \
             "balance --bogus|bogus" "lssp --max-degree 3|--max-degree 3" "lssp --gpus 12|--gpus 12" \
-            "lssp --memory-tokens 0|--memory-tokens" "lssp --sp-comm -1|--sp-comm"; do
+            "lssp --memory-tokens 0|--memory-tokens" "lssp --sp-comm -1|--sp-comm" \
+            "insertion --layouts sideways|--layouts" "insertion --stages 0|--stages" \
+            "insertion --samples-per-micro-batch 0|--samples-per-micro-batch"; do
   args=${bad%%|*} want=${bad#*|}
   rc=0
   # shellcheck disable=SC2086
@@ -50,6 +52,24 @@ awk '$3 == "lssp" { l = $4 } $1 == 16 && $3 != "lssp" { if ($4 > m) m = $4; if (
 "$sim" lssp --gpus 16 --steps 4 --memory-tokens 4096 --max-degree 16 >m.txt
 awk '$3 == "none" && $4 == "-" && $9 > 0 { found = 1 } END { exit !found }' m.txt || fail "lssp: no OOM steps for none at 4096 tokens: $(cat m.txt)"
 
+# Insertion: four layouts; the uniform schedule as JSON holds every op once (2 LLM ops per
+# stage and micro-batch, an encoder forward and backward per micro-batch) and is no slower
+# per GPU than all encoder work in front of stage 0.
+"$sim" insertion --stages 4 --micro-batches 8 --schedule s.json >i.txt
+[ "$(grep -cE '^(none|front|encoder-stage\([0-9]+\)|uniform) ' i.txt)" = 4 ] || fail "insertion: expected 4 rows: $(cat i.txt)"
+awk '$1 == "front" { f = $5 } $1 == "uniform" { u = $5 } END { exit !(u >= f) }' i.txt || fail "uniform is slower than front: $(cat i.txt)"
+/usr/bin/python3 - s.json <<'PY' || fail "the uniform schedule (above)"
+import collections, json, sys
+s = json.load(open(sys.argv[1]))
+ops = collections.Counter((o["op"], o["micro"]) for st in s["stages"] for o in st)
+assert s["gpus"] == 4 and len(s["stages"]) == 4, s["gpus"]
+for j in range(8):
+    assert ops[("F", j)] == 4 and ops[("B", j)] == 4, (j, ops)
+    assert ops[("EF", j)] == 1 and ops[("EB", j)] == 1, (j, ops)
+for st in s["stages"]:
+    assert all(a["end"] <= b["start"] + 1e-6 for a, b in zip(st, st[1:])), "overlap"
+PY
+
 # The generator: a preset as JSON, read back to the same JSON.
 "$sim" workload --workload paper >paper.json
 "$sim" workload --workload paper.json >again.json
@@ -72,4 +92,4 @@ rc=0; "$sim" predict --metrics bad.jsonl --global-batch 16 --seed 5 >p.txt 2>err
 [ "$rc" = 1 ] && grep -q "step 3: the run's cost" err || fail "a changed cost: exit $rc: $(cat err p.txt)"
 rc=0; "$sim" predict --metrics run.jsonl --global-batch 16 --seed 6 >p.txt 2>err || rc=$?
 [ "$rc" = 1 ] || fail "predict with another seed agreed with the run"
-echo "ok: omni-sim help, usage errors, balance and lssp tables, workload generator and stats, predict"
+echo "ok: omni-sim help, usage errors, balance, lssp and insertion tables, workload generator and stats, predict"
