@@ -13,19 +13,27 @@ namespace omni::balance {
 
 const char *op_name(OpKind k) {
     switch (k) {
-        case OpKind::Forward: return "F";
-        case OpKind::Backward: return "B";
-        case OpKind::EncoderForward: return "EF";
-        default: return "EB";
+        case OpKind::Forward:
+            return "F";
+        case OpKind::Backward:
+            return "B";
+        case OpKind::EncoderForward:
+            return "EF";
+        default:
+            return "EB";
     }
 }
 
 const char *insertion_name(Insertion i) {
     switch (i) {
-        case Insertion::None: return "none";
-        case Insertion::Front: return "front";
-        case Insertion::EncoderStage: return "encoder-stage";
-        default: return "uniform";
+        case Insertion::None:
+            return "none";
+        case Insertion::Front:
+            return "front";
+        case Insertion::EncoderStage:
+            return "encoder-stage";
+        default:
+            return "uniform";
     }
 }
 
@@ -38,15 +46,15 @@ Result<Insertion> parse_insertion(const std::string &text) {
 std::string Schedule::to_json() const {
     std::string out;
     char buf[160];
-    std::snprintf(buf, sizeof buf, "{\"gpus\": %u, \"makespan\": %.17g, \"bubble\": %.17g, \"stages\": [", gpus, makespan,
-                  bubble());
+    std::snprintf(buf, sizeof buf, "{\"gpus\": %u, \"makespan\": %.17g, \"bubble\": %.17g, \"stages\": [", gpus,
+                  makespan, bubble());
     out += buf;
     for (std::size_t g = 0; g < stages.size(); ++g) {
         out += g ? ",\n  [" : "\n  [";
         for (std::size_t i = 0; i < stages[g].size(); ++i) {
             const Op &o = stages[g][i];
-            std::snprintf(buf, sizeof buf, "%s{\"op\": \"%s\", \"micro\": %u, \"start\": %.17g, \"end\": %.17g}", i ? ", " : "",
-                          op_name(o.kind), o.micro, o.start, o.end);
+            std::snprintf(buf, sizeof buf, "%s{\"op\": \"%s\", \"micro\": %u, \"start\": %.17g, \"end\": %.17g}",
+                          i ? ", " : "", op_name(o.kind), o.micro, o.start, o.end);
             out += buf;
         }
         out += "]";
@@ -76,10 +84,14 @@ bool has_backward(const EncoderWork &e, std::uint32_t j) { return e.backward[j] 
 
 double duration(const PipelineSpec &p, const EncoderWork &e, const Layout &l, std::uint32_t gpu, const Ref &r) {
     switch (r.kind) {
-        case OpKind::Forward: return p.forward[gpu - l.offset];
-        case OpKind::Backward: return p.backward[gpu - l.offset];
-        case OpKind::EncoderForward: return e.forward[r.micro];
-        default: return e.backward[r.micro];
+        case OpKind::Forward:
+            return p.forward[gpu - l.offset];
+        case OpKind::Backward:
+            return p.backward[gpu - l.offset];
+        case OpKind::EncoderForward:
+            return e.forward[r.micro];
+        default:
+            return e.backward[r.micro];
     }
 }
 
@@ -110,7 +122,9 @@ Result<Schedule> simulate(const PipelineSpec &p, const EncoderWork &e, const Lay
     std::vector<std::size_t> next(order.size(), 0);
     std::vector<double> free(order.size(), 0);
     // The end of a dependency that ran on GPU `from`, as seen on GPU `to`; NaN: not yet.
-    const auto seen = [&](double end, std::uint32_t from, std::uint32_t to) { return from == to ? end : end + p.transfer; };
+    const auto seen = [&](double end, std::uint32_t from, std::uint32_t to) {
+        return from == to ? end : end + p.transfer;
+    };
     std::size_t left = 0;
     for (const auto &o : order) left += o.size();
     while (left) {
@@ -129,8 +143,10 @@ Result<Schedule> simulate(const PipelineSpec &p, const EncoderWork &e, const Lay
                 bool ok = true;
                 switch (r.kind) {
                     case OpKind::Forward:
-                        if (ls > 0) ok = need(fwd[at - M], g - 1);
-                        else if (l.encoders) ok = need(ef[r.micro], ef_gpu[r.micro]);
+                        if (ls > 0)
+                            ok = need(fwd[at - M], g - 1);
+                        else if (l.encoders)
+                            ok = need(ef[r.micro], ef_gpu[r.micro]);
                         break;
                     case OpKind::Backward:
                         ok = need(fwd[at], g) && (ls + 1 == S || need(bwd[at + M], g + 1));
@@ -144,10 +160,19 @@ Result<Schedule> simulate(const PipelineSpec &p, const EncoderWork &e, const Lay
                 if (!ok) break;
                 const double end = ready + duration(p, e, l, g, r);
                 switch (r.kind) {
-                    case OpKind::Forward: fwd[at] = end; break;
-                    case OpKind::Backward: bwd[at] = end; break;
-                    case OpKind::EncoderForward: ef[r.micro] = end; ef_gpu[r.micro] = g; break;
-                    case OpKind::EncoderBackward: eb[r.micro] = end; break;
+                    case OpKind::Forward:
+                        fwd[at] = end;
+                        break;
+                    case OpKind::Backward:
+                        bwd[at] = end;
+                        break;
+                    case OpKind::EncoderForward:
+                        ef[r.micro] = end;
+                        ef_gpu[r.micro] = g;
+                        break;
+                    case OpKind::EncoderBackward:
+                        eb[r.micro] = end;
+                        break;
                 }
                 s.stages[g].push_back({r.kind, r.micro, ready, end});
                 s.busy += end - ready;
@@ -204,7 +229,8 @@ Result<Order> uniform_order(const PipelineSpec &p, const EncoderWork &e) {
     // Where each base op of stage 0 starts: F(0, j)'s start is encoder forward j's deadline,
     // B(0, j)'s end its backward's release.
     std::vector<double> f0(M), b0(M);
-    for (const Op &o : t.stages[0]) (o.kind == OpKind::Forward ? f0 : b0)[o.micro] = o.kind == OpKind::Forward ? o.start : o.end;
+    for (const Op &o : t.stages[0])
+        (o.kind == OpKind::Forward ? f0 : b0)[o.micro] = o.kind == OpKind::Forward ? o.start : o.end;
     std::vector<double> load(S, 0);
     std::vector<std::vector<std::vector<Ref>>> inserted(S);  // [stage][before op k] -> encoder ops
     for (std::uint32_t g = 0; g < S; ++g) inserted[g].assign(t.stages[g].size() + 1, {});
@@ -244,7 +270,8 @@ Result<Order> uniform_order(const PipelineSpec &p, const EncoderWork &e) {
         double slot = std::numeric_limits<double>::infinity();
         for (std::uint32_t j : round) slot = std::min(slot, f0[j] - p.transfer - e.forward[j]);
         slot = std::max(slot, 0.0);
-        std::stable_sort(round.begin(), round.end(), [&](std::uint32_t a, std::uint32_t b) { return e.forward[a] > e.forward[b]; });
+        std::stable_sort(round.begin(), round.end(),
+                         [&](std::uint32_t a, std::uint32_t b) { return e.forward[a] > e.forward[b]; });
         const auto stages = by_load();
         for (std::size_t i = 0; i < round.size(); ++i) {
             const std::uint32_t g = stages[i], j = round[i];
@@ -290,7 +317,8 @@ Result<Order> uniform_order(const PipelineSpec &p, const EncoderWork &e) {
 
 Status check_spec(const PipelineSpec &p, const EncoderWork &e) {
     if (p.stages == 0 || p.stages > kMaxStages)
-        return make_error("insertion: " + std::to_string(p.stages) + " stages; expected 1.." + std::to_string(kMaxStages));
+        return make_error("insertion: " + std::to_string(p.stages) + " stages; expected 1.." +
+                          std::to_string(kMaxStages));
     if (p.micro_batches == 0 || p.micro_batches > kMaxMicroBatches)
         return make_error("insertion: " + std::to_string(p.micro_batches) + " micro-batches; expected 1.." +
                           std::to_string(kMaxMicroBatches));
@@ -299,14 +327,16 @@ Status check_spec(const PipelineSpec &p, const EncoderWork &e) {
                           std::to_string(p.backward.size()) + " stages; expected " + std::to_string(p.stages));
     if (e.forward.size() != p.micro_batches || e.backward.size() != p.micro_batches)
         return make_error("insertion: encoder times for " + std::to_string(e.forward.size()) + " and " +
-                          std::to_string(e.backward.size()) + " micro-batches; expected " + std::to_string(p.micro_batches));
+                          std::to_string(e.backward.size()) + " micro-batches; expected " +
+                          std::to_string(p.micro_batches));
     const auto bad = [](double x) { return !std::isfinite(x) || x < 0; };
     for (std::uint32_t s = 0; s < p.stages; ++s)
         if (bad(p.forward[s]) || bad(p.backward[s]))
             return make_error("insertion: stage " + std::to_string(s) + "'s times: expected finite numbers >= 0");
     for (std::uint32_t j = 0; j < p.micro_batches; ++j)
         if (bad(e.forward[j]) || bad(e.backward[j]))
-            return make_error("insertion: micro-batch " + std::to_string(j) + "'s encoder times: expected finite numbers >= 0");
+            return make_error("insertion: micro-batch " + std::to_string(j) +
+                              "'s encoder times: expected finite numbers >= 0");
     if (bad(p.transfer)) return make_error("insertion: transfer time: expected a finite number >= 0");
     return Status::success();
 }
@@ -353,12 +383,15 @@ Status check_schedule(const Schedule &s, const PipelineSpec &pipe, const Encoder
     for (std::uint32_t g = 0; g < s.stages.size(); ++g) {
         double prev = 0;
         for (const Op &o : s.stages[g]) {
-            const std::string what = std::string(op_name(o.kind)) + "(" + std::to_string(o.micro) + ") on stage " + std::to_string(g);
+            const std::string what =
+                std::string(op_name(o.kind)) + "(" + std::to_string(o.micro) + ") on stage " + std::to_string(g);
             if (o.micro >= M) return make_error("schedule: " + what + ": no such micro-batch");
-            if (is_llm(o.kind) && g < l.offset) return make_error("schedule: " + what + ": LLM work on the encoder stage");
+            if (is_llm(o.kind) && g < l.offset)
+                return make_error("schedule: " + what + ": LLM work on the encoder stage");
             if (o.start + eps < prev) return make_error("schedule: " + what + " overlaps the op before it");
             const double want = duration(pipe, enc, l, g, {o.kind, o.micro});
-            if (std::fabs(o.end - o.start - want) > eps) return make_error("schedule: " + what + " lasts the wrong time");
+            if (std::fabs(o.end - o.start - want) > eps)
+                return make_error("schedule: " + what + " lasts the wrong time");
             prev = o.end;
             const std::uint32_t ls = is_llm(o.kind) ? g - l.offset : 0;
             if (!done.insert({{static_cast<int>(o.kind), ls, o.micro}, {o.end, g}}).second)
@@ -374,20 +407,24 @@ Status check_schedule(const Schedule &s, const PipelineSpec &pipe, const Encoder
     };
     for (std::uint32_t g = 0; g < s.stages.size(); ++g)
         for (const Op &o : s.stages[g]) {
-            const std::string what = std::string(op_name(o.kind)) + "(" + std::to_string(o.micro) + ") on stage " + std::to_string(g);
+            const std::string what =
+                std::string(op_name(o.kind)) + "(" + std::to_string(o.micro) + ") on stage " + std::to_string(g);
             const std::uint32_t ls = g - l.offset;
             const std::pair<double, std::uint32_t> *dep = nullptr;
             bool ok = true;
-            if (o.kind == OpKind::Forward && ls > 0) ok = (dep = end_of(OpKind::Forward, ls - 1, o.micro)) && after(*dep, o.start, g);
+            if (o.kind == OpKind::Forward && ls > 0)
+                ok = (dep = end_of(OpKind::Forward, ls - 1, o.micro)) && after(*dep, o.start, g);
             if (o.kind == OpKind::Forward && ls == 0 && l.encoders)
                 ok = (dep = end_of(OpKind::EncoderForward, 0, o.micro)) && after(*dep, o.start, g);
             if (o.kind == OpKind::Backward) {
                 ok = (dep = end_of(OpKind::Forward, ls, o.micro)) && after(*dep, o.start, g);
                 if (ok && ls + 1 < S) ok = (dep = end_of(OpKind::Backward, ls + 1, o.micro)) && after(*dep, o.start, g);
             }
-            if (o.kind == OpKind::EncoderBackward) ok = (dep = end_of(OpKind::Backward, 0, o.micro)) && after(*dep, o.start, g);
+            if (o.kind == OpKind::EncoderBackward)
+                ok = (dep = end_of(OpKind::Backward, 0, o.micro)) && after(*dep, o.start, g);
             if (!ok)
-                return make_error("schedule: " + what + (dep ? " starts before its dependency ends" : ": a dependency is missing"));
+                return make_error("schedule: " + what +
+                                  (dep ? " starts before its dependency ends" : ": a dependency is missing"));
         }
     for (std::uint32_t j = 0; j < M; ++j) {
         for (std::uint32_t ls = 0; ls < S; ++ls)

@@ -55,10 +55,10 @@ struct Op {
 };
 
 struct Schedule {
-    std::uint32_t gpus = 0;                  // stages that hold GPUs (an encoder stage counts)
-    std::vector<std::vector<Op>> stages;     // per stage, in execution order
+    std::uint32_t gpus = 0;               // stages that hold GPUs (an encoder stage counts)
+    std::vector<std::vector<Op>> stages;  // per stage, in execution order
     double makespan = 0;
-    double busy = 0;                         // summed over the stages
+    double busy = 0;  // summed over the stages
     double bubble() const { return makespan > 0 ? 1 - busy / (gpus * makespan) : 0; }
     // {"gpus":..,"makespan":..,"bubble":..,"stages":[[{"op":"F","micro":0,"start":..,"end":..},..],..]}
     std::string to_json() const;

@@ -33,7 +33,8 @@ bool power_of_two(std::uint32_t x) { return x && !(x & (x - 1)); }
 Status check(const std::vector<std::uint64_t> &lengths, std::uint32_t replicas, const LsspOptions &o) {
     if (replicas == 0) return make_error("lssp: 0 replicas; expected at least 1");
     if (lengths.size() > kMaxSamples)
-        return make_error("lssp: " + std::to_string(lengths.size()) + " samples; at most " + std::to_string(kMaxSamples));
+        return make_error("lssp: " + std::to_string(lengths.size()) + " samples; at most " +
+                          std::to_string(kMaxSamples));
     if (o.memory_tokens == 0) return make_error("lssp: a memory limit of 0 tokens; expected at least 1");
     if (!power_of_two(o.max_degree) || replicas % o.max_degree)
         return make_error("lssp: largest degree " + std::to_string(o.max_degree) +
@@ -62,9 +63,8 @@ std::uint32_t degree_for(std::uint64_t length, std::uint64_t shard, std::uint32_
 // shards are at most min(threshold, memory)), costliest first, each on the aligned block
 // whose slowest replica is least loaded; then the others whole, costliest first, each on the
 // least loaded replica.
-LsspPlan place(const std::vector<std::uint64_t> &lengths, std::uint32_t replicas,
-                              const LsspOptions &o, const std::vector<std::uint32_t> &order,
-                              std::uint64_t threshold, std::uint32_t forced) {
+LsspPlan place(const std::vector<std::uint64_t> &lengths, std::uint32_t replicas, const LsspOptions &o,
+               const std::vector<std::uint32_t> &order, std::uint64_t threshold, std::uint32_t forced) {
     LsspPlan p;
     p.threshold = threshold;
     p.time.assign(replicas, 0);
@@ -112,7 +112,8 @@ LsspPlan place(const std::vector<std::uint64_t> &lengths, std::uint32_t replicas
 std::vector<std::uint32_t> costliest_first(const std::vector<std::uint64_t> &lengths) {
     std::vector<std::uint32_t> order(lengths.size());
     std::iota(order.begin(), order.end(), 0u);
-    std::stable_sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) { return lengths[a] > lengths[b]; });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::uint32_t a, std::uint32_t b) { return lengths[a] > lengths[b]; });
     return order;
 }
 
@@ -137,8 +138,10 @@ Result<LsspPlan> plan_lssp(const std::vector<std::uint64_t> &lengths, std::uint3
             candidates.push_back(distinct[c * (distinct.size() - 1) / (kMaxCandidates - 1)]);
     }
     const bool all_fit = lengths.empty() || lengths[order.front()] <= options.memory_tokens;
-    if (all_fit) candidates.push_back(UINT64_MAX);
-    else candidates.push_back(options.memory_tokens);
+    if (all_fit)
+        candidates.push_back(UINT64_MAX);
+    else
+        candidates.push_back(options.memory_tokens);
     std::optional<LsspPlan> best;
     for (std::uint64_t t : candidates) {
         LsspPlan p = place(lengths, replicas, options, order, t, 0);

@@ -32,10 +32,10 @@
 namespace omni::balance {
 
 struct SpCostModel {
-    double per_token = 1;           // compute per token, whole sample
-    double quadratic = 0;           // compute per token^2 (attention's quadratic part)
-    double sp_comm_per_token = 0;   // a split sample's exchange, per token and (k-1)/k
-    double sp_latency = 0;          // a split sample's fixed cost on each of its replicas
+    double per_token = 1;          // compute per token, whole sample
+    double quadratic = 0;          // compute per token^2 (attention's quadratic part)
+    double sp_comm_per_token = 0;  // a split sample's exchange, per token and (k-1)/k
+    double sp_latency = 0;         // a split sample's fixed cost on each of its replicas
     // One replica's time for a sample of `length` tokens split over k (k = 1: whole).
     double time(std::uint64_t length, std::uint32_t k) const;
 };
@@ -49,19 +49,19 @@ struct LsspOptions {
 constexpr std::size_t kMaxCandidates = 64;
 
 struct SpSample {
-    std::uint32_t position = 0;       // index into the lengths
-    std::uint32_t degree = 1;         // k
-    std::uint32_t first = 0;          // replicas first .. first+degree-1 (first % degree == 0)
+    std::uint32_t position = 0;  // index into the lengths
+    std::uint32_t degree = 1;    // k
+    std::uint32_t first = 0;     // replicas first .. first+degree-1 (first % degree == 0)
 };
 
 struct LsspPlan {
     // Samples longer than this are split (UINT64_MAX: none is).
     std::uint64_t threshold = UINT64_MAX;
-    std::vector<SpSample> split;                      // the long samples, costliest first
-    std::vector<std::vector<std::uint32_t>> whole;    // per replica, the short samples' positions
-    std::vector<double> time;                         // per replica, the model's time
-    double makespan = 0;                              // the slowest replica's time
-    std::uint64_t peak_tokens = 0;                    // the most tokens of one sample a replica holds
+    std::vector<SpSample> split;                    // the long samples, costliest first
+    std::vector<std::vector<std::uint32_t>> whole;  // per replica, the short samples' positions
+    std::vector<double> time;                       // per replica, the model's time
+    double makespan = 0;                            // the slowest replica's time
+    std::uint64_t peak_tokens = 0;                  // the most tokens of one sample a replica holds
     // The aligned blocks (degree, first replica) the plan uses.
     std::set<std::pair<std::uint32_t, std::uint32_t>> groups() const;
 };

@@ -18,8 +18,10 @@ Result<BalanceOptions> parse_balance(std::string_view text) {
     BalanceOptions o{policy.value(), BalanceScope::job};
     if (colon == std::string_view::npos) return o;
     const std::string_view scope = text.substr(colon + 1);
-    if (scope == "node") o.scope = BalanceScope::node;
-    else if (scope != "job") return bad();
+    if (scope == "node")
+        o.scope = BalanceScope::node;
+    else if (scope != "job")
+        return bad();
     return o;
 }
 
@@ -38,9 +40,7 @@ std::uint64_t locality_key(std::string_view node) {
     return h;
 }
 
-std::uint64_t StepPlan::max_cost() const {
-    return costs.empty() ? 0 : *std::max_element(costs.begin(), costs.end());
-}
+std::uint64_t StepPlan::max_cost() const { return costs.empty() ? 0 : *std::max_element(costs.begin(), costs.end()); }
 
 double StepPlan::mean_cost() const {
     if (costs.empty()) return 0;
@@ -70,9 +70,8 @@ Result<std::vector<std::uint64_t>> plan_record(std::uint64_t key, const std::vec
     return rec;
 }
 
-Result<StepPlan> plan_step(const std::vector<std::uint64_t> &step_samples,
-                           const std::vector<std::uint64_t> &gathered, std::uint32_t dp_size,
-                           std::uint32_t dp_rank, const BalanceOptions &options) {
+Result<StepPlan> plan_step(const std::vector<std::uint64_t> &step_samples, const std::vector<std::uint64_t> &gathered,
+                           std::uint32_t dp_size, std::uint32_t dp_rank, const BalanceOptions &options) {
     if (dp_size == 0 || dp_rank >= dp_size || step_samples.size() % dp_size != 0)
         return make_error("balance: " + std::to_string(step_samples.size()) + " samples over DP rank " +
                           std::to_string(dp_rank) + " of " + std::to_string(dp_size));

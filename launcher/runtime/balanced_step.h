@@ -62,11 +62,11 @@ std::uint64_t locality_key(std::string_view node);
 
 // One step's plan, the same on every replica of the DP group.
 struct StepPlan {
-    std::uint64_t step = 0;                // the ledger's committed steps when it was made
+    std::uint64_t step = 0;  // the ledger's committed steps when it was made
     std::uint64_t generation = 0;
     std::uint32_t dp_rank = 0, dp_size = 0;
-    std::vector<std::uint64_t> samples;    // this replica's B/d indices, in order
-    std::vector<std::uint64_t> costs;      // every replica's summed cost (DP rank order)
+    std::vector<std::uint64_t> samples;  // this replica's B/d indices, in order
+    std::vector<std::uint64_t> costs;    // every replica's summed cost (DP rank order)
     std::uint64_t max_cost() const;
     double mean_cost() const;
     // max / mean of the replicas' costs (1: perfect; 0 when every cost is 0).
@@ -81,9 +81,8 @@ Result<std::vector<std::uint64_t>> plan_record(std::uint64_t key, const std::vec
 // From the step's samples in stream order (Ledger::step_samples(): replica r's share at
 // [r*m, (r+1)*m)) and the d records of the all-gather, replica `dp_rank`'s plan. Errors: the
 // gathered length does not match d*(1 + B/d), or the partition's (balance/balance.h).
-Result<StepPlan> plan_step(const std::vector<std::uint64_t> &step_samples,
-                           const std::vector<std::uint64_t> &gathered, std::uint32_t dp_size,
-                           std::uint32_t dp_rank, const BalanceOptions &options);
+Result<StepPlan> plan_step(const std::vector<std::uint64_t> &step_samples, const std::vector<std::uint64_t> &gathered,
+                           std::uint32_t dp_size, std::uint32_t dp_rank, const BalanceOptions &options);
 
 }  // namespace omni::launcher
 

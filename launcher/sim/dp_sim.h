@@ -25,19 +25,19 @@
 namespace omni::sim {
 
 struct DpJob {
-    launcher::LedgerConfig ledger;          // D, B, b, seed (b only sets GA; costs ignore it)
-    std::uint32_t replicas_per_node = 1;    // node scope: replicas k*g .. k*g+g-1 share a node
+    launcher::LedgerConfig ledger;        // D, B, b, seed (b only sets GA; costs ignore it)
+    std::uint32_t replicas_per_node = 1;  // node scope: replicas k*g .. k*g+g-1 share a node
     launcher::BalanceOptions balance;
     workload::CostKind cost = workload::CostKind::Tokens;
 };
 
 struct StepCost {
-    std::uint64_t step = 0;                 // 1-based, as the trainer's metrics count
+    std::uint64_t step = 0;  // 1-based, as the trainer's metrics count
     std::uint32_t replicas = 0;
-    std::uint64_t slowest = 0, total = 0;   // the slowest replica's cost, and the step's
-    std::uint64_t largest = 0;              // the step's costliest sample
-    double plan_us = 0;                     // wall time of the plan (partition), microseconds
-    double imbalance() const {              // slowest / mean (1: perfect)
+    std::uint64_t slowest = 0, total = 0;  // the slowest replica's cost, and the step's
+    std::uint64_t largest = 0;             // the step's costliest sample
+    double plan_us = 0;                    // wall time of the plan (partition), microseconds
+    double imbalance() const {             // slowest / mean (1: perfect)
         return total ? static_cast<double>(slowest) * replicas / static_cast<double>(total) : 0;
     }
     // The least imbalance any split of whole samples can reach: a replica holds at least the

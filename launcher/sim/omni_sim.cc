@@ -78,7 +78,8 @@ omni::Result<std::vector<std::uint64_t>> parse_list(const std::string &text, std
         if (!v) return omni::Error{v.error()};
         out.push_back(v.value());
     }
-    if (out.empty() || out.size() > 64) return omni::make_error(what + " '" + text + "': expected 1..64 comma-separated numbers");
+    if (out.empty() || out.size() > 64)
+        return omni::make_error(what + " '" + text + "': expected 1..64 comma-separated numbers");
     return out;
 }
 
@@ -90,7 +91,8 @@ struct WorkloadArgs {
     void add(po::options_description &d) {
         d.add_options()("workload", po::value<std::string>(&workload)->default_value(workload),
                         "FILE or preset (paper, text, uniform): omni-workload(5)")(
-            "cost", po::value<std::string>(&cost)->default_value(cost), "what a sample costs: tokens, units or compute");
+            "cost", po::value<std::string>(&cost)->default_value(cost),
+            "what a sample costs: tokens, units or compute");
     }
     omni::Status load() {
         auto k = omni::workload::parse_cost_kind(cost);
@@ -133,6 +135,39 @@ double median(std::vector<double> v) {
     return v[v.size() / 2];
 }
 
+// Integer options, read as text and parsed strictly (common/parse.h): each --NAME from `num`
+// into *to, within [min, max]. The first bad one is the error, naming the option.
+struct UintOption {
+    const char *name;
+    std::uint64_t *to, min, max;
+};
+omni::Status parse_uints(std::map<std::string, std::string> &num, std::initializer_list<UintOption> options) {
+    for (const UintOption &n : options) {
+        auto v = omni::parse_uint(num[n.name], n.min, n.max, std::string("--") + n.name);
+        if (!v) return omni::Error{v.error()};
+        *n.to = v.value();
+    }
+    return omni::Status::success();
+}
+
+// A comma-separated list, each item through `parse` (a Result-returning parser): the values
+// and the items' texts. At least one item; an error names the option.
+template <typename Parse>
+auto parse_each(const std::string &text, const std::string &option, Parse parse) -> omni::Result<
+    std::pair<std::vector<std::decay_t<decltype(parse(std::string()).value())>>, std::vector<std::string>>> {
+    std::pair<std::vector<std::decay_t<decltype(parse(std::string()).value())>>, std::vector<std::string>> out;
+    std::stringstream ss(text);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        auto v = parse(item);
+        if (!v) return omni::make_error(option + ": " + v.error());
+        out.first.push_back(v.value());
+        out.second.push_back(item);
+    }
+    if (out.first.empty()) return omni::make_error(option + ": expected at least one item");
+    return out;
+}
+
 // ---- balance --------------------------------------------------------------------------------
 int cmd_balance(int argc, char **argv) {
     WorkloadArgs wa;
@@ -142,60 +177,60 @@ int cmd_balance(int argc, char **argv) {
     po::options_description desc("Options");
     wa.add(desc);
     std::map<std::string, std::string> num;
-    desc.add_options()
-        ("gpus", po::value<std::string>(&gpus_text)->default_value(gpus_text), "GPUs, a comma-separated list of scales")
-        ("mp", po::value<std::string>(&num["mp"])->default_value("1"), "GPUs per replica (model parallel); divides --gpus-per-node")
-        ("gpus-per-node", po::value<std::string>(&num["gpus-per-node"])->default_value("8"), "GPUs per node: the groups of grouped")
-        ("batch-per-replica", po::value<std::string>(&num["batch-per-replica"])->default_value("16"), "samples per replica per step (B = replicas x this)")
-        ("steps", po::value<std::string>(&num["steps"])->default_value("50"), "steps per scale and policy")
-        ("first-step", po::value<std::string>(&num["first-step"])->default_value("0"), "steps done before (the workload's phase)")
-        ("seed", po::value<std::string>(&num["seed"])->default_value("1"), "data order and draws")
-        ("policies", po::value<std::string>(&policies_text)->default_value(policies_text), "comma-separated: none, lpt, kk, grouped, POLICY:job|node")
-        ("ns-per-token", po::value<double>(&ns_per_token)->default_value(ns_per_token), "time model: compute per unit of cost")
-        ("overhead-ms", po::value<double>(&overhead_ms)->default_value(overhead_ms), "time model: fixed time per step")
-        ("csv", po::value<std::string>(&csv), "also write the table as CSV to FILE");
+    desc.add_options()("gpus", po::value<std::string>(&gpus_text)->default_value(gpus_text),
+                       "GPUs, a comma-separated list of scales")(
+        "mp", po::value<std::string>(&num["mp"])->default_value("1"),
+        "GPUs per replica (model parallel); divides --gpus-per-node")(
+        "gpus-per-node", po::value<std::string>(&num["gpus-per-node"])->default_value("8"),
+        "GPUs per node: the groups of grouped")("batch-per-replica",
+                                                po::value<std::string>(&num["batch-per-replica"])->default_value("16"),
+                                                "samples per replica per step (B = replicas x this)")(
+        "steps", po::value<std::string>(&num["steps"])->default_value("50"), "steps per scale and policy")(
+        "first-step", po::value<std::string>(&num["first-step"])->default_value("0"),
+        "steps done before (the workload's phase)")("seed", po::value<std::string>(&num["seed"])->default_value("1"),
+                                                    "data order and draws")(
+        "policies", po::value<std::string>(&policies_text)->default_value(policies_text),
+        "comma-separated: none, lpt, kk, grouped, POLICY:job|node")(
+        "ns-per-token", po::value<double>(&ns_per_token)->default_value(ns_per_token),
+        "time model: compute per unit of cost")(
+        "overhead-ms", po::value<double>(&overhead_ms)->default_value(overhead_ms), "time model: fixed time per step")(
+        "csv", po::value<std::string>(&csv), "also write the table as CSV to FILE");
     po::variables_map vm;
     if (auto rc = parse(argc, argv, desc, "Usage: omni-sim balance [OPTIONS]", vm)) return *rc;
-    struct N { const char *name; std::uint64_t *to, min, max; };
-    for (const N &n : {N{"mp", &mp, 1, 1024}, N{"gpus-per-node", &per_node, 1, 1024},
-                       N{"batch-per-replica", &per_replica, 1, 4096}, N{"steps", &steps, 1, kMaxSteps},
-                       N{"first-step", &first, 0, kMaxSteps}, N{"seed", &seed, 0, UINT64_MAX}}) {
-        auto v = omni::parse_uint(num[n.name], n.min, n.max, std::string("--") + n.name);
-        if (!v) return usage_error(v.error());
-        *n.to = v.value();
-    }
+    if (auto st = parse_uints(
+            num, {UintOption{"mp", &mp, 1, 1024}, UintOption{"gpus-per-node", &per_node, 1, 1024},
+                  UintOption{"batch-per-replica", &per_replica, 1, 4096}, UintOption{"steps", &steps, 1, kMaxSteps},
+                  UintOption{"first-step", &first, 0, kMaxSteps}, UintOption{"seed", &seed, 0, UINT64_MAX}});
+        !st)
+        return usage_error(st.error());
     if (!(ns_per_token > 0 && ns_per_token < 1e9)) return usage_error("--ns-per-token: expected a number in (0, 1e9)");
     if (!(overhead_ms >= 0 && overhead_ms < 1e7)) return usage_error("--overhead-ms: expected a number in [0, 1e7)");
-    if (per_node % mp) return usage_error("--mp " + std::to_string(mp) + ": expected a divisor of --gpus-per-node " + std::to_string(per_node));
+    if (per_node % mp)
+        return usage_error("--mp " + std::to_string(mp) + ": expected a divisor of --gpus-per-node " +
+                           std::to_string(per_node));
     auto gpus = parse_list(gpus_text, 1, kMaxGpus, "--gpus");
     if (!gpus) return usage_error(gpus.error());
     for (auto g : gpus.value())
         if (g % per_node)
-            return usage_error("--gpus " + std::to_string(g) + ": expected whole nodes of --gpus-per-node " + std::to_string(per_node));
-    std::vector<omni::launcher::BalanceOptions> policies;
-    std::vector<std::string> names;
-    {
-        std::stringstream ss(policies_text);
-        std::string item;
-        while (std::getline(ss, item, ',')) {
-            auto p = omni::launcher::parse_balance(item);
-            if (!p) return usage_error("--policies: " + p.error());
-            policies.push_back(p.value());
-            names.push_back(item);
-        }
-        if (policies.empty()) return usage_error("--policies: expected at least one policy");
-    }
+            return usage_error("--gpus " + std::to_string(g) + ": expected whole nodes of --gpus-per-node " +
+                               std::to_string(per_node));
+    auto parsed = parse_each(policies_text, "--policies", omni::launcher::parse_balance);
+    if (!parsed) return usage_error(parsed.error());
+    const std::vector<omni::launcher::BalanceOptions> policies = parsed.value().first;
+    const std::vector<std::string> names = parsed.value().second;
     if (auto st = wa.load(); !st) return usage_error(st.error());
     std::ofstream csv_out;
     if (!csv.empty()) {
         csv_out.open(csv);
         if (!csv_out) return fail("--csv " + csv + ": cannot write");
-        csv_out << "gpus,replicas,policy,slowest_mean,imbalance_mean,imbalance_max,bound_mean,step_ms,samples_per_s,vs_none,"
+        csv_out << "gpus,replicas,policy,slowest_mean,imbalance_mean,imbalance_max,bound_mean,step_ms,samples_per_s,vs_"
+                   "none,"
                    "plan_ms_per_10k\n";
     }
     const TimeModel tm{ns_per_token, overhead_ms};
     std::printf("workload %s, cost %s, %" PRIu64 " steps from step %" PRIu64 ", %" PRIu64
-                " samples per replica, MP %" PRIu64 ", %" PRIu64 " GPUs per node; time: %.6g ns per token + %.6g ms per step\n",
+                " samples per replica, MP %" PRIu64 ", %" PRIu64
+                " GPUs per node; time: %.6g ns per token + %.6g ms per step\n",
                 wa.workload.c_str(), omni::workload::cost_kind_name(wa.kind), steps, first, per_replica, mp, per_node,
                 ns_per_token, overhead_ms);
     std::printf("%6s %8s %-10s %14s %10s %10s %10s %10s %14s %8s %10s\n", "GPUS", "REPLICAS", "POLICY", "SLOWEST",
@@ -240,19 +275,20 @@ int cmd_balance(int argc, char **argv) {
             const Row &w = rows[pi];
             const double per_s = static_cast<double>(d * per_replica) / (w.step_ms / 1000.0);
             const double vs = rows[base].step_ms / w.step_ms;
-            std::printf("%6" PRIu64 " %8" PRIu64 " %-10s %14.0f %10.4f %10.4f %10.4f %10.3f %14.1f %8.3f %10.4f\n", g, d,
-                        names[pi].c_str(), w.slowest, w.imb, w.imb_max, w.bound, w.step_ms, per_s, vs, w.plan);
+            std::printf("%6" PRIu64 " %8" PRIu64 " %-10s %14.0f %10.4f %10.4f %10.4f %10.3f %14.1f %8.3f %10.4f\n", g,
+                        d, names[pi].c_str(), w.slowest, w.imb, w.imb_max, w.bound, w.step_ms, per_s, vs, w.plan);
             if (csv_out.is_open())
-                csv_out << g << "," << d << "," << names[pi] << "," << w.slowest << "," << w.imb << "," << w.imb_max << ","
-                        << w.bound << ","
-                        << w.step_ms << "," << per_s << "," << vs << "," << w.plan << "\n";
+                csv_out << g << "," << d << "," << names[pi] << "," << w.slowest << "," << w.imb << "," << w.imb_max
+                        << "," << w.bound << "," << w.step_ms << "," << per_s << "," << vs << "," << w.plan << "\n";
         }
     }
     if (csv_out.is_open() && !csv_out.flush()) return fail("--csv " + csv + ": write failed");
-    std::printf("SLOWEST: the slowest replica's cost, mean over the steps; IMBALANCE: slowest / mean replica; BOUND: the\n"
-                "least imbalance whole samples allow (the costliest sample, or the mean);\n");
-    std::printf("VS-NONE: none's step time / this policy's (the first policy's when none is not listed); PLAN-MS/10K:\n"
-                "the planner's time per 10k samples of a step, every group's on one core\n");
+    std::printf(
+        "SLOWEST: the slowest replica's cost, mean over the steps; IMBALANCE: slowest / mean replica; BOUND: the\n"
+        "least imbalance whole samples allow (the costliest sample, or the mean);\n");
+    std::printf(
+        "VS-NONE: none's step time / this policy's (the first policy's when none is not listed); PLAN-MS/10K:\n"
+        "the planner's time per 10k samples of a step, every group's on one core\n");
     return 0;
 }
 
@@ -278,7 +314,8 @@ omni::Result<std::vector<MetricsLine>> read_metrics(const std::string &path) {
         const auto where = path + ":" + std::to_string(n) + ": ";
         if (j.is_discarded() || !j.is_object()) return omni::make_error(where + "not a JSON object");
         MetricsLine m;
-        if (!j.contains("step") || !j["step"].is_number_unsigned() || !j.contains("world") || !j["world"].is_number_unsigned())
+        if (!j.contains("step") || !j["step"].is_number_unsigned() || !j.contains("world") ||
+            !j["world"].is_number_unsigned())
             return omni::make_error(where + "no \"step\" and \"world\" (an omni-train-demo --metrics file?)");
         m.step = j["step"].get<std::uint64_t>();
         m.world = j["world"].get<std::uint64_t>();
@@ -296,8 +333,8 @@ omni::Result<std::vector<MetricsLine>> read_metrics(const std::string &path) {
             m.time_ms = j["time_ms"].get<double>();
         }
         if (m.step != out.size() + 1)
-            return omni::make_error(where + "step " + std::to_string(m.step) + "; expected " + std::to_string(out.size() + 1) +
-                                    " (a complete run: steps 1, 2, ... once each)");
+            return omni::make_error(where + "step " + std::to_string(m.step) + "; expected " +
+                                    std::to_string(out.size() + 1) + " (a complete run: steps 1, 2, ... once each)");
         out.push_back(m);
     }
     if (out.empty()) return omni::make_error(path + ": no steps");
@@ -311,32 +348,32 @@ int cmd_predict(int argc, char **argv) {
     double pace = 0, overhead_ms = 0;
     po::options_description desc("Options (the run's own, as omni-train-demo took them)");
     wa.add(desc);
-    desc.add_options()
-        ("metrics", po::value<std::string>(&metrics), "the run's --metrics file (with --timestamps for the measured times)")
-        ("global-batch", po::value<std::string>(&num["global-batch"])->default_value("64"), "the run's global batch")
-        ("dataset-size", po::value<std::string>(&num["dataset-size"])->default_value("131072"), "the run's dataset size")
-        ("seed", po::value<std::string>(&num["seed"])->default_value("1"), "the run's seed")
-        ("mp", po::value<std::string>(&num["mp"])->default_value("1"), "the run's ranks per replica (world / mp replicas)")
-        ("replicas-per-node", po::value<std::string>(&num["replicas-per-node"])->default_value("1"),
-         "replicas per node, consecutive in DP rank (the groups of grouped)")
-        ("skip", po::value<std::string>(&num["skip"])->default_value("5"), "steps left out of the means (start-up)")
-        ("balance", po::value<std::string>(&balance)->default_value(balance), "the run's --balance")
-        ("pace-ns-per-token", po::value<double>(&pace)->default_value(pace), "the run's --pace-ns-per-token")
-        ("overhead-ms", po::value<double>(&overhead_ms)->default_value(overhead_ms),
-         "time per step besides the pace (calibrate: the mean step of the same job without pace)")
-        ("per-step", "print every step");
+    desc.add_options()("metrics", po::value<std::string>(&metrics),
+                       "the run's --metrics file (with --timestamps for the measured times)")(
+        "global-batch", po::value<std::string>(&num["global-batch"])->default_value("64"), "the run's global batch")(
+        "dataset-size", po::value<std::string>(&num["dataset-size"])->default_value("131072"),
+        "the run's dataset size")("seed", po::value<std::string>(&num["seed"])->default_value("1"), "the run's seed")(
+        "mp", po::value<std::string>(&num["mp"])->default_value("1"),
+        "the run's ranks per replica (world / mp replicas)")(
+        "replicas-per-node", po::value<std::string>(&num["replicas-per-node"])->default_value("1"),
+        "replicas per node, consecutive in DP rank (the groups of grouped)")(
+        "skip", po::value<std::string>(&num["skip"])->default_value("5"), "steps left out of the means (start-up)")(
+        "balance", po::value<std::string>(&balance)->default_value(balance), "the run's --balance")(
+        "pace-ns-per-token", po::value<double>(&pace)->default_value(pace), "the run's --pace-ns-per-token")(
+        "overhead-ms", po::value<double>(&overhead_ms)->default_value(overhead_ms),
+        "time per step besides the pace (calibrate: the mean step of the same job without pace)")("per-step",
+                                                                                                  "print every step");
     po::variables_map vm;
     if (auto rc = parse(argc, argv, desc, "Usage: omni-sim predict --metrics FILE [OPTIONS]", vm)) return *rc;
     if (metrics.empty()) return usage_error("predict needs --metrics FILE");
     std::uint64_t batch = 0, dataset = 0, seed = 0, mp = 0, per_node = 0, skip = 0;
-    struct N { const char *name; std::uint64_t *to, min, max; };
-    for (const N &n : {N{"global-batch", &batch, 1, omni::launcher::kMaxGlobalBatch},
-                       N{"dataset-size", &dataset, 1, omni::launcher::kMaxDatasetSize}, N{"seed", &seed, 0, UINT64_MAX},
-                       N{"mp", &mp, 1, 1024}, N{"replicas-per-node", &per_node, 1, 1u << 20}, N{"skip", &skip, 0, kMaxSteps}}) {
-        auto v = omni::parse_uint(num[n.name], n.min, n.max, std::string("--") + n.name);
-        if (!v) return usage_error(v.error());
-        *n.to = v.value();
-    }
+    if (auto st = parse_uints(
+            num, {UintOption{"global-batch", &batch, 1, omni::launcher::kMaxGlobalBatch},
+                  UintOption{"dataset-size", &dataset, 1, omni::launcher::kMaxDatasetSize},
+                  UintOption{"seed", &seed, 0, UINT64_MAX}, UintOption{"mp", &mp, 1, 1024},
+                  UintOption{"replicas-per-node", &per_node, 1, 1u << 20}, UintOption{"skip", &skip, 0, kMaxSteps}});
+        !st)
+        return usage_error(st.error());
     if (!(pace >= 0 && pace < 1e9)) return usage_error("--pace-ns-per-token: expected a number in [0, 1e9)");
     if (!(overhead_ms >= 0 && overhead_ms < 1e7)) return usage_error("--overhead-ms: expected a number in [0, 1e7)");
     auto bal = omni::launcher::parse_balance(balance);
@@ -347,8 +384,8 @@ int cmd_predict(int argc, char **argv) {
     std::vector<std::uint32_t> reps;
     for (const auto &m : lines.value()) {
         if (m.world == 0 || m.world % mp)
-            return fail("--metrics " + metrics + ": step " + std::to_string(m.step) + ": world " + std::to_string(m.world) +
-                        " is not a multiple of --mp " + std::to_string(mp));
+            return fail("--metrics " + metrics + ": step " + std::to_string(m.step) + ": world " +
+                        std::to_string(m.world) + " is not a multiple of --mp " + std::to_string(mp));
         reps.push_back(static_cast<std::uint32_t>(m.world / mp));
     }
     DpJob job;
@@ -361,7 +398,8 @@ int cmd_predict(int argc, char **argv) {
     const TimeModel tm{pace, overhead_ms};
     std::size_t mismatches = 0, with_cost = 0;
     std::vector<double> measured, predicted;
-    if (vm.count("per-step")) std::printf("%6s %6s %12s %12s %12s %12s\n", "STEP", "WORLD", "SLOWEST", "RUN-SLOWEST", "PRED-MS", "RUN-MS");
+    if (vm.count("per-step"))
+        std::printf("%6s %6s %12s %12s %12s %12s\n", "STEP", "WORLD", "SLOWEST", "RUN-SLOWEST", "PRED-MS", "RUN-MS");
     const auto &ls = lines.value();
     for (std::size_t k = 0; k < ls.size(); ++k) {
         const StepCost &c = sim.value()[k];
@@ -369,16 +407,18 @@ int cmd_predict(int argc, char **argv) {
             ++with_cost;
             if (ls[k].slowest != c.slowest || ls[k].total != c.total) {
                 if (mismatches < 5)
-                    std::fprintf(stderr, "%s: step %" PRIu64 ": the run's cost [%" PRIu64 ", %" PRIu64 "], the model's [%" PRIu64
-                                 ", %" PRIu64 "]\n", kProg, ls[k].step, ls[k].slowest, ls[k].total, c.slowest, c.total);
+                    std::fprintf(stderr,
+                                 "%s: step %" PRIu64 ": the run's cost [%" PRIu64 ", %" PRIu64
+                                 "], the model's [%" PRIu64 ", %" PRIu64 "]\n",
+                                 kProg, ls[k].step, ls[k].slowest, ls[k].total, c.slowest, c.total);
                 ++mismatches;
             }
         }
         const bool timed = k > 0 && ls[k].has_time && ls[k - 1].has_time;
         const double run_ms = timed ? ls[k].time_ms - ls[k - 1].time_ms : 0;
         if (vm.count("per-step"))
-            std::printf("%6" PRIu64 " %6" PRIu64 " %12" PRIu64 " %12s %12.3f %12s\n", ls[k].step, ls[k].world, c.slowest,
-                        ls[k].has_cost ? std::to_string(ls[k].slowest).c_str() : "-", tm.step_ms(c),
+            std::printf("%6" PRIu64 " %6" PRIu64 " %12" PRIu64 " %12s %12.3f %12s\n", ls[k].step, ls[k].world,
+                        c.slowest, ls[k].has_cost ? std::to_string(ls[k].slowest).c_str() : "-", tm.step_ms(c),
                         timed ? std::to_string(run_ms).c_str() : "-");
         if (k >= skip && timed) {
             measured.push_back(run_ms);
@@ -387,8 +427,10 @@ int cmd_predict(int argc, char **argv) {
     }
     std::printf("steps %zu (worlds from the run), cost checked on %zu: %zu differ\n", ls.size(), with_cost, mismatches);
     if (!measured.empty())
-        std::printf("mean step over steps %" PRIu64 "..%zu: measured %.3f ms (median %.3f), predicted %.3f ms; predicted / "
-                    "measured %.4f\n", skip + 1, ls.size(), mean(measured), median(measured), mean(predicted),
+        std::printf("mean step over steps %" PRIu64
+                    "..%zu: measured %.3f ms (median %.3f), predicted %.3f ms; predicted / "
+                    "measured %.4f\n",
+                    skip + 1, ls.size(), mean(measured), median(measured), mean(predicted),
                     mean(predicted) / mean(measured));
     else
         std::printf("no measured step times (run the trainer with --timestamps)\n");
@@ -404,33 +446,41 @@ int cmd_lssp(int argc, char **argv) {
     double quadratic = 1e-5, comm = 0.1, latency = 50;
     po::options_description desc("Options");
     wa.add(desc);
-    desc.add_options()
-        ("gpus", po::value<std::string>(&gpus_text)->default_value(gpus_text), "GPUs, a comma-separated list of scales")
-        ("mp", po::value<std::string>(&num["mp"])->default_value("1"), "GPUs per replica (model parallel)")
-        ("batch-per-replica", po::value<std::string>(&num["batch-per-replica"])->default_value("16"), "samples per replica per step")
-        ("steps", po::value<std::string>(&num["steps"])->default_value("20"), "steps per scale")
-        ("first-step", po::value<std::string>(&num["first-step"])->default_value("0"), "steps done before (the workload's phase)")
-        ("seed", po::value<std::string>(&num["seed"])->default_value("1"), "data order and draws")
-        ("memory-tokens", po::value<std::string>(&num["memory-tokens"])->default_value("32768"),
-         "most tokens of one sample a replica may hold (activation memory)")
-        ("max-degree", po::value<std::string>(&num["max-degree"])->default_value("8"), "largest sequence-parallel degree, a power of two")
-        ("quadratic", po::value<double>(&quadratic)->default_value(quadratic), "cost model: compute per token^2 (attention), per token's 1")
-        ("sp-comm", po::value<double>(&comm)->default_value(comm), "cost model: a split sample's exchange per token and (k-1)/k")
-        ("sp-latency", po::value<double>(&latency)->default_value(latency), "cost model: a split sample's fixed cost per replica");
+    desc.add_options()("gpus", po::value<std::string>(&gpus_text)->default_value(gpus_text),
+                       "GPUs, a comma-separated list of scales")(
+        "mp", po::value<std::string>(&num["mp"])->default_value("1"), "GPUs per replica (model parallel)")(
+        "batch-per-replica", po::value<std::string>(&num["batch-per-replica"])->default_value("16"),
+        "samples per replica per step")("steps", po::value<std::string>(&num["steps"])->default_value("20"),
+                                        "steps per scale")(
+        "first-step", po::value<std::string>(&num["first-step"])->default_value("0"),
+        "steps done before (the workload's phase)")("seed", po::value<std::string>(&num["seed"])->default_value("1"),
+                                                    "data order and draws")(
+        "memory-tokens", po::value<std::string>(&num["memory-tokens"])->default_value("32768"),
+        "most tokens of one sample a replica may hold (activation memory)")(
+        "max-degree", po::value<std::string>(&num["max-degree"])->default_value("8"),
+        "largest sequence-parallel degree, a power of two")(
+        "quadratic", po::value<double>(&quadratic)->default_value(quadratic),
+        "cost model: compute per token^2 (attention), per token's 1")(
+        "sp-comm", po::value<double>(&comm)->default_value(comm),
+        "cost model: a split sample's exchange per token and (k-1)/k")(
+        "sp-latency", po::value<double>(&latency)->default_value(latency),
+        "cost model: a split sample's fixed cost per replica");
     po::variables_map vm;
     if (auto rc = parse(argc, argv, desc, "Usage: omni-sim lssp [OPTIONS]", vm)) return *rc;
     std::uint64_t mp = 0, per_replica = 0, steps = 0, first = 0, seed = 0, memory = 0, degree = 0;
-    struct N { const char *name; std::uint64_t *to, min, max; };
-    for (const N &n : {N{"mp", &mp, 1, 1024}, N{"batch-per-replica", &per_replica, 1, 4096}, N{"steps", &steps, 1, 10000},
-                       N{"first-step", &first, 0, kMaxSteps}, N{"seed", &seed, 0, UINT64_MAX},
-                       N{"memory-tokens", &memory, 1, std::uint64_t(1) << 32}, N{"max-degree", &degree, 1, 1024}}) {
-        auto v = omni::parse_uint(num[n.name], n.min, n.max, std::string("--") + n.name);
-        if (!v) return usage_error(v.error());
-        *n.to = v.value();
-    }
-    for (auto [name, v] : {std::pair{"--quadratic", quadratic}, std::pair{"--sp-comm", comm}, std::pair{"--sp-latency", latency}})
+    if (auto st =
+            parse_uints(num, {UintOption{"mp", &mp, 1, 1024}, UintOption{"batch-per-replica", &per_replica, 1, 4096},
+                              UintOption{"steps", &steps, 1, 10000}, UintOption{"first-step", &first, 0, kMaxSteps},
+                              UintOption{"seed", &seed, 0, UINT64_MAX},
+                              UintOption{"memory-tokens", &memory, 1, std::uint64_t(1) << 32},
+                              UintOption{"max-degree", &degree, 1, 1024}});
+        !st)
+        return usage_error(st.error());
+    for (auto [name, v] :
+         {std::pair{"--quadratic", quadratic}, std::pair{"--sp-comm", comm}, std::pair{"--sp-latency", latency}})
         if (!(v >= 0 && v < 1e9)) return usage_error(std::string(name) + ": expected a number in [0, 1e9)");
-    if (degree & (degree - 1)) return usage_error("--max-degree " + std::to_string(degree) + ": expected a power of two");
+    if (degree & (degree - 1))
+        return usage_error("--max-degree " + std::to_string(degree) + ": expected a power of two");
     auto gpus = parse_list(gpus_text, 1, kMaxGpus, "--gpus");
     if (!gpus) return usage_error(gpus.error());
     for (auto g : gpus.value())
@@ -441,16 +491,18 @@ int cmd_lssp(int argc, char **argv) {
     lo.memory_tokens = memory;
     lo.max_degree = static_cast<std::uint32_t>(degree);
     lo.cost = {1, quadratic, comm, latency};
-    std::printf("workload %s, cost %s, %" PRIu64 " steps from step %" PRIu64 ", %" PRIu64 " samples per replica, MP %" PRIu64
-                "; memory %" PRIu64 " tokens, degrees up to %" PRIu64 "; time per sample: L + %.6g L^2, split over k: / k + "
+    std::printf("workload %s, cost %s, %" PRIu64 " steps from step %" PRIu64 ", %" PRIu64
+                " samples per replica, MP %" PRIu64 "; memory %" PRIu64 " tokens, degrees up to %" PRIu64
+                "; time per sample: L + %.6g L^2, split over k: / k + "
                 "%.6g L (k-1)/k + %.6g\n",
-                wa.workload.c_str(), omni::workload::cost_kind_name(wa.kind), steps, first, per_replica, mp, memory, degree,
-                quadratic, comm, latency);
-    std::printf("%6s %8s %-10s %14s %8s %8s %10s %11s %9s\n", "GPUS", "REPLICAS", "POLICY", "MAKESPAN", "VS-BASE", "SPLIT%",
-                "THRESHOLD", "PEAK-TOKENS", "OOM-STEPS");
+                wa.workload.c_str(), omni::workload::cost_kind_name(wa.kind), steps, first, per_replica, mp, memory,
+                degree, quadratic, comm, latency);
+    std::printf("%6s %8s %-10s %14s %8s %8s %10s %11s %9s\n", "GPUS", "REPLICAS", "POLICY", "MAKESPAN", "VS-BASE",
+                "SPLIT%", "THRESHOLD", "PEAK-TOKENS", "OOM-STEPS");
     for (auto g : gpus.value()) {
         const std::uint32_t d = static_cast<std::uint32_t>(g / mp);
-        if (std::uint64_t(d) * per_replica > omni::balance::kMaxSamples) return usage_error("--gpus " + std::to_string(g) + ": too many samples a step");
+        if (std::uint64_t(d) * per_replica > omni::balance::kMaxSamples)
+            return usage_error("--gpus " + std::to_string(g) + ": too many samples a step");
         DpJob job;
         job.ledger = {std::uint64_t(1) << 40, d * per_replica, 1, seed};
         job.cost = wa.kind;
@@ -468,7 +520,8 @@ int cmd_lssp(int argc, char **argv) {
             const auto &l = costs.value()[k];
             const std::uint64_t longest = l.empty() ? 0 : *std::max_element(l.begin(), l.end());
             std::vector<std::uint64_t> t(l.size());
-            for (std::size_t i = 0; i < l.size(); ++i) t[i] = static_cast<std::uint64_t>(std::ceil(lo.cost.time(l[i], 1)));
+            for (std::size_t i = 0; i < l.size(); ++i)
+                t[i] = static_cast<std::uint64_t>(std::ceil(lo.cost.time(l[i], 1)));
             for (int w = 0; w < 2; ++w) {
                 if (longest > memory) {
                     ++acc[w].oom;
@@ -501,22 +554,26 @@ int cmd_lssp(int argc, char **argv) {
         const double base_ms = mean(acc[base].makespan);
         for (int w = 0; w < 4; ++w) {
             if (acc[w].oom) {
-                std::printf("%6" PRIu64 " %8u %-10s %14s %8s %8s %10s %11s %9" PRIu64 "\n", g, d, names[w], "-", "-", "-", "-",
-                            "-", acc[w].oom);
+                std::printf("%6" PRIu64 " %8u %-10s %14s %8s %8s %10s %11s %9" PRIu64 "\n", g, d, names[w], "-", "-",
+                            "-", "-", "-", acc[w].oom);
                 continue;
             }
-            const std::string thr = acc[w].threshold.empty() ? "-" : std::to_string(static_cast<std::uint64_t>(mean(acc[w].threshold)));
-            std::printf("%6" PRIu64 " %8u %-10s %14.0f %8.3f %8.2f %10s %11" PRIu64 " %9d\n", g, d, names[w], mean(acc[w].makespan),
-                        base_ms / mean(acc[w].makespan), acc[w].samples ? 100.0 * acc[w].split / acc[w].samples : 0.0,
-                        thr.c_str(), acc[w].peak, 0);
+            const std::string thr =
+                acc[w].threshold.empty() ? "-" : std::to_string(static_cast<std::uint64_t>(mean(acc[w].threshold)));
+            std::printf("%6" PRIu64 " %8u %-10s %14.0f %8.3f %8.2f %10s %11" PRIu64 " %9d\n", g, d, names[w],
+                        mean(acc[w].makespan), base_ms / mean(acc[w].makespan),
+                        acc[w].samples ? 100.0 * acc[w].split / acc[w].samples : 0.0, thr.c_str(), acc[w].peak, 0);
         }
-        std::printf("%6s %8s sequence-parallel groups: %zu built once (state shifting) against %.1f a step built on demand\n",
-                    "", "", omni::balance::groups_prebuilt(d, lo.max_degree),
-                    static_cast<double>(omni::balance::groups_built_on_demand(lssp_steps)) / static_cast<double>(steps));
+        std::printf(
+            "%6s %8s sequence-parallel groups: %zu built once (state shifting) against %.1f a step built on demand\n",
+            "", "", omni::balance::groups_prebuilt(d, lo.max_degree),
+            static_cast<double>(omni::balance::groups_built_on_demand(lssp_steps)) / static_cast<double>(steps));
     }
-    std::printf("MAKESPAN: the slowest replica's time a step in the model's units (mean); VS-BASE: none's (static-sp's when\n"
-                "none runs out of memory) / this one's; THRESHOLD: LSSP's mean split threshold; OOM-STEPS: steps with a sample\n"
-                "above --memory-tokens, which whole-sample policies cannot run\n");
+    std::printf(
+        "MAKESPAN: the slowest replica's time a step in the model's units (mean); VS-BASE: none's (static-sp's when\n"
+        "none runs out of memory) / this one's; THRESHOLD: LSSP's mean split threshold; OOM-STEPS: steps with a "
+        "sample\n"
+        "above --memory-tokens, which whole-sample policies cannot run\n");
     return 0;
 }
 
@@ -538,41 +595,33 @@ int cmd_insertion(int argc, char **argv) {
     double transfer = 0.01;
     po::options_description desc("Options");
     wa.add(desc);
-    desc.add_options()
-        ("stages", po::value<std::string>(&num["stages"])->default_value("8"), "the LLM pipeline's stages")
-        ("micro-batches", po::value<std::string>(&num["micro-batches"])->default_value("32"), "micro-batches a step (1F1B)")
-        ("samples-per-micro-batch", po::value<std::string>(&num["samples"])->default_value("8"), "samples of one micro-batch")
-        ("step", po::value<std::string>(&num["step"])->default_value("0"), "the step drawn (the workload's phase)")
-        ("seed", po::value<std::string>(&num["seed"])->default_value("1"), "data order and draws")
-        ("transfer", po::value<double>(&transfer)->default_value(transfer),
-         "sending one micro-batch's activations between GPUs, as a share of one stage's forward")
-        ("frozen-encoders", "encoders without a backward pass")
-        ("layouts", po::value<std::string>(&layouts_text)->default_value(layouts_text),
-         "comma-separated: none (the LLM alone), front, encoder-stage, uniform")
-        ("schedule", po::value<std::string>(&schedule_path), "write the uniform schedule as JSON to FILE");
+    desc.add_options()("stages", po::value<std::string>(&num["stages"])->default_value("8"),
+                       "the LLM pipeline's stages")("micro-batches",
+                                                    po::value<std::string>(&num["micro-batches"])->default_value("32"),
+                                                    "micro-batches a step (1F1B)")(
+        "samples-per-micro-batch", po::value<std::string>(&num["samples-per-micro-batch"])->default_value("8"),
+        "samples of one micro-batch")("step", po::value<std::string>(&num["step"])->default_value("0"),
+                                      "the step drawn (the workload's phase)")(
+        "seed", po::value<std::string>(&num["seed"])->default_value("1"), "data order and draws")(
+        "transfer", po::value<double>(&transfer)->default_value(transfer),
+        "sending one micro-batch's activations between GPUs, as a share of one stage's forward")(
+        "frozen-encoders", "encoders without a backward pass")(
+        "layouts", po::value<std::string>(&layouts_text)->default_value(layouts_text),
+        "comma-separated: none (the LLM alone), front, encoder-stage, uniform")(
+        "schedule", po::value<std::string>(&schedule_path), "write the uniform schedule as JSON to FILE");
     po::variables_map vm;
     if (auto rc = parse(argc, argv, desc, "Usage: omni-sim insertion [OPTIONS]", vm)) return *rc;
     std::uint64_t S = 0, M = 0, b = 0, step = 0, seed = 0;
-    struct N { const char *name; std::uint64_t *to, min, max; };
-    for (const N &n : {N{"stages", &S, 1, omni::balance::kMaxStages}, N{"micro-batches", &M, 1, omni::balance::kMaxMicroBatches},
-                       N{"samples", &b, 1, 4096}, N{"step", &step, 0, kMaxSteps}, N{"seed", &seed, 0, UINT64_MAX}}) {
-        auto v = omni::parse_uint(num[n.name], n.min, n.max,
-                                  std::string("--") + (std::string(n.name) == "samples" ? "samples-per-micro-batch" : n.name));
-        if (!v) return usage_error(v.error());
-        *n.to = v.value();
-    }
+    if (auto st = parse_uints(num, {UintOption{"stages", &S, 1, omni::balance::kMaxStages},
+                                    UintOption{"micro-batches", &M, 1, omni::balance::kMaxMicroBatches},
+                                    UintOption{"samples-per-micro-batch", &b, 1, 4096},
+                                    UintOption{"step", &step, 0, kMaxSteps}, UintOption{"seed", &seed, 0, UINT64_MAX}});
+        !st)
+        return usage_error(st.error());
     if (!(transfer >= 0 && transfer < 1e6)) return usage_error("--transfer: expected a number in [0, 1e6)");
-    std::vector<omni::balance::Insertion> layouts;
-    {
-        std::stringstream ss(layouts_text);
-        std::string item;
-        while (std::getline(ss, item, ',')) {
-            auto l = omni::balance::parse_insertion(item);
-            if (!l) return usage_error("--layouts: " + l.error());
-            layouts.push_back(l.value());
-        }
-        if (layouts.empty()) return usage_error("--layouts: expected at least one layout");
-    }
+    auto parsed = parse_each(layouts_text, "--layouts", omni::balance::parse_insertion);
+    if (!parsed) return usage_error(parsed.error());
+    const std::vector<omni::balance::Insertion> layouts = parsed.value().first;
     if (auto st = wa.load(); !st) return usage_error(st.error());
     // One step's micro-batches from the ledger: the LLM's sequences packed to the step's mean
     // tokens a micro-batch (so every LLM micro-batch costs the same), the encoders' work as
@@ -606,10 +655,11 @@ int cmd_insertion(int argc, char **argv) {
     for (double x : enc_f) enc.backward.push_back(vm.count("frozen-encoders") ? 0 : 2 * x);
     double enc_total = 0;
     for (std::uint64_t j = 0; j < M; ++j) enc_total += enc.forward[j] + enc.backward[j];
-    std::printf("workload %s, step %" PRIu64 ": %" PRIu64 " stages, %" PRIu64 " micro-batches of %" PRIu64
-                " samples; LLM forward %.1f a stage, backward %.1f (packed); encoders %s, %.1f in all (%.1f%% of the LLM's)\n",
-                wa.workload.c_str(), step, S, M, b, f, 2 * f, vm.count("frozen-encoders") ? "frozen" : "trained", enc_total,
-                100.0 * enc_total / (3 * f * static_cast<double>(S * M)));
+    std::printf(
+        "workload %s, step %" PRIu64 ": %" PRIu64 " stages, %" PRIu64 " micro-batches of %" PRIu64
+        " samples; LLM forward %.1f a stage, backward %.1f (packed); encoders %s, %.1f in all (%.1f%% of the LLM's)\n",
+        wa.workload.c_str(), step, S, M, b, f, 2 * f, vm.count("frozen-encoders") ? "frozen" : "trained", enc_total,
+        100.0 * enc_total / (3 * f * static_cast<double>(S * M)));
     std::printf("%-18s %5s %14s %8s %16s %9s\n", "LAYOUT", "GPUS", "MAKESPAN", "BUBBLE", "MB/TIME/GPU", "VS-FIRST");
     double first = 0;
     for (std::size_t k = 0; k < layouts.size(); ++k) {
@@ -626,7 +676,8 @@ int cmd_insertion(int argc, char **argv) {
             auto sch = omni::balance::schedule(pipe, shared, layouts[k]);
             if (!sch) return fail(sch.error());
             if (auto st = omni::balance::check_schedule(sch.value(), pipe, shared, layouts[k]); !st)
-                return fail(std::string("the ") + omni::balance::insertion_name(layouts[k]) + " schedule: " + st.error());
+                return fail(std::string("the ") + omni::balance::insertion_name(layouts[k]) +
+                            " schedule: " + st.error());
             const std::uint64_t g = sch.value().gpus + (e - 1);
             const double r = static_cast<double>(M) / sch.value().makespan / static_cast<double>(g);
             if (!best || r > per_gpu) {
@@ -648,8 +699,9 @@ int cmd_insertion(int argc, char **argv) {
             if (!out.flush()) return fail("--schedule " + schedule_path + ": cannot write");
         }
     }
-    std::printf("BUBBLE: idle share of the GPUs' time; MB/TIME/GPU: micro-batches per unit of time per GPU; VS-FIRST: against\n"
-                "the first layout listed (none: the LLM alone, which does no encoder work)\n");
+    std::printf(
+        "BUBBLE: idle share of the GPUs' time; MB/TIME/GPU: micro-batches per unit of time per GPU; VS-FIRST: against\n"
+        "the first layout listed (none: the LLM alone, which does no encoder work)\n");
     return 0;
 }
 
@@ -659,12 +711,12 @@ int cmd_workload(int argc, char **argv) {
     std::map<std::string, std::string> num;
     po::options_description desc("Options");
     wa.add(desc);
-    desc.add_options()
-        ("stats", "draw samples and print each modality's share, mean length and mean cost per phase")
-        ("samples", po::value<std::string>(&num["samples"])->default_value("100000"), "--stats: samples per phase")
-        ("seed", po::value<std::string>(&num["seed"])->default_value("1"), "--stats: the draws' seed");
+    desc.add_options()("stats", "draw samples and print each modality's share, mean length and mean cost per phase")(
+        "samples", po::value<std::string>(&num["samples"])->default_value("100000"), "--stats: samples per phase")(
+        "seed", po::value<std::string>(&num["seed"])->default_value("1"), "--stats: the draws' seed");
     po::variables_map vm;
-    if (auto rc = parse(argc, argv, desc, "Usage: omni-sim workload [--workload FILE|PRESET] [--stats]", vm)) return *rc;
+    if (auto rc = parse(argc, argv, desc, "Usage: omni-sim workload [--workload FILE|PRESET] [--stats]", vm))
+        return *rc;
     std::uint64_t samples = 0, seed = 0;
     auto s = omni::parse_uint(num["samples"], 1, 10000000, "--samples");
     if (!s) return usage_error(s.error());
@@ -679,8 +731,8 @@ int cmd_workload(int argc, char **argv) {
     }
     const auto &mods = wa.w.modalities();
     std::uint64_t at = 0;
-    std::printf("%5s %10s %-12s %8s %12s %12s %12s\n", "PHASE", "FROM-STEP", "MODALITY", "SHARE", "MEAN-LENGTH", "MEAN-COST",
-                "COST-SHARE");
+    std::printf("%5s %10s %-12s %8s %12s %12s %12s\n", "PHASE", "FROM-STEP", "MODALITY", "SHARE", "MEAN-LENGTH",
+                "MEAN-COST", "COST-SHARE");
     for (std::size_t p = 0; p < wa.w.phases().size(); ++p) {
         std::vector<double> n(mods.size()), len(mods.size()), cost(mods.size());
         double total_cost = 0;
@@ -722,5 +774,6 @@ int main(int argc, char **argv) {
     } catch (const std::exception &e) {
         return fail(std::string("internal error: ") + e.what());
     }
-    return usage_error("unknown command '" + cmd.substr(0, 32) + "'; expected balance, lssp, insertion, predict or workload");
+    return usage_error("unknown command '" + cmd.substr(0, 32) +
+                       "'; expected balance, lssp, insertion, predict or workload");
 }

@@ -122,7 +122,8 @@ TEST(Insertion, TheCheckerCatchesBrokenSchedules) {
     EXPECT_FALSE(check_schedule(early, p, e, Insertion::Uniform));
     Schedule missing = s;
     for (auto &st : missing.stages)
-        st.erase(std::remove_if(st.begin(), st.end(), [](const Op &o) { return o.kind == OpKind::EncoderForward && o.micro == 1; }),
+        st.erase(std::remove_if(st.begin(), st.end(),
+                                [](const Op &o) { return o.kind == OpKind::EncoderForward && o.micro == 1; }),
                  st.end());
     auto c = check_schedule(missing, p, e, Insertion::Uniform);
     ASSERT_FALSE(c);
@@ -140,7 +141,8 @@ TEST(Insertion, BadSpecsAreRefusedNamingThem) {
     auto p = pipe(2, 4, 1, 2);
     p.forward[1] = -1;
     EXPECT_EQ(schedule(p, e, Insertion::Uniform).error(), "insertion: stage 1's times: expected finite numbers >= 0");
-    EXPECT_EQ(parse_insertion("sideways").error(), "insertion 'sideways': expected none, front, encoder-stage or uniform");
+    EXPECT_EQ(parse_insertion("sideways").error(),
+              "insertion 'sideways': expected none, front, encoder-stage or uniform");
     EXPECT_EQ(parse_insertion("encoder-stage").value(), Insertion::EncoderStage);
     // The JSON names every op once.
     const Schedule s = ok(pipe(2, 2, 1, 2), enc(2, 1, 0), Insertion::Uniform);

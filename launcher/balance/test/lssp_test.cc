@@ -84,7 +84,9 @@ TEST(Lssp, PropertiesOnLongTailedSteps) {
     for (int step = 0; step < 40; ++step) {
         const std::uint32_t replicas = step % 2 ? 16 : 8;
         std::vector<std::uint64_t> l(replicas * 8);
-        for (auto &x : l) x = rng() % 10 == 0 ? static_cast<std::uint64_t>(audio(rng)) + 1 : static_cast<std::uint64_t>(text(rng)) + 1;
+        for (auto &x : l)
+            x = rng() % 10 == 0 ? static_cast<std::uint64_t>(audio(rng)) + 1
+                                : static_cast<std::uint64_t>(text(rng)) + 1;
         for (auto &x : l) x = std::min<std::uint64_t>(x, 8 * 4096);
         LsspOptions o = opts(4096, 8, 0.05);
         o.cost.quadratic = 1e-4;
@@ -133,8 +135,9 @@ TEST(Lssp, BadInputIsRefusedWithItsName) {
     EXPECT_EQ(plan_lssp({1, 2}, 4, opts(10, 8)).error(),
               "lssp: largest degree 8: expected a power of two that divides the 4 replicas");
     EXPECT_EQ(plan_lssp({1, 0}, 4, opts(10, 4)).error(), "lssp: sample 1 has 0 tokens; expected 1..4294967296");
-    EXPECT_EQ(plan_lssp({1, 41}, 4, opts(10, 4)).error(),
-              "lssp: sample 1 has 41 tokens: split over the largest degree 4 it still exceeds the memory limit of 10 tokens");
+    EXPECT_EQ(
+        plan_lssp({1, 41}, 4, opts(10, 4)).error(),
+        "lssp: sample 1 has 41 tokens: split over the largest degree 4 it still exceeds the memory limit of 10 tokens");
     EXPECT_FALSE(plan_static_sp({1, 41}, 4, opts(10, 4)));
     auto empty = plan_lssp({}, 4, opts(10, 4));
     ASSERT_TRUE(empty) << empty.error();

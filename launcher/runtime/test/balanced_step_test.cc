@@ -24,13 +24,18 @@ std::vector<std::uint64_t> gather(const std::vector<std::uint64_t> &keys, const 
 }  // namespace
 
 TEST(BalancedStep, ParsesPoliciesAndScopes) {
-    struct Case { const char *text; Policy p; BalanceScope s; const char *name; };
-    for (const Case &c : {Case{"none", Policy::None, BalanceScope::job, "none"},
-                          Case{"lpt", Policy::Lpt, BalanceScope::job, "lpt:job"},
-                          Case{"kk", Policy::Kk, BalanceScope::job, "kk:job"},
-                          Case{"grouped", Policy::Kk, BalanceScope::node, "kk:node"},
-                          Case{"lpt:node", Policy::Lpt, BalanceScope::node, "lpt:node"},
-                          Case{"kk:job", Policy::Kk, BalanceScope::job, "kk:job"}}) {
+    struct Case {
+        const char *text;
+        Policy p;
+        BalanceScope s;
+        const char *name;
+    };
+    for (const Case &c :
+         {Case{"none", Policy::None, BalanceScope::job, "none"}, Case{"lpt", Policy::Lpt, BalanceScope::job, "lpt:job"},
+          Case{"kk", Policy::Kk, BalanceScope::job, "kk:job"},
+          Case{"grouped", Policy::Kk, BalanceScope::node, "kk:node"},
+          Case{"lpt:node", Policy::Lpt, BalanceScope::node, "lpt:node"},
+          Case{"kk:job", Policy::Kk, BalanceScope::job, "kk:job"}}) {
         auto o = parse_balance(c.text);
         ASSERT_TRUE(o) << c.text << ": " << o.error();
         EXPECT_EQ(o.value().policy, c.p) << c.text;
@@ -101,11 +106,11 @@ TEST(BalancedStep, BadInputIsRefused) {
     EXPECT_EQ(short_gather.error(), "balance: the all-gather holds 3 values; expected 6");
     EXPECT_FALSE(plan_step(samples, gather({0, 0}, {1, 1, 1, 1}), 2, 2, {Policy::Kk, BalanceScope::job}));
     EXPECT_FALSE(plan_step({1, 2, 3}, gather({0, 0}, {1, 1}), 2, 0, {Policy::Kk, BalanceScope::job}));
-    auto rec = plan_record(7, {10, 11}, 3, [](std::uint64_t i, std::uint64_t) {
-        return i == 11 ? omni::balance::kMaxCost + 1 : 1;
-    });
+    auto rec = plan_record(7, {10, 11}, 3,
+                           [](std::uint64_t i, std::uint64_t) { return i == 11 ? omni::balance::kMaxCost + 1 : 1; });
     ASSERT_FALSE(rec);
-    EXPECT_EQ(rec.error(), "balance: the cost function gave sample 11 (step 3) cost 1099511627777; at most 1099511627776");
+    EXPECT_EQ(rec.error(),
+              "balance: the cost function gave sample 11 (step 3) cost 1099511627777; at most 1099511627776");
     auto ok = plan_record(7, {10, 11}, 3, [](std::uint64_t i, std::uint64_t s) { return i + s; });
     ASSERT_TRUE(ok) << ok.error();
     EXPECT_EQ(ok.value(), (std::vector<std::uint64_t>{7, 13, 14}));
