@@ -25,6 +25,7 @@
 #include "common/parse.h"
 #include "runtime/balanced_step.h"
 #include "sim/dp_sim.h"
+#include "sim/plot.h"
 #include "workload/workload.h"
 
 namespace po = boost::program_options;
@@ -171,7 +172,7 @@ auto parse_each(const std::string &text, const std::string &option, Parse parse)
 // ---- balance --------------------------------------------------------------------------------
 int cmd_balance(int argc, char **argv) {
     WorkloadArgs wa;
-    std::string gpus_text = "64,128,256,512", policies_text = "none,lpt,kk,grouped", csv;
+    std::string gpus_text = "64,128,256,512", policies_text = "none,lpt,kk,grouped", csv, plot;
     std::uint64_t mp = 1, per_node = 8, per_replica = 16, steps = 50, first = 0, seed = 1;
     double ns_per_token = 1000, overhead_ms = 0;
     po::options_description desc("Options");
@@ -194,7 +195,8 @@ int cmd_balance(int argc, char **argv) {
         "ns-per-token", po::value<double>(&ns_per_token)->default_value(ns_per_token),
         "time model: compute per unit of cost")(
         "overhead-ms", po::value<double>(&overhead_ms)->default_value(overhead_ms), "time model: fixed time per step")(
-        "csv", po::value<std::string>(&csv), "also write the table as CSV to FILE");
+        "csv", po::value<std::string>(&csv), "also write the table as CSV to FILE")(
+        "plot", po::value<std::string>(&plot), "also plot each policy's speedup over none against the GPUs (PNG)");
     po::variables_map vm;
     if (auto rc = parse(argc, argv, desc, "Usage: omni-sim balance [OPTIONS]", vm)) return *rc;
     if (auto st = parse_uints(
@@ -228,6 +230,7 @@ int cmd_balance(int argc, char **argv) {
                    "plan_ms_per_10k\n";
     }
     const TimeModel tm{ns_per_token, overhead_ms};
+    std::vector<omni::sim::Series> series;
     std::printf("workload %s, cost %s, %" PRIu64 " steps from step %" PRIu64 ", %" PRIu64
                 " samples per replica, MP %" PRIu64 ", %" PRIu64
                 " GPUs per node; time: %.6g ns per token + %.6g ms per step\n",
@@ -280,8 +283,17 @@ int cmd_balance(int argc, char **argv) {
             if (csv_out.is_open())
                 csv_out << g << "," << d << "," << names[pi] << "," << w.slowest << "," << w.imb << "," << w.imb_max
                         << "," << w.bound << "," << w.step_ms << "," << per_s << "," << vs << "," << w.plan << "\n";
+            series.resize(rows.size());
+            series[pi].title = names[pi];
+            series[pi].x.push_back(static_cast<double>(g));
+            series[pi].y.push_back(vs);
         }
     }
+    if (!plot.empty())
+        if (auto st = omni::sim::plot_lines(plot, "omni-sim balance: workload " + wa.workload, "GPUs",
+                                            "step time of none / this policy's", series, true);
+            !st)
+            return fail("--plot " + plot + ": " + st.error());
     if (csv_out.is_open() && !csv_out.flush()) return fail("--csv " + csv + ": write failed");
     std::printf(
         "SLOWEST: the slowest replica's cost, mean over the steps; IMBALANCE: slowest / mean replica; BOUND: the\n"
@@ -440,7 +452,7 @@ int cmd_predict(int argc, char **argv) {
 // ---- lssp -----------------------------------------------------------------------------------
 int cmd_lssp(int argc, char **argv) {
     WorkloadArgs wa;
-    std::string gpus_text = "64,128,256,512";
+    std::string gpus_text = "64,128,256,512", plot;
     std::map<std::string, std::string> num;
     omni::balance::LsspOptions lo;
     double quadratic = 1e-5, comm = 0.1, latency = 50;
@@ -464,7 +476,8 @@ int cmd_lssp(int argc, char **argv) {
         "sp-comm", po::value<double>(&comm)->default_value(comm),
         "cost model: a split sample's exchange per token and (k-1)/k")(
         "sp-latency", po::value<double>(&latency)->default_value(latency),
-        "cost model: a split sample's fixed cost per replica");
+        "cost model: a split sample's fixed cost per replica")(
+        "plot", po::value<std::string>(&plot), "also plot each policy's speedup over the base against the GPUs (PNG)");
     po::variables_map vm;
     if (auto rc = parse(argc, argv, desc, "Usage: omni-sim lssp [OPTIONS]", vm)) return *rc;
     std::uint64_t mp = 0, per_replica = 0, steps = 0, first = 0, seed = 0, memory = 0, degree = 0;
@@ -491,6 +504,7 @@ int cmd_lssp(int argc, char **argv) {
     lo.memory_tokens = memory;
     lo.max_degree = static_cast<std::uint32_t>(degree);
     lo.cost = {1, quadratic, comm, latency};
+    std::vector<omni::sim::Series> series;
     std::printf("workload %s, cost %s, %" PRIu64 " steps from step %" PRIu64 ", %" PRIu64
                 " samples per replica, MP %" PRIu64 "; memory %" PRIu64 " tokens, degrees up to %" PRIu64
                 "; time per sample: L + %.6g L^2, split over k: / k + "
@@ -549,6 +563,7 @@ int cmd_lssp(int argc, char **argv) {
             lssp_steps.push_back(std::move(ls).value());
         }
         const char *names[4] = {"none", "kk", "static-sp", "lssp"};
+        series.resize(4);
         // Against none, or static SP when none ran out of memory at some step.
         const int base = acc[0].oom ? 2 : 0;
         const double base_ms = mean(acc[base].makespan);
@@ -563,6 +578,9 @@ int cmd_lssp(int argc, char **argv) {
             std::printf("%6" PRIu64 " %8u %-10s %14.0f %8.3f %8.2f %10s %11" PRIu64 " %9d\n", g, d, names[w],
                         mean(acc[w].makespan), base_ms / mean(acc[w].makespan),
                         acc[w].samples ? 100.0 * acc[w].split / acc[w].samples : 0.0, thr.c_str(), acc[w].peak, 0);
+            series[w].title = names[w];
+            series[w].x.push_back(static_cast<double>(g));
+            series[w].y.push_back(base_ms / mean(acc[w].makespan));
         }
         std::printf(
             "%6s %8s sequence-parallel groups: %zu built once (state shifting) against %.1f a step built on demand\n",
@@ -574,6 +592,11 @@ int cmd_lssp(int argc, char **argv) {
         "none runs out of memory) / this one's; THRESHOLD: LSSP's mean split threshold; OOM-STEPS: steps with a "
         "sample\n"
         "above --memory-tokens, which whole-sample policies cannot run\n");
+    if (!plot.empty())
+        if (auto st = omni::sim::plot_lines(plot, "omni-sim lssp: workload " + wa.workload, "GPUs",
+                                            "makespan of the base / this policy's", series, true);
+            !st)
+            return fail("--plot " + plot + ": " + st.error());
     return 0;
 }
 
@@ -591,7 +614,7 @@ double gpu_bubble(const omni::balance::Schedule &s, std::uint64_t e) {
 int cmd_insertion(int argc, char **argv) {
     WorkloadArgs wa;
     std::map<std::string, std::string> num;
-    std::string layouts_text = "none,front,encoder-stage,uniform", schedule_path;
+    std::string layouts_text = "none,front,encoder-stage,uniform", schedule_path, plot;
     double transfer = 0.01;
     po::options_description desc("Options");
     wa.add(desc);
@@ -608,7 +631,8 @@ int cmd_insertion(int argc, char **argv) {
         "frozen-encoders", "encoders without a backward pass")(
         "layouts", po::value<std::string>(&layouts_text)->default_value(layouts_text),
         "comma-separated: none (the LLM alone), front, encoder-stage, uniform")(
-        "schedule", po::value<std::string>(&schedule_path), "write the uniform schedule as JSON to FILE");
+        "schedule", po::value<std::string>(&schedule_path), "write the uniform schedule as JSON to FILE")(
+        "plot", po::value<std::string>(&plot), "also draw the last layout's schedule, stage by stage (PNG)");
     po::variables_map vm;
     if (auto rc = parse(argc, argv, desc, "Usage: omni-sim insertion [OPTIONS]", vm)) return *rc;
     std::uint64_t S = 0, M = 0, b = 0, step = 0, seed = 0;
@@ -697,6 +721,23 @@ int cmd_insertion(int argc, char **argv) {
             std::ofstream out(schedule_path);
             out << sch->to_json();
             if (!out.flush()) return fail("--schedule " + schedule_path + ": cannot write");
+        }
+        if (k + 1 == layouts.size() && !plot.empty()) {
+            std::vector<omni::sim::Box> boxes;
+            const unsigned colour[] = {0x1f77b4, 0x2ca02c, 0xff7f0e, 0xd62728};  // F, B, EF, EB
+            for (std::size_t g = 0; g < sch->stages.size(); ++g)
+                for (const auto &o : sch->stages[g])
+                    boxes.push_back({o.start, o.end, static_cast<double>(g), colour[static_cast<int>(o.kind)]});
+            if (auto st = omni::sim::plot_boxes(plot,
+                                                "omni-sim insertion: " + name + ", " + std::to_string(S) + " stages, " +
+                                                    std::to_string(M) + " micro-batches",
+                                                "time", "stage", boxes,
+                                                {{"LLM forward", colour[0]},
+                                                 {"LLM backward", colour[1]},
+                                                 {"encoder forward", colour[2]},
+                                                 {"encoder backward", colour[3]}});
+                !st)
+                return fail("--plot " + plot + ": " + st.error());
         }
     }
     std::printf(

@@ -70,6 +70,15 @@ for st in s["stages"]:
     assert all(a["end"] <= b["start"] + 1e-6 for a, b in zip(st, st[1:])), "overlap"
 PY
 
+# Plots (gnuplot, which scripts/install-deps installs): each command's --plot writes a PNG;
+# one that cannot be written fails naming it.
+png() { [ "$(head -c 8 "$1" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] && [ "$(wc -c <"$1")" -gt 4000 ]; }
+"$sim" balance --gpus 16,32 --steps 3 --plot b.png >/dev/null && png b.png || fail "balance --plot wrote no PNG"
+"$sim" lssp --gpus 16,32 --steps 2 --memory-tokens 300000 --plot l.png >/dev/null && png l.png || fail "lssp --plot wrote no PNG"
+"$sim" insertion --stages 4 --micro-batches 8 --plot i.png >/dev/null && png i.png || fail "insertion --plot wrote no PNG"
+rc=0; "$sim" balance --gpus 16 --steps 1 --plot /nonexistent/dir/b.png >out 2>&1 || rc=$?
+[ "$rc" = 1 ] && grep -q -- "--plot /nonexistent/dir/b.png" out || fail "an unwritable --plot: exit $rc: $(cat out)"
+
 # The generator: a preset as JSON, read back to the same JSON.
 "$sim" workload --workload paper >paper.json
 "$sim" workload --workload paper.json >again.json
@@ -92,4 +101,4 @@ rc=0; "$sim" predict --metrics bad.jsonl --global-batch 16 --seed 5 >p.txt 2>err
 [ "$rc" = 1 ] && grep -q "step 3: the run's cost" err || fail "a changed cost: exit $rc: $(cat err p.txt)"
 rc=0; "$sim" predict --metrics run.jsonl --global-batch 16 --seed 6 >p.txt 2>err || rc=$?
 [ "$rc" = 1 ] || fail "predict with another seed agreed with the run"
-echo "ok: omni-sim help, usage errors, balance, lssp and insertion tables, workload generator and stats, predict"
+echo "ok: omni-sim help, usage errors, balance, lssp and insertion tables and plots, workload generator and stats, predict"
