@@ -523,6 +523,10 @@ Result<std::vector<std::uint64_t>> Runtime::micro_batch(std::uint32_t micro) {
             return v;
         }
         if (!started_) return usage_error("micro_batch: balancing needs start() first");
+        if (ledger_->config().global_batch > balance::kMaxSamples)
+            return usage_error("micro_batch: balancing takes at most " + std::to_string(balance::kMaxSamples) +
+                               " samples a step; the global batch is " +
+                               std::to_string(ledger_->config().global_batch));
         auto share = ledger_->share(groups_.dp_rank);
         if (!share) return usage_error(share.error());
         auto made = plan_record(node_key(), share.value(), ledger_->step(), cost_);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "runtime/balanced_step.h"
+#include "runtime/runtime.h"
 
 using namespace omni::launcher;
 using omni::balance::Policy;
@@ -114,4 +115,23 @@ TEST(BalancedStep, BadInputIsRefused) {
     auto ok = plan_record(7, {10, 11}, 3, [](std::uint64_t i, std::uint64_t s) { return i + s; });
     ASSERT_TRUE(ok) << ok.error();
     EXPECT_EQ(ok.value(), (std::vector<std::uint64_t>{7, 13, 14}));
+}
+
+TEST(BalancedStep, ARuntimeRefusesStepsTooLargeToBalance) {
+    // A standalone rank whose step holds 2^25 samples (b = 1): balancing would gather and sort
+    // them all; the first micro-batch says so instead of allocating.
+    RuntimeOptions o;
+    o.standalone = true;
+    auto r = Runtime::create(o);
+    ASSERT_TRUE(r) << r.error();
+    Runtime &rt = *r.value();
+    ASSERT_TRUE(rt.configure_ledger({std::uint64_t(1) << 30, std::uint64_t(1) << 25, 1, 1}));
+    ASSERT_TRUE(rt.start());
+    ASSERT_TRUE(rt.configure_balance({Policy::Kk, BalanceScope::job}, [](std::uint64_t, std::uint64_t) { return 1; }));
+    auto mb = rt.micro_batch(0);
+    ASSERT_FALSE(mb);
+    EXPECT_EQ(mb.error(), "micro_batch: balancing takes at most 16777216 samples a step; the global batch is 33554432");
+    // Without a policy the ledger's own micro-batch comes back.
+    ASSERT_TRUE(rt.configure_balance({}, nullptr));
+    ASSERT_TRUE(rt.micro_batch(0));
 }
