@@ -154,13 +154,28 @@ typedef uint64_t (*omni_cost_fn)(uint64_t index, uint64_t step, void *user);
 /* Grouped reordering (libomni(3) BALANCING): which replica computes which of the step's
  * samples, to make the slowest replica's cost small. `policy`: "none" (the ledger's split),
  * "lpt", "kk" (Karmarkar-Karp, over every replica), "grouped" (kk among the replicas of one
- * node), or "POLICY:SCOPE" with SCOPE "job" or "node". The step's samples stay the same, so
+ * node), "POLICY:SCOPE" with SCOPE "job" or "node", or "lssp" (long samples split over
+ * replicas, the costs being lengths in tokens; replicas then do unequal work: read it with
+ * omni_data_step_samples and omni_data_step_shards, omni_data_micro_batch refuses it). The step's samples stay the same, so
  * the ledger, checkpoints and exactly-once do too. Every rank of the job sets the same
  * policy; it applies from the next step not yet planned (a step whose first
  * omni_data_micro_batch ran keeps its split). `cost` may be NULL
  * only with "none". Errors: OMNI_EINVAL (an unknown policy, a NULL cost), OMNI_ESTATE
  * (before omni_init). */
 int omni_data_balance(const char *policy, omni_cost_fn cost, void *user);
+/* This replica's work in the current step, under any policy: the samples it computes
+ * (*count of them, in order; without a policy its ledger share; with "lssp" the whole ones
+ * and the split ones it leads, so that every sample is computed once) and its time in the
+ * plan (*time: its summed cost; with LSSP the plan's model time, split shards included; 0
+ * without a policy). Makes the step's plan when it is not made yet, collective as the first
+ * omni_data_micro_batch. OMNI_ERANGE with *count set when capacity is too small; the plan
+ * is kept, so asking again with room communicates no more. time may be NULL. */
+int omni_data_step_samples(uint64_t *indices, size_t capacity, size_t *count, double *time);
+/* With "lssp": the split samples this replica computes a shard of: index[i], its degree[i]
+ * (replicas sharing it) and this replica's shard[i] (0: it leads, and computes the sample's
+ * gradient; the others run their part of its sequence). *count is 0 under other policies.
+ * As omni_data_step_samples otherwise. */
+int omni_data_step_shards(uint64_t *index, uint32_t *degree, uint32_t *shard, size_t capacity, size_t *count);
 /* The ledger as JSON text for a checkpoint, as omni_ledger_save. */
 int omni_data_save(char *buffer, size_t capacity, size_t *length);
 /* After loading a checkpoint (a resumed job, or REWIND): restores the saved ledger, resized

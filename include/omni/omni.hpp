@@ -85,6 +85,15 @@ public:
     void balance(const char *policy, omni_cost_fn cost = nullptr, void *user = nullptr) {
         detail::check(omni_data_balance(policy, cost, user), "omni_data_balance");
     }
+    // This replica's samples in the current step, any policy (omni_data_step_samples).
+    std::vector<std::uint64_t> step_samples(double *time = nullptr) const {
+        std::size_t n = 0;
+        int rc = omni_data_step_samples(nullptr, 0, &n, nullptr);  // asks for the count
+        if (rc != OMNI_ERANGE && rc != OMNI_OK) detail::check(rc, "omni_data_step_samples");
+        std::vector<std::uint64_t> out(n);
+        detail::check(omni_data_step_samples(out.data(), out.size(), &n, time), "omni_data_step_samples");
+        return out;
+    }
     std::uint32_t grad_accum() const { return get32(omni_data_grad_accum, "omni_data_grad_accum"); }
     std::vector<std::uint64_t> micro_batch(std::uint32_t micro) const {
         std::size_t n = 0;

@@ -26,8 +26,6 @@ std::set<std::pair<std::uint32_t, std::uint32_t>> LsspPlan::groups() const {
 
 namespace {
 
-constexpr std::uint64_t kMaxLength = std::uint64_t(1) << 32;
-
 bool power_of_two(std::uint32_t x) { return x && !(x & (x - 1)); }
 
 Status check(const std::vector<std::uint64_t> &lengths, std::uint32_t replicas, const LsspOptions &o) {
@@ -39,15 +37,10 @@ Status check(const std::vector<std::uint64_t> &lengths, std::uint32_t replicas, 
     if (!power_of_two(o.max_degree) || replicas % o.max_degree)
         return make_error("lssp: largest degree " + std::to_string(o.max_degree) +
                           ": expected a power of two that divides the " + std::to_string(replicas) + " replicas");
-    for (std::size_t i = 0; i < lengths.size(); ++i) {
-        if (lengths[i] == 0 || lengths[i] > kMaxLength)
+    for (std::size_t i = 0; i < lengths.size(); ++i)
+        if (lengths[i] > kMaxCost)
             return make_error("lssp: sample " + std::to_string(i) + " has " + std::to_string(lengths[i]) +
-                              " tokens; expected 1.." + std::to_string(kMaxLength));
-        if ((lengths[i] + o.max_degree - 1) / o.max_degree > o.memory_tokens)
-            return make_error("lssp: sample " + std::to_string(i) + " has " + std::to_string(lengths[i]) +
-                              " tokens: split over the largest degree " + std::to_string(o.max_degree) +
-                              " it still exceeds the memory limit of " + std::to_string(o.memory_tokens) + " tokens");
-    }
+                              " tokens; at most " + std::to_string(kMaxCost));
     return Status::success();
 }
 
@@ -73,10 +66,11 @@ LsspPlan place(const std::vector<std::uint64_t> &lengths, std::uint32_t replicas
     for (std::uint32_t i : order) {
         const std::uint64_t l = lengths[i];
         if (l <= threshold) continue;
-        // No allowed degree gets the shards down to the threshold: the largest (check() made
-        // sure it fits the memory).
+        // No allowed degree gets the shards down to the threshold: the largest, which may
+        // still leave a shard above the memory limit (counted: the plan still runs).
         std::uint32_t k = forced ? forced : degree_for(l, shard, o.max_degree);
         if (k == 0) k = o.max_degree;
+        if ((l + k - 1) / k > o.memory_tokens) ++p.over_memory;
         std::uint32_t best = 0;
         double best_load = -1;
         for (std::uint32_t first = 0; first < replicas; first += k) {
@@ -130,23 +124,31 @@ Result<LsspPlan> plan_lssp(const std::vector<std::uint64_t> &lengths, std::uint3
     for (auto it = order.rbegin(); it != order.rend(); ++it)
         if (lengths[*it] <= options.memory_tokens && (distinct.empty() || distinct.back() != lengths[*it]))
             distinct.push_back(lengths[*it]);
-    std::vector<std::uint64_t> candidates;
-    if (distinct.size() <= kMaxCandidates) {
-        candidates = distinct;
-    } else {
-        for (std::size_t c = 0; c < kMaxCandidates; ++c)
-            candidates.push_back(distinct[c * (distinct.size() - 1) / (kMaxCandidates - 1)]);
-    }
     const bool all_fit = lengths.empty() || lengths[order.front()] <= options.memory_tokens;
-    if (all_fit)
-        candidates.push_back(UINT64_MAX);
-    else
-        candidates.push_back(options.memory_tokens);
+    const std::uint64_t last = all_fit ? UINT64_MAX : options.memory_tokens;
     std::optional<LsspPlan> best;
-    for (std::uint64_t t : candidates) {
+    const auto consider = [&](std::uint64_t t) {
         LsspPlan p = place(lengths, replicas, options, order, t, 0);
         // Ties go to the larger threshold: fewer samples split.
-        if (!best || p.makespan <= best->makespan) best = std::move(p);
+        if (!best || p.makespan < best->makespan || (p.makespan == best->makespan && t > best->threshold))
+            best = std::move(p);
+    };
+    // Coarse then fine: kMaxCandidates of the distinct lengths spread over them, then as many
+    // between the best one's neighbours (all of them when they are few).
+    const auto spread = [&](std::size_t lo, std::size_t hi) {  // indices into distinct, inclusive
+        const std::size_t n = hi - lo + 1;
+        for (std::size_t c = 0; c < std::min(n, kMaxCandidates); ++c)
+            consider(distinct[lo + (n <= kMaxCandidates ? c : c * (n - 1) / (kMaxCandidates - 1))]);
+    };
+    consider(last);
+    if (!distinct.empty()) {
+        spread(0, distinct.size() - 1);
+        if (distinct.size() > kMaxCandidates && best->threshold != last) {
+            const std::size_t at = static_cast<std::size_t>(
+                std::lower_bound(distinct.begin(), distinct.end(), best->threshold) - distinct.begin());
+            const std::size_t step = (distinct.size() - 1) / (kMaxCandidates - 1) + 1;
+            spread(at > step ? at - step : 0, std::min(distinct.size() - 1, at + step));
+        }
     }
     return std::move(*best);
 }
@@ -157,7 +159,7 @@ Result<LsspPlan> plan_static_sp(const std::vector<std::uint64_t> &lengths, std::
     const auto order = costliest_first(lengths);
     const std::uint64_t longest = lengths.empty() ? 1 : lengths[order.front()];
     const std::uint32_t k = degree_for(longest, options.memory_tokens, options.max_degree);
-    // check() made sure the longest fits the largest degree.
+    // When no degree fits the longest in memory, the largest (the plan counts over_memory).
     const std::uint32_t degree = k ? k : options.max_degree;
     return degree == 1 ? place(lengths, replicas, options, order, UINT64_MAX, 0)
                        : place(lengths, replicas, options, order, 0, degree);

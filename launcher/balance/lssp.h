@@ -18,7 +18,7 @@
 //  - Time is a model: a sample of L tokens costs per_token*L + quadratic*L^2 computed whole;
 //    split over k each replica pays a k-th of that, plus the sequence-parallel exchange
 //    sp_comm_per_token*L*(k-1)/k and a latency. The threshold is chosen among the step's own
-//    lengths (at most kMaxCandidates of them, spread over the range) by the makespan.
+//    lengths by the makespan: kMaxCandidates spread over them, then as many around the best.
 #ifndef OMNI_LAUNCHER_BALANCE_LSSP_H
 #define OMNI_LAUNCHER_BALANCE_LSSP_H
 
@@ -46,7 +46,7 @@ struct LsspOptions {
     SpCostModel cost;
 };
 
-constexpr std::size_t kMaxCandidates = 64;
+constexpr std::size_t kMaxCandidates = 16;  // thresholds tried per pass (two passes)
 
 struct SpSample {
     std::uint32_t position = 0;  // index into the lengths
@@ -62,14 +62,16 @@ struct LsspPlan {
     std::vector<double> time;                       // per replica, the model's time
     double makespan = 0;                            // the slowest replica's time
     std::uint64_t peak_tokens = 0;                  // the most tokens of one sample a replica holds
+    std::size_t over_memory = 0;                    // samples whose shards exceed the memory even at the largest degree
     // The aligned blocks (degree, first replica) the plan uses.
     std::set<std::pair<std::uint32_t, std::uint32_t>> groups() const;
 };
 
-// The best plan for one step's samples (lengths in tokens) over `replicas` replicas.
-// Errors: no replicas, more than kMaxSamples samples, a length 0 or above 2^32, max_degree
-// not a power of two dividing the replicas, memory_tokens 0, or a sample longer than
-// memory_tokens * max_degree (no allowed split fits it; the message names it).
+// The best plan for one step's samples (lengths in tokens) over `replicas` replicas. A sample
+// longer than memory_tokens * max_degree is split over the largest degree all the same and
+// counted in over_memory: the step runs (a trainer may run out of memory on it), the caller
+// decides whether to say so. Errors: no replicas, more than kMaxSamples samples, a length
+// above kMaxCost, max_degree not a power of two dividing the replicas, memory_tokens 0.
 Result<LsspPlan> plan_lssp(const std::vector<std::uint64_t> &lengths, std::uint32_t replicas,
                            const LsspOptions &options);
 

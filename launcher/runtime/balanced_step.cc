@@ -2,16 +2,25 @@
 #include "runtime/balanced_step.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace omni::launcher {
 
 Result<BalanceOptions> parse_balance(std::string_view text) {
     const auto bad = [&] {
         return make_error("balance '" + std::string(text.substr(0, 32)) +
-                          "': expected none, lpt, kk, grouped (kk per node), or POLICY:SCOPE with POLICY "
-                          "none, lpt or kk and SCOPE job or node");
+                          "': expected none, lpt, kk, grouped (kk per node), lssp, or POLICY:SCOPE with "
+                          "POLICY none, lpt or kk and SCOPE job or node");
     };
     if (text == "grouped") return BalanceOptions{balance::Policy::Kk, BalanceScope::node};
+    if (text == "lssp") {
+        BalanceOptions o;
+        o.lssp = true;
+        o.lssp_options.memory_tokens = 32768;
+        o.lssp_options.max_degree = 8;
+        o.lssp_options.cost.sp_comm_per_token = 0.1;
+        return o;
+    }
     const auto colon = text.find(':');
     auto policy = balance::parse_policy(std::string(text.substr(0, colon)));
     if (!policy) return bad();
@@ -26,6 +35,7 @@ Result<BalanceOptions> parse_balance(std::string_view text) {
 }
 
 std::string balance_name(const BalanceOptions &o) {
+    if (o.lssp) return "lssp";
     std::string s = balance::policy_name(o.policy);
     if (o.active()) s += o.scope == BalanceScope::node ? ":node" : ":job";
     return s;
@@ -70,6 +80,34 @@ Result<std::vector<std::uint64_t>> plan_record(std::uint64_t key, const std::vec
     return rec;
 }
 
+namespace {
+
+Result<StepPlan> plan_lssp_step(const std::vector<std::uint64_t> &step_samples,
+                                const std::vector<std::uint64_t> &lengths, std::uint32_t dp_size, std::uint32_t dp_rank,
+                                balance::LsspOptions o) {
+    // The largest degree must divide the replicas: the largest power of two that does.
+    while (o.max_degree > 1 && dp_size % o.max_degree) o.max_degree /= 2;
+    auto plan = balance::plan_lssp(lengths, dp_size, o);
+    if (!plan) return Error{plan.error()};
+    const balance::LsspPlan &l = plan.value();
+    StepPlan p;
+    p.lssp = true;
+    p.over_memory = l.over_memory;
+    p.dp_rank = dp_rank;
+    p.dp_size = dp_size;
+    for (double t : l.time) p.costs.push_back(static_cast<std::uint64_t>(std::ceil(t)));
+    p.time = l.time[dp_rank];
+    for (std::uint32_t i : l.whole[dp_rank]) p.samples.push_back(step_samples[i]);
+    for (const auto &s : l.split) {
+        if (dp_rank < s.first || dp_rank >= s.first + s.degree) continue;
+        p.shards.push_back({step_samples[s.position], s.degree, dp_rank - s.first});
+        if (dp_rank == s.first) p.samples.push_back(step_samples[s.position]);
+    }
+    return p;
+}
+
+}  // namespace
+
 Result<StepPlan> plan_step(const std::vector<std::uint64_t> &step_samples, const std::vector<std::uint64_t> &gathered,
                            std::uint32_t dp_size, std::uint32_t dp_rank, const BalanceOptions &options) {
     if (dp_size == 0 || dp_rank >= dp_size || step_samples.size() % dp_size != 0)
@@ -86,6 +124,7 @@ Result<StepPlan> plan_step(const std::vector<std::uint64_t> &step_samples, const
         if (options.scope == BalanceScope::node) labels[r] = rec[0];
         costs.insert(costs.end(), rec + 1, rec + 1 + m);
     }
+    if (options.lssp) return plan_lssp_step(step_samples, costs, dp_size, dp_rank, options.lssp_options);
     auto a = balance::partition_by_group(costs, labels, options.policy);
     if (!a) return Error{a.error()};
     StepPlan p;

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "balance/balance.h"
+#include "balance/lssp.h"
 #include "omni/result.h"
 
 namespace omni::launcher {
@@ -42,13 +43,23 @@ enum class BalanceScope {
 };
 
 struct BalanceOptions {
+    BalanceOptions(balance::Policy p = balance::Policy::None, BalanceScope s = BalanceScope::job)
+        : policy(p), scope(s) {}
     balance::Policy policy = balance::Policy::None;
     BalanceScope scope = BalanceScope::job;
-    bool active() const { return policy != balance::Policy::None; }
+    // LSSP (balance/lssp.h) instead of a partition: long samples split over aligned blocks of
+    // replicas, the rest whole; the costs are the samples' lengths in tokens. Scope job only.
+    // Its largest degree is capped at the largest power of two dividing the DP size, which
+    // resizes change.
+    bool lssp = false;
+    balance::LsspOptions lssp_options;
+    bool active() const { return lssp || policy != balance::Policy::None; }
 };
 
-// "none", "lpt", "kk" (scope job), "grouped" (kk per node), or "POLICY:SCOPE" with SCOPE job
-// or node ("lpt:node"). Errors name the text and the choices.
+// "none", "lpt", "kk" (scope job), "grouped" (kk per node), "POLICY:SCOPE" with SCOPE job
+// or node ("lpt:node"), or "lssp" (lssp_options at their defaults: memory 32768 tokens,
+// degrees up to 8, cost = tokens, a split sample's exchange 0.1 a token). Errors name the
+// text and the choices.
 Result<BalanceOptions> parse_balance(std::string_view text);
 std::string balance_name(const BalanceOptions &o);
 
@@ -65,8 +76,19 @@ struct StepPlan {
     std::uint64_t step = 0;  // the ledger's committed steps when it was made
     std::uint64_t generation = 0;
     std::uint32_t dp_rank = 0, dp_size = 0;
-    std::vector<std::uint64_t> samples;  // this replica's B/d indices, in order
-    std::vector<std::uint64_t> costs;    // every replica's summed cost (DP rank order)
+    std::vector<std::uint64_t> samples;  // this replica's B/d indices, in order; with LSSP the
+                                         // samples it computes (whole, and split ones it leads)
+    std::vector<std::uint64_t> costs;    // every replica's summed cost (DP rank order); with
+                                         // LSSP its time in the plan's model, rounded up
+    // LSSP: the split samples this replica takes a shard of (it leads shard 0), and its time.
+    struct Shard {
+        std::uint64_t index = 0;
+        std::uint32_t degree = 1, shard = 0;
+    };
+    std::vector<Shard> shards;
+    double time = 0;
+    bool lssp = false;            // an LSSP plan: replicas do unequal work
+    std::size_t over_memory = 0;  // LSSP: samples above the memory limit even at the largest degree
     std::uint64_t max_cost() const;
     double mean_cost() const;
     // max / mean of the replicas' costs (1: perfect; 0 when every cost is 0).

@@ -278,6 +278,67 @@ int omni_data_micro_batch(uint32_t micro, uint64_t *indices, size_t capacity, si
     });
 }
 
+int omni_data_step_samples(uint64_t *indices, size_t capacity, size_t *count, double *time) {
+    return guarded([&] {
+        auto *r = rt::get("omni_data_step_samples");
+        if (!r) return int(OMNI_ESTATE);
+        const auto *l = r->ledger();
+        if (!l) return fail(OMNI_ESTATE, "omni_data_step_samples: no ledger configured");
+        if (!count) return fail(OMNI_EINVAL, "omni_data_step_samples: count is NULL");
+        std::vector<std::uint64_t> v;
+        double t = 0;
+        if (!r->step_plan() && !r->balance_options().active()) {
+            // Without a policy: the share's size is known before anything is computed.
+            *count = static_cast<size_t>(l->config().global_batch / r->dp_size());
+            if (capacity < *count)
+                return fail(OMNI_ERANGE, "omni_data_step_samples: capacity " + std::to_string(capacity) +
+                                             " is below the " + std::to_string(*count) + " samples");
+            auto s = l->share(r->dp_rank());
+            if (!s) return fail(OMNI_EINVAL, s.error());
+            v = std::move(s).value();
+        } else {
+            auto p = r->plan();
+            if (!p) return fail(rt::fault_code(*r), p.error());
+            v = p.value()->samples;
+            t = p.value()->lssp ? p.value()->time : static_cast<double>(p.value()->costs[p.value()->dp_rank]);
+        }
+        *count = v.size();
+        if (capacity < v.size())
+            return fail(OMNI_ERANGE, "omni_data_step_samples: capacity " + std::to_string(capacity) + " is below the " +
+                                         std::to_string(v.size()) + " samples");
+        if (!indices && !v.empty()) return fail(OMNI_EINVAL, "omni_data_step_samples: indices is NULL");
+        if (!v.empty()) std::memcpy(indices, v.data(), v.size() * sizeof(uint64_t));
+        if (time) *time = t;
+        return int(OMNI_OK);
+    });
+}
+
+int omni_data_step_shards(uint64_t *index, uint32_t *degree, uint32_t *shard, size_t capacity, size_t *count) {
+    return guarded([&] {
+        auto *r = rt::get("omni_data_step_shards");
+        if (!r) return int(OMNI_ESTATE);
+        if (!r->ledger()) return fail(OMNI_ESTATE, "omni_data_step_shards: no ledger configured");
+        if (!count) return fail(OMNI_EINVAL, "omni_data_step_shards: count is NULL");
+        *count = 0;
+        if (!r->step_plan() && !r->balance_options().lssp) return int(OMNI_OK);
+        auto p = r->plan();
+        if (!p) return fail(rt::fault_code(*r), p.error());
+        const auto &sh = p.value()->shards;
+        *count = sh.size();
+        if (capacity < sh.size())
+            return fail(OMNI_ERANGE, "omni_data_step_shards: capacity " + std::to_string(capacity) + " is below the " +
+                                         std::to_string(sh.size()) + " shards");
+        if (!sh.empty() && (!index || !degree || !shard))
+            return fail(OMNI_EINVAL, "omni_data_step_shards: an output array is NULL");
+        for (std::size_t i = 0; i < sh.size(); ++i) {
+            index[i] = sh[i].index;
+            degree[i] = sh[i].degree;
+            shard[i] = sh[i].shard;
+        }
+        return int(OMNI_OK);
+    });
+}
+
 int omni_data_balance(const char *policy, omni_cost_fn cost, void *user) {
     return guarded([&] {
         auto *r = rt::get("omni_data_balance");

@@ -511,52 +511,68 @@ std::uint64_t Runtime::node_key() const {
     return locality_key(host);
 }
 
+Result<const StepPlan *> Runtime::plan() {
+    if (!ledger_) return usage_error("plan: no ledger configured");
+    if (const StepPlan *p = step_plan()) return p;
+    if (!balance_.active()) return usage_error("plan: no balance policy configured");
+    if (!started_) return usage_error("plan: balancing needs start() first");
+    if (ledger_->config().global_batch > balance::kMaxSamples)
+        return usage_error("micro_batch: balancing takes at most " + std::to_string(balance::kMaxSamples) +
+                           " samples a step; the global batch is " + std::to_string(ledger_->config().global_batch));
+    auto share = ledger_->share(groups_.dp_rank);
+    if (!share) return usage_error(share.error());
+    auto made = plan_record(node_key(), share.value(), ledger_->step(), cost_);
+    if (!made) return usage_error(made.error());
+    std::vector<std::uint64_t> rec = std::move(made).value();
+    // The replica's M ranks plan in M DP groups: they take MP rank 0's record (its node
+    // and its costs), so that every DP group plans the same split whatever the cost
+    // function returned on each rank.
+    if (groups_.mp_size > 1) {
+        fault_ = Fault::peer;
+        if (auto st = mp_control_->broadcast(rec.data(), rec.size(), DType::i64, 0); !st)
+            return make_error("balance: the replica's costs from its MP rank 0: " + st.error());
+    }
+    const std::uint32_t d = groups_.dp_size;
+    std::vector<std::uint64_t> gathered(rec.size() * d);
+    if (d > 1) {
+        fault_ = Fault::peer;
+        if (auto st = dp_control().allgather(rec.data(), gathered.data(), rec.size(), DType::i64); !st)
+            return make_error("balance: all-gather of the step's costs: " + st.error());
+    } else {
+        gathered = rec;
+    }
+    auto p = plan_step(ledger_->step_samples(), gathered, d, groups_.dp_rank, balance_);
+    if (!p) return usage_error(p.error());
+    p.value().step = ledger_->step();
+    p.value().generation = generation_;
+    // Every replica has the plan; one says it.
+    if (p.value().over_memory && groups_.dp_rank == 0 && groups_.mp_rank == 0)
+        log_line(LogLevel::Warning, "libomni",
+                 "step " + std::to_string(ledger_->step() + 1) + ": " + std::to_string(p.value().over_memory) +
+                     " sample(s) exceed the LSSP memory limit of " +
+                     std::to_string(balance_.lssp_options.memory_tokens) +
+                     " tokens even split over the largest degree; planned over it all the same");
+    plan_ = std::move(p).value();
+    return &*plan_;
+}
+
 Result<std::vector<std::uint64_t>> Runtime::micro_batch(std::uint32_t micro) {
     if (!ledger_) return usage_error("micro_batch: no ledger configured");
     if (micro >= ledger_->grad_accum())
         return usage_error("micro_batch: micro-step " + std::to_string(micro) + " is outside 0.." +
                            std::to_string(ledger_->grad_accum() - 1) + " (GA)");
-    if (!step_plan()) {
-        if (!balance_.active()) {
-            auto v = ledger_->micro_batch(groups_.dp_rank, micro);
-            if (!v) return usage_error(v.error());
-            return v;
-        }
-        if (!started_) return usage_error("micro_batch: balancing needs start() first");
-        if (ledger_->config().global_batch > balance::kMaxSamples)
-            return usage_error("micro_batch: balancing takes at most " + std::to_string(balance::kMaxSamples) +
-                               " samples a step; the global batch is " +
-                               std::to_string(ledger_->config().global_batch));
-        auto share = ledger_->share(groups_.dp_rank);
-        if (!share) return usage_error(share.error());
-        auto made = plan_record(node_key(), share.value(), ledger_->step(), cost_);
-        if (!made) return usage_error(made.error());
-        std::vector<std::uint64_t> rec = std::move(made).value();
-        // The replica's M ranks plan in M DP groups: they take MP rank 0's record (its node
-        // and its costs), so that every DP group plans the same split whatever the cost
-        // function returned on each rank.
-        if (groups_.mp_size > 1) {
-            fault_ = Fault::peer;
-            if (auto st = mp_control_->broadcast(rec.data(), rec.size(), DType::i64, 0); !st)
-                return make_error("balance: the replica's costs from its MP rank 0: " + st.error());
-        }
-        const std::uint32_t d = groups_.dp_size;
-        std::vector<std::uint64_t> gathered(rec.size() * d);
-        if (d > 1) {
-            fault_ = Fault::peer;
-            if (auto st = dp_control().allgather(rec.data(), gathered.data(), rec.size(), DType::i64); !st)
-                return make_error("balance: all-gather of the step's costs: " + st.error());
-        } else {
-            gathered = rec;
-        }
-        auto p = plan_step(ledger_->step_samples(), gathered, d, groups_.dp_rank, balance_);
-        if (!p) return usage_error(p.error());
-        p.value().step = ledger_->step();
-        p.value().generation = generation_;
-        plan_ = std::move(p).value();
+    if (!step_plan() && !balance_.active()) {
+        auto v = ledger_->micro_batch(groups_.dp_rank, micro);
+        if (!v) return usage_error(v.error());
+        return v;
     }
+    auto p = plan();
+    if (!p) return Error{p.error()};
+    if (p.value()->lssp)
+        return usage_error(
+            "micro_batch: an LSSP plan gives replicas unequal work; read it with plan() (C: omni_data_step_samples)");
     const std::uint64_t b = ledger_->config().micro_batch;
-    const auto first = plan_->samples.begin() + static_cast<std::ptrdiff_t>(micro * b);
+    const auto first = p.value()->samples.begin() + static_cast<std::ptrdiff_t>(micro * b);
     return std::vector<std::uint64_t>(first, first + static_cast<std::ptrdiff_t>(b));
 }
 

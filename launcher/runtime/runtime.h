@@ -182,8 +182,13 @@ public:
     // rank 0), so every rank makes it at the same step; its failure is a peer fault
     // (last_fault()).
     Result<std::vector<std::uint64_t>> micro_batch(std::uint32_t micro);
-    // The current step's plan (every replica's cost), once micro_batch() made it; else null.
+    // The current step's plan (every replica's cost), once micro_batch() or plan() made it;
+    // else null.
     const StepPlan *step_plan() const;
+    // The current step's plan, made now if it is not yet (collective as micro_batch()'s first
+    // call). With LSSP the replicas' work is unequal (StepPlan::samples and shards), so a
+    // trainer reads it here; micro_batch() refuses an LSSP plan. Usage error without a policy.
+    Result<const StepPlan *> plan();
 
     // Once, after registering state and before the first step, on every rank. A joiner
     // receives step, ledger, parameters and its shards here from the survivors, who wait for

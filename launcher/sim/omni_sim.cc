@@ -191,7 +191,7 @@ int cmd_balance(int argc, char **argv) {
         "steps done before (the workload's phase)")("seed", po::value<std::string>(&num["seed"])->default_value("1"),
                                                     "data order and draws")(
         "policies", po::value<std::string>(&policies_text)->default_value(policies_text),
-        "comma-separated: none, lpt, kk, grouped, POLICY:job|node")(
+        "comma-separated: none, lpt, kk, grouped, POLICY:job|node, lssp")(
         "ns-per-token", po::value<double>(&ns_per_token)->default_value(ns_per_token),
         "time model: compute per unit of cost")(
         "overhead-ms", po::value<double>(&overhead_ms)->default_value(overhead_ms), "time model: fixed time per step")(
@@ -527,7 +527,7 @@ int cmd_lssp(int argc, char **argv) {
         struct Acc {
             std::vector<double> makespan, threshold;
             double split = 0, samples = 0;
-            std::uint64_t peak = 0, oom = 0;
+            std::uint64_t peak = 0, oom = 0, over = 0;  // over: steps run above the memory limit
         } acc[4];
         std::vector<omni::balance::LsspPlan> lssp_steps;
         for (std::size_t k = first; k < costs.value().size(); ++k) {
@@ -558,6 +558,7 @@ int cmd_lssp(int argc, char **argv) {
                 acc[w].samples += static_cast<double>(l.size());
                 acc[w].peak = std::max(acc[w].peak, p->peak_tokens);
                 if (p->threshold != UINT64_MAX) acc[w].threshold.push_back(static_cast<double>(p->threshold));
+                if (p->over_memory) ++acc[w].over;
                 ++w;
             }
             lssp_steps.push_back(std::move(ls).value());
@@ -575,9 +576,10 @@ int cmd_lssp(int argc, char **argv) {
             }
             const std::string thr =
                 acc[w].threshold.empty() ? "-" : std::to_string(static_cast<std::uint64_t>(mean(acc[w].threshold)));
-            std::printf("%6" PRIu64 " %8u %-10s %14.0f %8.3f %8.2f %10s %11" PRIu64 " %9d\n", g, d, names[w],
+            std::printf("%6" PRIu64 " %8u %-10s %14.0f %8.3f %8.2f %10s %11" PRIu64 " %9" PRIu64 "\n", g, d, names[w],
                         mean(acc[w].makespan), base_ms / mean(acc[w].makespan),
-                        acc[w].samples ? 100.0 * acc[w].split / acc[w].samples : 0.0, thr.c_str(), acc[w].peak, 0);
+                        acc[w].samples ? 100.0 * acc[w].split / acc[w].samples : 0.0, thr.c_str(), acc[w].peak,
+                        acc[w].over);
             series[w].title = names[w];
             series[w].x.push_back(static_cast<double>(g));
             series[w].y.push_back(base_ms / mean(acc[w].makespan));
@@ -591,7 +593,8 @@ int cmd_lssp(int argc, char **argv) {
         "MAKESPAN: the slowest replica's time a step in the model's units (mean); VS-BASE: none's (static-sp's when\n"
         "none runs out of memory) / this one's; THRESHOLD: LSSP's mean split threshold; OOM-STEPS: steps with a "
         "sample\n"
-        "above --memory-tokens, which whole-sample policies cannot run\n");
+        "above --memory-tokens, which whole-sample policies cannot run (their rows: -), or, for static-sp and lssp,\n"
+        "above it even split over --max-degree (planned over it all the same)\n");
     if (!plot.empty())
         if (auto st = omni::sim::plot_lines(plot, "omni-sim lssp: workload " + wa.workload, "GPUs",
                                             "makespan of the base / this policy's", series, true);

@@ -164,6 +164,7 @@ struct StepResult {
     std::int64_t seen[3] = {0, 0, 0};
     std::string indices;        // this rank's indices, as text (--sample-log)
     std::uint64_t cost = 0;     // this replica's samples' cost (--workload)
+    double pace_units = 0;      // what --pace-ns-per-token multiplies: the cost, or LSSP's time
 };
 
 // What the training loop does after a boundary.
@@ -363,6 +364,38 @@ private:
         return kExitBelowMin;
     }
 
+    // The samples this replica computes in the step, in micro-batches: the ledger's or the
+    // balanced plan's GA micro-batches of b; with --balance lssp the plan's samples (whole
+    // ones, and the split ones it leads: each sample's gradient is computed once) in pieces
+    // of b, the last one shorter. A peer's failure in the plan's collectives goes to r.comm.
+    omni::Status step_batches(StepResult &r, std::vector<std::vector<std::uint64_t>> &out) {
+        const auto fault = [&](const std::string &e) -> omni::Status {
+            if (rt_.last_fault() != omni::launcher::Fault::peer) return omni::Error{e};
+            r.comm = omni::Error{e};
+            return omni::Status::success();
+        };
+        if (o_.balance.lssp) {
+            auto p = rt_.plan();
+            if (!p) return fault(p.error());
+            const auto &v = p.value()->samples;
+            for (std::size_t i = 0; i < v.size(); i += o_.micro_batch)
+                out.emplace_back(v.begin() + static_cast<std::ptrdiff_t>(i),
+                                 v.begin() + static_cast<std::ptrdiff_t>(std::min(v.size(), i + o_.micro_batch)));
+            // The plan's time covers its shards of split samples too (sequence parallel,
+            // emulated by the pace): the whole sample's gradient is its leader's.
+            r.pace_units = p.value()->time;
+            return omni::Status::success();
+        }
+        for (std::uint32_t m = 0; m < rt_.ledger()->grad_accum(); ++m) {
+            // The replica's samples: every MP rank of the replica has its DP rank (and, with
+            // --balance, the step's plan: its first call is the DP group's all-gather).
+            auto idx = rt_.micro_batch(m);
+            if (!idx) return fault(idx.error());
+            out.push_back(std::move(idx).value());
+        }
+        return omni::Status::success();
+    }
+
     // The step's micro-batches on this rank, the exact sums across ranks, the optimizer step
     // and the parameters gathered. An error return is fatal; r.comm says whether a peer died.
     omni::Status compute_step(StepResult &r) {
@@ -370,17 +403,10 @@ private:
         Accum acc(s_.params.size());
         std::vector<double> hidden;
         std::vector<std::int64_t> partial;
-        for (std::uint32_t m = 0; m < ledger->grad_accum(); ++m) {
-            // The replica's samples: every MP rank of the replica has its DP rank (and, with
-            // --balance, the step's plan: its first call is the DP group's all-gather).
-            auto idx = rt_.micro_batch(m);
-            if (!idx) {
-                if (rt_.last_fault() != omni::launcher::Fault::peer) return omni::Error{idx.error()};
-                r.comm = omni::Error{idx.error()};
-                break;
-            }
-            const std::vector<std::uint64_t> &ix = idx.value();
-            if (o_.workload)
+        std::vector<std::vector<std::uint64_t>> batches;
+        if (auto st = step_batches(r, batches); !st) return st;
+        for (const std::vector<std::uint64_t> &ix : batches) {
+            if (o_.workload && !o_.balance.lssp)
                 for (std::uint64_t i : ix) r.cost += sample_cost(i, ledger->step());
             // Tensor parallel: each MP rank computes its hidden units' part of every output;
             // the group's exact sum of the parts completes the forward pass.
@@ -399,7 +425,8 @@ private:
             }
         }
         if (o_.pace_ms) usleep(static_cast<useconds_t>(o_.pace_ms * 1000));
-        if (o_.pace_ns_per_token && r.comm) pace(static_cast<double>(r.cost) * static_cast<double>(o_.pace_ns_per_token));
+        if (!o_.balance.lssp) r.pace_units = static_cast<double>(r.cost);
+        if (o_.pace_ns_per_token && r.comm) pace(r.pace_units * static_cast<double>(o_.pace_ns_per_token));
         // Exact: integer sums do not depend on how the batch was split among ranks.
         for (auto [buf, n] : {std::pair{acc.v.data(), acc.v.size()}, std::pair{r.seen, std::size_t(3)}})
             if (r.comm) r.comm = rt_.comm().allreduce(buf, n, omni::launcher::DType::i64, omni::launcher::ReduceOp::sum);
@@ -622,7 +649,8 @@ int main(int argc, char **argv) {
         ("cost", po::value<std::string>(&cost)->default_value("tokens"),
          "a sample's cost for --balance and --pace-ns-per-token: tokens, units or compute (needs --workload)")
         ("balance", po::value<std::string>(&balance)->default_value("none"),
-         "which replica computes which of the step's samples: none, lpt, kk, grouped (kk per node), POLICY:job|node (needs --workload)")
+         "which replica computes which of the step's samples: none, lpt, kk, grouped (kk per node), "
+         "POLICY:job|node, or lssp (long samples split over replicas; needs --workload)")
         ("layout-log", po::value<std::string>(&o.layout_log),
          "directory: every rank appends its groups and a fingerprint of its parameters, a line per step, to a file of its own there (tests)")
         ("sample-log", po::value<std::string>(&o.sample_log),

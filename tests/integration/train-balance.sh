@@ -3,13 +3,14 @@
 # --balance): 2 units of 2 ranks, each unit on its own node (every node its own host), the
 # paper's multimodal workload (--workload paper: text, images, audio 17.6x longer than text),
 # each rank sleeping its samples' tokens times a pace, as if computing.
-#  - none, lpt, kk and grouped (kk per node): the loss, LR and samples of every step bitwise
-#    those of a single rank without Slurm (the step's samples are the same; only which
-#    replica computes which changes), every sample of every epoch once (exactly-once.py);
+#  - none, lpt, kk, grouped (kk per node) and lssp (long samples split over replicas, the
+#    split emulated by the pace): the loss, LR and samples of every step bitwise those of a
+#    single rank without Slurm (the step's samples are the same; only which replica computes
+#    which changes), every sample of every epoch once (exactly-once.py);
 #  - grouped moves samples only between the replicas of one node: per step, the nodes'
 #    sets of samples are those the ledger gives the nodes (the none run's); kk moves some;
-#  - the slowest replica's cost summed over the steps (the metrics' "cost"): lpt, kk and
-#    grouped below none;
+#  - the slowest replica's cost summed over the steps (the metrics' "cost"): lpt, kk,
+#    grouped and lssp below none;
 #  - omni-sim predict, with the runtime's planner and no ranks, gives every step's "cost" of
 #    every run exactly (omni-sim(1));
 #  - grouped through a resize, 2 -> 1 -> 2 units (omni-ctl): the same losses, every sample once.
@@ -41,7 +42,7 @@ predict() {
 "$demo" $train --metrics "$work/reference.jsonl" >"$work/reference.out" 2>&1 ||
   { cat "$work/reference.out" >&2; fail "the single-rank reference run failed"; }
 
-for p in none lpt kk grouped; do
+for p in none lpt kk grouped lssp; do
   mkdir -p "$work/samples-$p"
   cat >"$p.sh" <<EOS
 #!/bin/bash
@@ -75,17 +76,20 @@ for step in range(1, 31):
     assert split(grouped, step) == split(none, step), "step %d: grouped moved samples between nodes" % step
 moved = sum(1 for step in range(1, 31) if split(kk, step) != split(none, step))
 assert moved > 0, "kk never moved a sample between nodes in 30 steps"
-cost = {p: [json.loads(l)["cost"] for l in open(os.path.join(work, p + ".jsonl"))] for p in ("none", "lpt", "kk", "grouped")}
+policies = ("none", "lpt", "kk", "grouped", "lssp")
+cost = {p: [json.loads(l)["cost"] for l in open(os.path.join(work, p + ".jsonl"))] for p in policies}
 total = {p: sum(c[0] for c in v) for p, v in cost.items()}
-for p in ("lpt", "kk", "grouped"):
-    assert all(a[1] == b[1] for a, b in zip(cost["none"], cost[p])), "%s: another step total than none's" % p
+for p in policies[1:]:
+    # LSSP's costs are its model's times (a split sample's exchange included), not tokens.
+    if p != "lssp":
+        assert all(a[1] == b[1] for a, b in zip(cost["none"], cost[p])), "%s: another step total than none's" % p
     assert total[p] < total["none"], "%s: the slowest replicas cost %d in all, none's %d" % (p, total[p], total["none"])
 def step_ms(p):
     t = [json.loads(l)["time_ms"] for l in open(os.path.join(work, p + ".jsonl"))]
     d = sorted(b - a for a, b in zip(t[5:], t[6:]))  # after the first steps' start-up
     return d[len(d) // 2]
 print("ok: kk moved samples between nodes in %d of 30 steps; grouped never" % moved)
-for p in ("none", "lpt", "kk", "grouped"):
+for p in policies:
     print("  %-8s slowest replica %9d tokens in all (none/this %.3f), median step %4d ms (none/this %.2f)"
           % (p, total[p], total["none"] / total[p], step_ms(p), step_ms("none") / step_ms(p)))
 PY
@@ -108,4 +112,4 @@ seq = [x for i, x in enumerate(w) if i == 0 or w[i - 1] != x]
 assert seq == [4, 2, 4], seq
 print("ok: worlds", seq)
 PY
-note "ok: none, lpt, kk and grouped train bitwise as one rank, every sample once; grouped keeps samples on their node; grouped through 2 -> 1 -> 2 units"
+note "ok: none, lpt, kk, grouped and lssp train bitwise as one rank, every sample once; grouped keeps samples on their node; grouped through 2 -> 1 -> 2 units"

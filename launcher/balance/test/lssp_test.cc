@@ -5,6 +5,7 @@
 
 #include <random>
 
+#include "balance/balance.h"
 #include "balance/lssp.h"
 
 using namespace omni::balance;
@@ -134,11 +135,16 @@ TEST(Lssp, BadInputIsRefusedWithItsName) {
               "lssp: largest degree 3: expected a power of two that divides the 4 replicas");
     EXPECT_EQ(plan_lssp({1, 2}, 4, opts(10, 8)).error(),
               "lssp: largest degree 8: expected a power of two that divides the 4 replicas");
-    EXPECT_EQ(plan_lssp({1, 0}, 4, opts(10, 4)).error(), "lssp: sample 1 has 0 tokens; expected 1..4294967296");
-    EXPECT_EQ(
-        plan_lssp({1, 41}, 4, opts(10, 4)).error(),
-        "lssp: sample 1 has 41 tokens: split over the largest degree 4 it still exceeds the memory limit of 10 tokens");
-    EXPECT_FALSE(plan_static_sp({1, 41}, 4, opts(10, 4)));
+    EXPECT_EQ(plan_lssp({1, kMaxCost + 1}, 4, opts(10, 4)).error(),
+              "lssp: sample 1 has 1099511627777 tokens; at most 1099511627776");
+    // A sample that no allowed split fits in memory (41 over 4: shards of 11 > 10) is split
+    // over the largest degree all the same, and counted; a sample of 0 tokens costs nothing.
+    for (auto plan : {plan_lssp, plan_static_sp}) {
+        auto over = plan({1, 41, 0, 2}, 4, opts(10, 4));
+        ASSERT_TRUE(over) << over.error();
+        EXPECT_EQ(over.value().over_memory, 1u);
+        EXPECT_EQ(over.value().peak_tokens, 11u);
+    }
     auto empty = plan_lssp({}, 4, opts(10, 4));
     ASSERT_TRUE(empty) << empty.error();
     EXPECT_EQ(empty.value().makespan, 0);

@@ -135,3 +135,43 @@ TEST(BalancedStep, ARuntimeRefusesStepsTooLargeToBalance) {
     ASSERT_TRUE(rt.configure_balance({}, nullptr));
     ASSERT_TRUE(rt.micro_batch(0));
 }
+
+TEST(BalancedStep, LsspSplitsTheLongSampleOverTheReplicas) {
+    // 12 samples over 4 replicas, sample 5 of 1000 tokens and the rest of 100; LSSP as
+    // parse_balance("lssp") sets it (a split sample's exchange 0.1 a token): the 1000 over all
+    // 4 replicas (degree 4: 250 + 0.1 * 1000 * 3/4 = 325 each), the eleven 100s least loaded
+    // first (3, 3, 3, 2): times 625, 625, 625, 525 in some order.
+    std::vector<std::uint64_t> samples(12), costs(12, 100);
+    for (std::size_t i = 0; i < 12; ++i) samples[i] = 100 + i;
+    costs[5] = 1000;
+    auto o = parse_balance("lssp");
+    ASSERT_TRUE(o) << o.error();
+    EXPECT_EQ(balance_name(o.value()), "lssp");
+    const auto g = gather({1, 1, 1, 1}, costs);
+    std::vector<std::uint64_t> computed;
+    for (std::uint32_t r = 0; r < 4; ++r) {
+        auto p = plan_step(samples, g, 4, r, o.value());
+        ASSERT_TRUE(p) << p.error();
+        EXPECT_TRUE(p.value().lssp);
+        std::vector<std::uint64_t> t = p.value().costs;
+        std::sort(t.begin(), t.end());
+        EXPECT_EQ(t, (std::vector<std::uint64_t>{525, 625, 625, 625}));
+        ASSERT_EQ(p.value().shards.size(), 1u) << "replica " << r;
+        EXPECT_EQ(p.value().shards[0].index, 105u);
+        EXPECT_EQ(p.value().shards[0].degree, 4u);
+        EXPECT_EQ(p.value().shards[0].shard, r);
+        EXPECT_DOUBLE_EQ(p.value().time, static_cast<double>(p.value().costs[r]));
+        computed.insert(computed.end(), p.value().samples.begin(), p.value().samples.end());
+    }
+    // Each sample computed once: the split one by the replica that leads it.
+    std::sort(computed.begin(), computed.end());
+    EXPECT_EQ(computed, samples);
+    // On 6 replicas the largest degree is 2 (the largest power of two dividing 6).
+    std::vector<std::uint64_t> s6(12, 0), c6(12, 100);
+    for (std::size_t i = 0; i < 12; ++i) s6[i] = i;
+    c6[0] = 1000;
+    auto p6 = plan_step(s6, gather({1, 1, 1, 1, 1, 1}, c6), 6, 0, o.value());
+    ASSERT_TRUE(p6) << p6.error();
+    ASSERT_EQ(p6.value().shards.size(), 1u);
+    EXPECT_EQ(p6.value().shards[0].degree, 2u);
+}

@@ -3,6 +3,8 @@
 // coordinator on 127.0.0.1 with a wrong or missing secret.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -182,6 +184,31 @@ TEST(RuntimeCApi, StandaloneWithNoEnvironment) {
         << omni_last_error();
     ASSERT_EQ(omni_data_balance("none", nullptr, nullptr), OMNI_OK) << omni_last_error();
     ASSERT_EQ(omni_data_micro_batch(0, balanced, 2, &n), OMNI_OK) << omni_last_error();
+    // The step's samples without a policy: the share, the micro-batches joined; no shards.
+    uint64_t all[8];
+    EXPECT_EQ(omni_data_step_samples(nullptr, 0, &n, nullptr), OMNI_ERANGE);
+    EXPECT_EQ(n, 8u);
+    double t = -1;
+    ASSERT_EQ(omni_data_step_samples(all, 8, &n, &t), OMNI_OK) << omni_last_error();
+    EXPECT_EQ(t, 0.0);
+    EXPECT_EQ(std::vector<uint64_t>(all, all + 2), std::vector<uint64_t>(balanced, balanced + 2));
+    ASSERT_EQ(omni_data_step_shards(nullptr, nullptr, nullptr, 0, &n), OMNI_OK);
+    EXPECT_EQ(n, 0u);
+    // LSSP on one replica: nothing to split, every sample whole, the time their summed
+    // lengths (index + 1 each); the micro-batch API refuses the plan.
+    ASSERT_EQ(omni_data_balance("lssp", by_index, &calls), OMNI_OK) << omni_last_error();
+    uint64_t lssp[8];
+    ASSERT_EQ(omni_data_step_samples(lssp, 8, &n, &t), OMNI_OK) << omni_last_error();
+    ASSERT_EQ(n, 8u);
+    double want = 0;
+    for (uint64_t i : all) want += double(i + 1);
+    EXPECT_EQ(t, want);
+    std::sort(lssp, lssp + 8);
+    std::sort(all, all + 8);
+    EXPECT_EQ(std::vector<uint64_t>(lssp, lssp + 8), std::vector<uint64_t>(all, all + 8));
+    EXPECT_EQ(omni_data_micro_batch(0, balanced, 2, &n), OMNI_EINVAL);
+    EXPECT_NE(std::string(omni_last_error()).find("read it with plan()"), std::string::npos) << omni_last_error();
+    ASSERT_EQ(omni_data_balance("none", nullptr, nullptr), OMNI_OK) << omni_last_error();
 
     char buf[512];
     size_t len = 0;

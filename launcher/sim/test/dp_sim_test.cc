@@ -104,13 +104,13 @@ TEST(DpSim, BadJobsAreRefusedNamingTheStep) {
     const Workload w = load("uniform");
     auto r = simulate(job(Policy::Kk), w, {4, 5});
     ASSERT_FALSE(r);
-    EXPECT_NE(r.error().find("omni-sim: step 2: "), std::string::npos) << r.error();
+    EXPECT_NE(r.error().find("step 2: "), std::string::npos) << r.error();
     EXPECT_FALSE(simulate(job(Policy::Kk), w, {0}));
     DpJob j = job(Policy::Kk);
     j.replicas_per_node = 0;
     auto z = simulate(j, w, {4});
     ASSERT_FALSE(z);
-    EXPECT_EQ(z.error(), "omni-sim: 0 replicas per node");
+    EXPECT_EQ(z.error(), "0 replicas per node");
     auto empty = simulate(job(Policy::Kk), w, {});
     ASSERT_TRUE(empty);
     EXPECT_TRUE(empty.value().empty());
