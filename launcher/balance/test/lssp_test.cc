@@ -3,6 +3,8 @@
 // memory; aligned power-of-two blocks; never slower than splitting nothing), and bad input.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <random>
 
 #include "balance/balance.h"

@@ -2,6 +2,8 @@
 // all-gather's records are built here by hand, as d replicas would send them.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "runtime/balanced_step.h"
 #include "runtime/runtime.h"
 
