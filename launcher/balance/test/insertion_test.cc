@@ -3,6 +3,7 @@
 // overlap) on random costs, and a broken schedule caught by the checker.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "balance/insertion.h"

@@ -3,6 +3,8 @@
 // test's own, summed here.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "sim/dp_sim.h"
 
 using namespace omni::sim;
