@@ -23,12 +23,18 @@ Result<std::vector<StepCost>> simulate(const DpJob &job, const workload::Workloa
             if (auto st = ledger.resize(d); !st) return make_error("step " + std::to_string(k + 1) + ": " + st.error());
         const std::vector<std::uint64_t> samples = ledger.step_samples();
         const std::size_t m = samples.size() / d;
-        // The all-gather's records, as the d replicas would send them.
+        // The all-gather's records, as the d replicas would send them (the runtime's own
+        // plan_record), a node's replicas sharing a key.
+        const launcher::CostFn cost = [&](std::uint64_t index, std::uint64_t step) {
+            return w.cost(job.ledger.seed, index, step, job.cost);
+        };
         gathered.clear();
         for (std::uint32_t r = 0; r < d; ++r) {
-            gathered.push_back(r / job.replicas_per_node);
-            for (std::size_t i = r * m; i < (r + 1) * m; ++i)
-                gathered.push_back(w.cost(job.ledger.seed, samples[i], ledger.step(), job.cost));
+            const std::vector<std::uint64_t> share(samples.begin() + static_cast<std::ptrdiff_t>(r * m),
+                                                   samples.begin() + static_cast<std::ptrdiff_t>((r + 1) * m));
+            auto rec = launcher::plan_record(r / job.replicas_per_node, share, ledger.step(), cost);
+            if (!rec) return make_error("step " + std::to_string(k + 1) + ": " + rec.error());
+            gathered.insert(gathered.end(), rec.value().begin(), rec.value().end());
         }
         std::uint64_t largest = 0;
         for (std::size_t i = 0; i < gathered.size(); ++i)

@@ -719,17 +719,16 @@ int cmd_insertion(int argc, char **argv) {
                                  (widths > 1 ? "(" + std::to_string(best_e) + ")" : "");
         std::printf("%-18s %5" PRIu64 " %14.1f %8.4f %16.6g %9.3f\n", name.c_str(), gpus, best->makespan,
                     gpu_bubble(best.value(), best_e), per_gpu, per_gpu / first);
-        const auto &sch = best;  // the schedule written by --schedule
         if (layouts[k] == omni::balance::Insertion::Uniform && !schedule_path.empty()) {
             std::ofstream out(schedule_path);
-            out << sch->to_json();
+            out << best->to_json();
             if (!out.flush()) return fail("--schedule " + schedule_path + ": cannot write");
         }
         if (k + 1 == layouts.size() && !plot.empty()) {
             std::vector<omni::sim::Box> boxes;
             const unsigned colour[] = {0x1f77b4, 0x2ca02c, 0xff7f0e, 0xd62728};  // F, B, EF, EB
-            for (std::size_t g = 0; g < sch->stages.size(); ++g)
-                for (const auto &o : sch->stages[g])
+            for (std::size_t g = 0; g < best->stages.size(); ++g)
+                for (const auto &o : best->stages[g])
                     boxes.push_back({o.start, o.end, static_cast<double>(g), colour[static_cast<int>(o.kind)]});
             if (auto st = omni::sim::plot_boxes(plot,
                                                 "omni-sim insertion: " + name + ", " + std::to_string(S) + " stages, " +
