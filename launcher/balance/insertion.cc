@@ -8,6 +8,7 @@
 #include <map>
 #include <numeric>
 #include <tuple>
+#include <utility>
 
 namespace omni::balance {
 
@@ -30,6 +31,8 @@ const char *insertion_name(Insertion i) {
             return "none";
         case Insertion::Front:
             return "front";
+        case Insertion::FirstStage:
+            return "first-stage";
         case Insertion::EncoderStage:
             return "encoder-stage";
         default:
@@ -38,9 +41,11 @@ const char *insertion_name(Insertion i) {
 }
 
 Result<Insertion> parse_insertion(const std::string &text) {
-    for (Insertion i : {Insertion::None, Insertion::Front, Insertion::EncoderStage, Insertion::Uniform})
+    for (Insertion i :
+         {Insertion::None, Insertion::Front, Insertion::FirstStage, Insertion::EncoderStage, Insertion::Uniform})
         if (text == insertion_name(i)) return i;
-    return make_error("insertion '" + text.substr(0, 32) + "': expected none, front, encoder-stage or uniform");
+    return make_error("insertion '" + text.substr(0, 32) +
+                      "': expected none, front, first-stage, encoder-stage or uniform");
 }
 
 std::string Schedule::to_json() const {
@@ -85,9 +90,9 @@ bool has_backward(const EncoderWork &e, std::uint32_t j) { return e.backward[j] 
 double duration(const PipelineSpec &p, const EncoderWork &e, const Layout &l, std::uint32_t gpu, const Ref &r) {
     switch (r.kind) {
         case OpKind::Forward:
-            return p.forward[gpu - l.offset];
+            return p.llm_time(false, gpu - l.offset, r.micro);
         case OpKind::Backward:
-            return p.backward[gpu - l.offset];
+            return p.llm_time(true, gpu - l.offset, r.micro);
         case OpKind::EncoderForward:
             return e.forward[r.micro];
         default:
@@ -231,6 +236,13 @@ Result<Order> uniform_order(const PipelineSpec &p, const EncoderWork &e) {
     std::vector<double> f0(M), b0(M);
     for (const Op &o : t.stages[0])
         (o.kind == OpKind::Forward ? f0 : b0)[o.micro] = o.kind == OpKind::Forward ? o.start : o.end;
+    // Where F(g, j) and B(g, j) stand in stage g's order. Encoder forward j goes before F(g, j)
+    // on its stage and backward j after B(g, j): times alone would allow the wrong side when
+    // ops of no duration tie with a deadline, and the orders would then wait on each other.
+    std::vector<std::vector<std::size_t>> fpos(S, std::vector<std::size_t>(M)), bpos = fpos;
+    for (std::uint32_t g = 0; g < S; ++g)
+        for (std::size_t k = 0; k < base[g].size(); ++k)
+            (base[g][k].kind == OpKind::Forward ? fpos : bpos)[g][base[g][k].micro] = k;
     std::vector<double> load(S, 0);
     std::vector<std::vector<std::vector<Ref>>> inserted(S);  // [stage][before op k] -> encoder ops
     for (std::uint32_t g = 0; g < S; ++g) inserted[g].assign(t.stages[g].size() + 1, {});
@@ -242,14 +254,16 @@ Result<Order> uniform_order(const PipelineSpec &p, const EncoderWork &e) {
     };
     const auto xfer = [&](std::uint32_t g) { return g == 0 ? 0.0 : p.transfer; };
     std::vector<std::uint32_t> late;  // encoder forwards no idle gap could take
+    std::vector<std::uint32_t> ef_stage(M, 0);
     for (std::uint32_t j = 0; j < M; ++j) {
         const double d = e.forward[j];
         bool placed = false;
         for (std::uint32_t g : by_load()) {
             const double deadline = f0[j] - xfer(g);
             for (auto &gap : gaps[g])
-                if (gap.from + d <= std::min(gap.to, deadline)) {
+                if (gap.before <= fpos[g][j] && gap.from + d <= std::min(gap.to, deadline)) {
                     inserted[g][gap.before].push_back({OpKind::EncoderForward, j});
+                    ef_stage[j] = g;
                     gap.from += d;
                     load[g] += d;
                     placed = true;
@@ -276,28 +290,27 @@ Result<Order> uniform_order(const PipelineSpec &p, const EncoderWork &e) {
         for (std::size_t i = 0; i < round.size(); ++i) {
             const std::uint32_t g = stages[i], j = round[i];
             std::size_t k = 0;
-            while (k < t.stages[g].size() && t.stages[g][k].start < slot) ++k;
+            while (k < fpos[g][j] && t.stages[g][k].start < slot) ++k;
             inserted[g][k].push_back({OpKind::EncoderForward, j});
+            ef_stage[j] = g;
             load[g] += e.forward[j];
         }
     }
+    // Each encoder backward on its forward's stage, where its activations are, in the first
+    // gap after its release (the last gap of every stage is open, so one always fits).
     for (std::uint32_t j = 0; j < M; ++j) {
         if (!has_backward(e, j)) continue;
         const double d = e.backward[j];
-        for (std::uint32_t g : by_load()) {
-            const double release = b0[j] + xfer(g);
-            bool placed = false;
-            for (auto &gap : gaps[g])
-                if (std::max(gap.from, release) + d <= gap.to) {
-                    // After its release: a gap that opens before it is used from then on.
-                    inserted[g][gap.before].push_back({OpKind::EncoderBackward, j});
-                    gap.from = std::max(gap.from, release) + d;
-                    load[g] += d;
-                    placed = true;
-                    break;
-                }
-            if (placed) break;  // the last gap of every stage is open: the first stage tried fits
-        }
+        const std::uint32_t g = ef_stage[j];
+        const double release = b0[j] + xfer(g);
+        for (auto &gap : gaps[g])
+            if (gap.before > bpos[g][j] && std::max(gap.from, release) + d <= gap.to) {
+                // After its release: a gap that opens before it is used from then on.
+                inserted[g][gap.before].push_back({OpKind::EncoderBackward, j});
+                gap.from = std::max(gap.from, release) + d;
+                load[g] += d;
+                break;
+            }
     }
     Order out(S);
     for (std::uint32_t g = 0; g < S; ++g) {
@@ -325,6 +338,9 @@ Status check_spec(const PipelineSpec &p, const EncoderWork &e) {
     if (p.forward.size() != p.stages || p.backward.size() != p.stages)
         return make_error("insertion: per-stage times for " + std::to_string(p.forward.size()) + " and " +
                           std::to_string(p.backward.size()) + " stages; expected " + std::to_string(p.stages));
+    if (!p.weight.empty() && p.weight.size() != p.micro_batches)
+        return make_error("insertion: weights for " + std::to_string(p.weight.size()) + " micro-batches; expected " +
+                          std::to_string(p.micro_batches));
     if (e.forward.size() != p.micro_batches || e.backward.size() != p.micro_batches)
         return make_error("insertion: encoder times for " + std::to_string(e.forward.size()) + " and " +
                           std::to_string(e.backward.size()) + " micro-batches; expected " +
@@ -333,6 +349,10 @@ Status check_spec(const PipelineSpec &p, const EncoderWork &e) {
     for (std::uint32_t s = 0; s < p.stages; ++s)
         if (bad(p.forward[s]) || bad(p.backward[s]))
             return make_error("insertion: stage " + std::to_string(s) + "'s times: expected finite numbers >= 0");
+    for (std::uint32_t j = 0; j < p.weight.size(); ++j)
+        if (bad(p.weight[j]) || p.weight[j] > 1e12)
+            return make_error("insertion: micro-batch " + std::to_string(j) +
+                              "'s weight: expected a finite number in [0, 1e12]");
     for (std::uint32_t j = 0; j < p.micro_batches; ++j)
         if (bad(e.forward[j]) || bad(e.backward[j]))
             return make_error("insertion: micro-batch " + std::to_string(j) +
@@ -354,6 +374,16 @@ Result<Schedule> schedule(const PipelineSpec &pipe, const EncoderWork &enc, Inse
             std::vector<Ref> first;
             for (std::uint32_t j = 0; j < M; ++j) first.push_back({OpKind::EncoderForward, j});
             for (const Ref &r : with_encoder_backwards(o[0], enc)) first.push_back(r);
+            o[0] = std::move(first);
+            return simulate(pipe, enc, Layout{0, true}, o);
+        }
+        case Insertion::FirstStage: {
+            Order o = llm_orders(pipe, 0);
+            std::vector<Ref> first;
+            for (const Ref &r : with_encoder_backwards(o[0], enc)) {
+                if (r.kind == OpKind::Forward) first.push_back({OpKind::EncoderForward, r.micro});
+                first.push_back(r);
+            }
             o[0] = std::move(first);
             return simulate(pipe, enc, Layout{0, true}, o);
         }
@@ -420,8 +450,13 @@ Status check_schedule(const Schedule &s, const PipelineSpec &pipe, const Encoder
                 ok = (dep = end_of(OpKind::Forward, ls, o.micro)) && after(*dep, o.start, g);
                 if (ok && ls + 1 < S) ok = (dep = end_of(OpKind::Backward, ls + 1, o.micro)) && after(*dep, o.start, g);
             }
-            if (o.kind == OpKind::EncoderBackward)
+            if (o.kind == OpKind::EncoderBackward) {
                 ok = (dep = end_of(OpKind::Backward, 0, o.micro)) && after(*dep, o.start, g);
+                const auto *fwd = end_of(OpKind::EncoderForward, 0, o.micro);
+                if (ok && fwd && fwd->second != g)
+                    return make_error("schedule: " + what + " is not on its forward's stage " +
+                                      std::to_string(fwd->second));
+            }
             if (!ok)
                 return make_error("schedule: " + what +
                                   (dep ? " starts before its dependency ends" : ": a dependency is missing"));
@@ -438,6 +473,50 @@ Status check_schedule(const Schedule &s, const PipelineSpec &pipe, const Encoder
             return make_error("schedule: encoder work in the LLM-only schedule");
     }
     return Status::success();
+}
+
+Result<std::vector<double>> peak_memory(const Schedule &s, const std::vector<double> &llm,
+                                        const std::vector<double> &enc) {
+    std::uint32_t M = 0;
+    for (const auto &st : s.stages)
+        for (const Op &o : st) M = std::max(M, o.micro + 1);
+    if (llm.size() < M || enc.size() < M)
+        return make_error("peak_memory: activations for " + std::to_string(std::min(llm.size(), enc.size())) +
+                          " micro-batches; the schedule has " + std::to_string(M));
+    // Per GPU: (time, +size) at an allocation, (time, -size) at a release; releases first at
+    // a tie (a backward's end frees before the next forward's start allocates).
+    std::vector<std::vector<std::pair<double, double>>> events(s.stages.size());
+    std::vector<double> eb_end(M, -1);
+    for (const auto &st : s.stages)
+        for (const Op &o : st)
+            if (o.kind == OpKind::EncoderBackward) eb_end[o.micro] = o.end;
+    for (std::size_t g = 0; g < s.stages.size(); ++g) {
+        std::vector<double> f_start(M, -1);
+        for (const Op &o : s.stages[g]) switch (o.kind) {
+                case OpKind::Forward:
+                    f_start[o.micro] = o.start;
+                    break;
+                case OpKind::Backward:
+                    if (f_start[o.micro] >= 0) {
+                        events[g].push_back({f_start[o.micro], llm[o.micro]});
+                        events[g].push_back({o.end, -llm[o.micro]});
+                    }
+                    break;
+                case OpKind::EncoderForward:
+                    events[g].push_back({o.start, enc[o.micro]});
+                    events[g].push_back({eb_end[o.micro] >= 0 ? eb_end[o.micro] : o.end, -enc[o.micro]});
+                    break;
+                default:
+                    break;
+            }
+    }
+    std::vector<double> peak(s.stages.size(), 0);
+    for (std::size_t g = 0; g < events.size(); ++g) {
+        std::sort(events[g].begin(), events[g].end());
+        double now = 0;
+        for (const auto &ev : events[g]) peak[g] = std::max(peak[g], now += ev.second);
+    }
+    return peak;
 }
 
 }  // namespace omni::balance

@@ -38,6 +38,12 @@ struct PipelineSpec {
     std::uint32_t stages = 1, micro_batches = 1;
     std::vector<double> forward, backward;  // per stage: one micro-batch's LLM times
     double transfer = 0;                    // sending one micro-batch's activations between GPUs
+    // Per micro-batch, a factor on its LLM times (micro-batches of whole samples are not all
+    // alike); empty: 1 for every micro-batch.
+    std::vector<double> weight;
+    double llm_time(bool backward_pass, std::uint32_t stage, std::uint32_t micro) const {
+        return (backward_pass ? backward : forward)[stage] * (weight.empty() ? 1.0 : weight[micro]);
+    }
 };
 
 // Per LLM micro-batch j: its encoders' forward and backward times (backward 0: frozen).
@@ -67,11 +73,14 @@ struct Schedule {
 enum class Insertion {
     None,          // the LLM alone (the reference: its own bubble)
     Front,         // every encoder forward on stage 0 before its first LLM work
+    FirstStage,    // the encoders part of stage 0: EF(j) right before F(0, j), EB(j) right
+                   // after B(0, j) (Megatron-LM's place for a vision encoder)
     EncoderStage,  // an extra pipeline stage in front that runs only the encoders
     Uniform        // encoder micro-batches spread over the stages' idle time
 };
 const char *insertion_name(Insertion i);
-Result<Insertion> parse_insertion(const std::string &text);  // none, front, encoder-stage, uniform
+// none, front, first-stage, encoder-stage, uniform
+Result<Insertion> parse_insertion(const std::string &text);
 
 // The schedule of `pipe` with `enc` placed as `how` says. Errors: 0 or too many stages or
 // micro-batches, per-stage times not of the stages' count, encoder times not of the
@@ -82,6 +91,14 @@ Result<Schedule> schedule(const PipelineSpec &pipe, const EncoderWork &enc, Inse
 // encoder op of `pipe`/`enc` exactly once, none overlapping on its stage, and each after its
 // dependencies (plus the transfer between stages). An error names the first broken rule.
 Status check_schedule(const Schedule &s, const PipelineSpec &pipe, const EncoderWork &enc, Insertion how);
+
+// Peak activation memory per GPU of `s` (index as s.stages): micro-batch j's LLM activations,
+// llm[j] per LLM stage, held on each stage from its forward's start to its backward's end; its
+// encoder activations enc[j] on the GPU of its encoder forward from that forward's start to
+// its encoder backward's end (frozen encoders, no backward: to the forward's end). Sizes
+// must be the micro-batches' count (checked: an error names it).
+Result<std::vector<double>> peak_memory(const Schedule &s, const std::vector<double> &llm,
+                                        const std::vector<double> &enc);
 
 }  // namespace omni::balance
 

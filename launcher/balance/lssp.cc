@@ -44,6 +44,16 @@ Status check(const std::vector<std::uint64_t> &lengths, std::uint32_t replicas, 
     return Status::success();
 }
 
+Status check_load(const std::vector<double> &load, std::uint32_t replicas) {
+    if (!load.empty() && load.size() != replicas)
+        return make_error("lssp: loads for " + std::to_string(load.size()) + " replicas; expected " +
+                          std::to_string(replicas));
+    for (std::size_t r = 0; r < load.size(); ++r)
+        if (!(load[r] >= 0 && load[r] < 1e300))
+            return make_error("lssp: replica " + std::to_string(r) + "'s load: expected a finite number >= 0");
+    return Status::success();
+}
+
 // The smallest power-of-two degree up to max_degree whose shards hold at most `shard`
 // tokens of a sample of `length`; 0 when none does.
 std::uint32_t degree_for(std::uint64_t length, std::uint64_t shard, std::uint32_t max_degree) {
@@ -57,10 +67,11 @@ std::uint32_t degree_for(std::uint64_t length, std::uint64_t shard, std::uint32_
 // whose slowest replica is least loaded; then the others whole, costliest first, each on the
 // least loaded replica.
 LsspPlan place(const std::vector<std::uint64_t> &lengths, std::uint32_t replicas, const LsspOptions &o,
-               const std::vector<std::uint32_t> &order, std::uint64_t threshold, std::uint32_t forced) {
+               const std::vector<std::uint32_t> &order, std::uint64_t threshold, std::uint32_t forced,
+               const std::vector<double> &load) {
     LsspPlan p;
     p.threshold = threshold;
-    p.time.assign(replicas, 0);
+    p.time = load.empty() ? std::vector<double>(replicas, 0) : load;
     p.whole.assign(replicas, {});
     const std::uint64_t shard = std::min(threshold, o.memory_tokens);
     for (std::uint32_t i : order) {
@@ -114,8 +125,9 @@ std::vector<std::uint32_t> costliest_first(const std::vector<std::uint64_t> &len
 }  // namespace
 
 Result<LsspPlan> plan_lssp(const std::vector<std::uint64_t> &lengths, std::uint32_t replicas,
-                           const LsspOptions &options) {
+                           const LsspOptions &options, const std::vector<double> &load) {
     if (auto st = check(lengths, replicas, options); !st) return Error{st.error()};
+    if (auto st = check_load(load, replicas); !st) return Error{st.error()};
     const auto order = costliest_first(lengths);
     // Thresholds: the step's distinct lengths up to the memory limit (a longer sample must be
     // split), at most kMaxCandidates of them spread over the range, and "split nothing" when
@@ -128,7 +140,7 @@ Result<LsspPlan> plan_lssp(const std::vector<std::uint64_t> &lengths, std::uint3
     const std::uint64_t last = all_fit ? UINT64_MAX : options.memory_tokens;
     std::optional<LsspPlan> best;
     const auto consider = [&](std::uint64_t t) {
-        LsspPlan p = place(lengths, replicas, options, order, t, 0);
+        LsspPlan p = place(lengths, replicas, options, order, t, 0, load);
         // Ties go to the larger threshold: fewer samples split.
         if (!best || p.makespan < best->makespan || (p.makespan == best->makespan && t > best->threshold))
             best = std::move(p);
@@ -161,8 +173,8 @@ Result<LsspPlan> plan_static_sp(const std::vector<std::uint64_t> &lengths, std::
     const std::uint32_t k = degree_for(longest, options.memory_tokens, options.max_degree);
     // When no degree fits the longest in memory, the largest (the plan counts over_memory).
     const std::uint32_t degree = k ? k : options.max_degree;
-    return degree == 1 ? place(lengths, replicas, options, order, UINT64_MAX, 0)
-                       : place(lengths, replicas, options, order, 0, degree);
+    return degree == 1 ? place(lengths, replicas, options, order, UINT64_MAX, 0, {})
+                       : place(lengths, replicas, options, order, 0, degree, {});
 }
 
 std::size_t groups_built_on_demand(const std::vector<LsspPlan> &steps) {

@@ -67,13 +67,16 @@ struct LsspPlan {
     std::set<std::pair<std::uint32_t, std::uint32_t>> groups() const;
 };
 
-// The best plan for one step's samples (lengths in tokens) over `replicas` replicas. A sample
+// The best plan for one step's samples (lengths in tokens) over `replicas` replicas, each
+// starting from its `load` (time planned before, e.g. the earlier micro-batches of a step;
+// empty: none), which the plan's times and makespan include. A sample
 // longer than memory_tokens * max_degree is split over the largest degree all the same and
 // counted in over_memory: the step runs (a trainer may run out of memory on it), the caller
 // decides whether to say so. Errors: no replicas, more than kMaxSamples samples, a length
-// above kMaxCost, max_degree not a power of two dividing the replicas, memory_tokens 0.
+// above kMaxCost, max_degree not a power of two dividing the replicas, memory_tokens 0, loads
+// not one per replica or not finite and >= 0.
 Result<LsspPlan> plan_lssp(const std::vector<std::uint64_t> &lengths, std::uint32_t replicas,
-                           const LsspOptions &options);
+                           const LsspOptions &options, const std::vector<double> &load = {});
 
 // The same samples with one degree for all (the baseline without LSSP: static sequence
 // parallelism, the smallest power of two that fits the longest sample in memory; every

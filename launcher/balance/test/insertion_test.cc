@@ -97,10 +97,15 @@ TEST(Insertion, InvariantsOnRandomCosts) {
             e.forward[j] = u(rng) * (rng() % 4 == 0 ? 4 : 1);  // a long-tailed mix
             e.backward[j] = round % 2 ? 2 * e.forward[j] : 0;
         }
+        if (round % 4 == 3) {  // micro-batches of different sizes
+            p.weight.resize(M);
+            for (double &w : p.weight) w = u(rng);
+        }
         const Schedule none = ok(p, e, Insertion::None);
         const Schedule front = ok(p, e, Insertion::Front);
         const Schedule uni = ok(p, e, Insertion::Uniform);
         ok(p, e, Insertion::EncoderStage);
+        ok(p, e, Insertion::FirstStage);
         // Encoder work only adds: nothing beats the LLM alone; and spreading it over the
         // stages is never worse than running it all in front on stage 0 by more than a bit
         // of transfer.
@@ -143,7 +148,13 @@ TEST(Insertion, BadSpecsAreRefusedNamingThem) {
     p.forward[1] = -1;
     EXPECT_EQ(schedule(p, e, Insertion::Uniform).error(), "insertion: stage 1's times: expected finite numbers >= 0");
     EXPECT_EQ(parse_insertion("sideways").error(),
-              "insertion 'sideways': expected none, front, encoder-stage or uniform");
+              "insertion 'sideways': expected none, front, first-stage, encoder-stage or uniform");
+    p = pipe(2, 4, 1, 2);
+    p.weight = {1, 1, 1};
+    EXPECT_EQ(schedule(p, e, Insertion::Uniform).error(), "insertion: weights for 3 micro-batches; expected 4");
+    p.weight = {1, 1, -2, 1};
+    EXPECT_EQ(schedule(p, e, Insertion::Uniform).error(),
+              "insertion: micro-batch 2's weight: expected a finite number in [0, 1e12]");
     EXPECT_EQ(parse_insertion("encoder-stage").value(), Insertion::EncoderStage);
     // The JSON names every op once.
     const Schedule s = ok(pipe(2, 2, 1, 2), enc(2, 1, 0), Insertion::Uniform);
@@ -152,4 +163,42 @@ TEST(Insertion, BadSpecsAreRefusedNamingThem) {
     std::size_t ops = 0;
     for (std::size_t at = j.find("\"op\""); at != std::string::npos; at = j.find("\"op\"", at + 1)) ++ops;
     EXPECT_EQ(ops, 2u * 2 * 2 + 2);
+}
+
+TEST(Insertion, WeightsFirstStageAndMemoryWorkedByHand) {
+    // One stage, weights 1 and 3 (f 1, b 2): F0 B0 F1 B1 back to back, 1 + 2 + 3 + 6 = 12.
+    auto one = pipe(1, 2, 1, 2);
+    one.weight = {1, 3};
+    EXPECT_DOUBLE_EQ(ok(one, enc(2, 0, 0), Insertion::None).makespan, 12);
+    // Two stages, two micro-batches, frozen encoders of 1 as part of stage 0:
+    //   stage 0: EF0 0-1, F0 1-2, EF1 2-3, F1 3-4, B0 5-7 (after B(1, 0)), B1 8-10;
+    //   stage 1: F0 2-3, B0 3-5, F1 5-6, B1 6-8.
+    const auto p = pipe(2, 2, 1, 2);
+    const Schedule first = ok(p, enc(2, 1, 0), Insertion::FirstStage);
+    EXPECT_DOUBLE_EQ(first.makespan, 10);
+    ASSERT_EQ(first.stages[0].size(), 6u);
+    EXPECT_EQ(first.stages[0][2].kind, OpKind::EncoderForward);
+    EXPECT_DOUBLE_EQ(first.stages[0][4].start, 5);
+    // Memory, LLM activations 1 a stage: stage 0 holds both micro-batches from F1's start (3)
+    // to B0's end (7), stage 1 one at a time; the frozen encoders' activations (4 each) live
+    // only during their forward, so stage 0's peak is the 4 of EF1 over F0's 1 until F1.
+    auto peak = peak_memory(first, {1, 1}, {4, 4});
+    ASSERT_TRUE(peak) << peak.error();
+    EXPECT_EQ(peak.value(), (std::vector<double>{5, 1}));
+    // Trained encoders (backward 2) hold theirs to their backward's end: EF0's 4 and EF1's 4
+    // with both LLM micro-batches, 10, on stage 0.
+    const Schedule trained = ok(p, enc(2, 1, 2), Insertion::FirstStage);
+    peak = peak_memory(trained, {1, 1}, {4, 4});
+    ASSERT_TRUE(peak) << peak.error();
+    EXPECT_EQ(peak.value(), (std::vector<double>{10, 1}));
+    EXPECT_FALSE(peak_memory(trained, {1}, {4, 4}));
+    // Uniform insertion runs every encoder backward where its forward ran.
+    const Schedule uni = ok(pipe(4, 8, 1, 2), enc(8, 1, 2), Insertion::Uniform);
+    std::vector<int> ef(8, -1), eb(8, -2);
+    for (int g = 0; g < 4; ++g)
+        for (const Op &o : uni.stages[g]) {
+            if (o.kind == OpKind::EncoderForward) ef[o.micro] = g;
+            if (o.kind == OpKind::EncoderBackward) eb[o.micro] = g;
+        }
+    EXPECT_EQ(ef, eb);
 }

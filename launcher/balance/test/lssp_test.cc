@@ -3,6 +3,8 @@
 // memory; aligned power-of-two blocks; never slower than splitting nothing), and bad input.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <algorithm>
 
 #include <random>
@@ -141,7 +143,10 @@ TEST(Lssp, BadInputIsRefusedWithItsName) {
               "lssp: sample 1 has 1099511627777 tokens; at most 1099511627776");
     // A sample that no allowed split fits in memory (41 over 4: shards of 11 > 10) is split
     // over the largest degree all the same, and counted; a sample of 0 tokens costs nothing.
-    for (auto plan : {plan_lssp, plan_static_sp}) {
+    using Planner =
+        std::function<omni::Result<LsspPlan>(const std::vector<std::uint64_t> &, std::uint32_t, const LsspOptions &)>;
+    for (Planner plan :
+         {Planner([](auto &l, auto r, auto &o) { return plan_lssp(l, r, o); }), Planner(plan_static_sp)}) {
         auto over = plan({1, 41, 0, 2}, 4, opts(10, 4));
         ASSERT_TRUE(over) << over.error();
         EXPECT_EQ(over.value().over_memory, 1u);
@@ -150,4 +155,16 @@ TEST(Lssp, BadInputIsRefusedWithItsName) {
     auto empty = plan_lssp({}, 4, opts(10, 4));
     ASSERT_TRUE(empty) << empty.error();
     EXPECT_EQ(empty.value().makespan, 0);
+}
+
+TEST(Lssp, LoadsBeforeArePlannedAround) {
+    // Replicas 0 and 1 already hold 100 each (an earlier micro-batch): two samples of 50 go
+    // to replicas 2 and 3, and the makespan counts the loads.
+    auto p = plan_lssp({50, 50}, 4, opts(1000, 2), {100, 100, 0, 0});
+    ASSERT_TRUE(p) << p.error();
+    EXPECT_TRUE(p.value().whole[0].empty() && p.value().whole[1].empty());
+    EXPECT_EQ(p.value().whole[2].size() + p.value().whole[3].size(), 2u);
+    EXPECT_DOUBLE_EQ(p.value().makespan, 100);
+    EXPECT_EQ(plan_lssp({1}, 4, opts(10, 2), {1, 2}).error(), "lssp: loads for 2 replicas; expected 4");
+    EXPECT_EQ(plan_lssp({1}, 2, opts(10, 2), {1, -2}).error(), "lssp: replica 1's load: expected a finite number >= 0");
 }

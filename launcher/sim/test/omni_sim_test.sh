@@ -12,7 +12,7 @@ cd "$work"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 unset OMNI_COORD_ADDR OMNI_COORD_SECRET OMNI_JOB_DIR OMNI_GLOBAL_BATCH OMNI_MICRO_BATCH OMNI_MP
 
-for c in "" balance lssp insertion predict workload; do
+for c in "" balance lssp insertion system predict workload; do
   # shellcheck disable=SC2086
   "$sim" $c --help >out 2>&1 || fail "omni-sim $c --help: exit $?"
   grep -q "Usage: omni-sim" out || fail "omni-sim $c --help: no usage: $(head -n 3 out)"
@@ -24,7 +24,10 @@ for bad in "|COMMAND" "frobnicate|unknown command 'frobnicate'" "balance --gpus 
             "balance --bogus|bogus" "lssp --max-degree 3|--max-degree 3" "lssp --gpus 12|--gpus 12" \
             "lssp --memory-tokens 0|--memory-tokens" "lssp --sp-comm -1|--sp-comm" \
             "insertion --layouts sideways|--layouts" "insertion --stages 0|--stages" \
-            "insertion --samples-per-micro-batch 0|--samples-per-micro-batch"; do
+            "insertion --samples-per-micro-batch 0|--samples-per-micro-batch" \
+            "system --gpus 12|--gpus 12" "system --systems megatron|--systems" \
+            "system --batch-per-replica 4|--batch-per-replica 4" "system --max-degree 3|--max-degree 3" \
+            "system --transfer -1|--transfer" "system --stages 0|--stages"; do
   args=${bad%%|*} want=${bad#*|}
   rc=0
   # shellcheck disable=SC2086
@@ -52,11 +55,11 @@ awk '$3 == "lssp" { l = $4 } $1 == 16 && $3 != "lssp" { if ($4 > m) m = $4; if (
 "$sim" lssp --gpus 16 --steps 4 --memory-tokens 4096 --max-degree 16 >m.txt
 awk '$3 == "none" && $4 == "-" && $9 > 0 { found = 1 } END { exit !found }' m.txt || fail "lssp: no OOM steps for none at 4096 tokens: $(cat m.txt)"
 
-# Insertion: four layouts; the uniform schedule as JSON holds every op once (2 LLM ops per
+# Insertion: five layouts; the uniform schedule as JSON holds every op once (2 LLM ops per
 # stage and micro-batch, an encoder forward and backward per micro-batch) and is no slower
 # per GPU than all encoder work in front of stage 0.
 "$sim" insertion --stages 4 --micro-batches 8 --schedule s.json >i.txt
-[ "$(grep -cE '^(none|front|encoder-stage\([0-9]+\)|uniform) ' i.txt)" = 4 ] || fail "insertion: expected 4 rows: $(cat i.txt)"
+[ "$(grep -cE '^(none|front|first-stage|encoder-stage\([0-9]+\)|uniform) ' i.txt)" = 5 ] || fail "insertion: expected 5 rows: $(cat i.txt)"
 awk '$1 == "front" { f = $5 } $1 == "uniform" { u = $5 } END { exit !(u >= f) }' i.txt || fail "uniform is slower than front: $(cat i.txt)"
 /usr/bin/python3 - s.json <<'PY' || fail "the uniform schedule (above)"
 import collections, json, sys
@@ -70,12 +73,34 @@ for st in s["stages"]:
     assert all(a["end"] <= b["start"] + 1e-6 for a, b in zip(st, st[1:])), "overlap"
 PY
 
+# The whole system: 2 scales x 5 systems, the best static system at VS-STATIC 1.000, the
+# paper's speedup beside omni's row only, a CSV row each, peak memory for every stage (and
+# the encoder stage); the paper's mix gains over the static systems at both scales. On a
+# workload of one length and no encoders nothing differs: every system but the encoder
+# stage (which has GPUs of its own) takes the same step time.
+"$sim" system --gpus 64,128 --steps 3 --csv y.csv --stage-memory >y.txt
+[ "$(grep -cE '^ +(64|128) +(8|16) +(static-first|static-stage\([0-9]\)|multiplex|reorder|omni) ' y.txt)" = 10 ] ||
+  fail "system: expected 10 rows: $(cat y.txt)"
+awk '$3 ~ /^static/ { if ($12 > m[$1]) m[$1] = $12 } END { exit !(m[64] == "1.000" && m[128] == "1.000") }' y.txt ||
+  fail "system: the best static system is not at 1.000: $(cat y.txt)"
+awk '$1 == 64 && $3 == "omni" && $13 == "1.54" { a = 1 } $1 == 128 && $3 == "omni" && $13 == "3.30" { b = 1 }
+     NF == 13 && $3 != "omni" && $1 ~ /^[0-9]+$/ && $13 != "-" { bad = 1 } $3 == "omni" && $12 <= 1.0 { bad = 1 }
+     END { exit !(a && b && !bad) }' y.txt || fail "system: the paper column or omni's gain: $(cat y.txt)"
+[ "$(wc -l <y.csv)" = 11 ] || fail "system: the CSV has $(wc -l <y.csv) lines, expected 11"
+[ "$(grep -cE '^  (64|128) static-stage\([0-9]\):( [0-9]+){9}$' y.txt)" = 2 ] &&
+  [ "$(grep -cE '^  (64|128) (static-first|multiplex|reorder|omni):( [0-9]+){8}$' y.txt)" = 8 ] ||
+  fail "system: peak memory per stage: $(cat y.txt)"
+"$sim" system --workload uniform --gpus 64 --steps 2 >yu.txt
+awk '$1 == 64 && $3 !~ /^static-stage/ { t[$5] = 1; n++ } END { c = 0; for (k in t) c++; exit !(n == 4 && c == 1) }' yu.txt ||
+  fail "system: one length and no encoders, yet the step times differ: $(cat yu.txt)"
+
 # Plots (gnuplot, which scripts/install-deps installs): each command's --plot writes a PNG;
 # one that cannot be written fails naming it.
 png() { [ "$(head -c 8 "$1" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] && [ "$(wc -c <"$1")" -gt 4000 ]; }
 "$sim" balance --gpus 16,32 --steps 3 --plot b.png >/dev/null && png b.png || fail "balance --plot wrote no PNG"
 "$sim" lssp --gpus 16,32 --steps 2 --memory-tokens 300000 --plot l.png >/dev/null && png l.png || fail "lssp --plot wrote no PNG"
 "$sim" insertion --stages 4 --micro-batches 8 --plot i.png >/dev/null && png i.png || fail "insertion --plot wrote no PNG"
+"$sim" system --gpus 64,128 --steps 2 --plot y.png >/dev/null && png y.png || fail "system --plot wrote no PNG"
 rc=0; "$sim" balance --gpus 16 --steps 1 --plot /nonexistent/dir/b.png >out 2>&1 || rc=$?
 [ "$rc" = 1 ] && grep -q -- "--plot /nonexistent/dir/b.png" out || fail "an unwritable --plot: exit $rc: $(cat out)"
 
@@ -101,4 +126,4 @@ rc=0; "$sim" predict --metrics bad.jsonl --global-batch 16 --seed 5 >p.txt 2>err
 [ "$rc" = 1 ] && grep -q "step 3: the run's cost" err || fail "a changed cost: exit $rc: $(cat err p.txt)"
 rc=0; "$sim" predict --metrics run.jsonl --global-batch 16 --seed 6 >p.txt 2>err || rc=$?
 [ "$rc" = 1 ] || fail "predict with another seed agreed with the run"
-echo "ok: omni-sim help, usage errors, balance, lssp and insertion tables and plots, workload generator and stats, predict"
+echo "ok: omni-sim help, usage errors, balance, lssp, insertion and system tables and plots, workload generator and stats, predict"
