@@ -6,16 +6,46 @@
 #include <numeric>
 #include <queue>
 #include <tuple>
+#include <utility>
 
 namespace omni::balance {
 namespace {
 
-// Positions sorted by cost, largest first; equal costs in position order.
+// Positions sorted by cost, largest first; equal costs in position order. A least significant
+// digit radix sort of kMaxCost - cost (41 bits, six passes of 8 bits, a pass skipped when
+// every key has the same digit: most costs leave the high digits alike), stable, so equal
+// costs stay in position order: a comparison sort of the positions took a third of kk's time.
 std::vector<std::uint32_t> by_cost_desc(const std::vector<std::uint64_t> &costs) {
-    std::vector<std::uint32_t> order(costs.size());
+    const std::size_t n = costs.size();
+    constexpr unsigned kBits = 8, kPasses = 6, kDigits = 1u << kBits;
+    static_assert(kPasses * kBits >= 41, "the passes cover kMaxCost");
+    std::vector<std::uint32_t> order(n), other(n);
     std::iota(order.begin(), order.end(), 0u);
-    std::stable_sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) { return costs[a] > costs[b]; });
+    std::vector<std::uint32_t> count(kDigits);
+    for (unsigned shift = 0; shift < kPasses * kBits; shift += kBits) {
+        const auto digit = [&](std::uint32_t i) {
+            return static_cast<std::uint32_t>(((kMaxCost - costs[i]) >> shift) & (kDigits - 1));
+        };
+        std::fill(count.begin(), count.end(), 0u);
+        for (std::uint32_t i : order) ++count[digit(i)];
+        if (n && count[digit(order[0])] == n) continue;  // one digit for all: the order stands
+        std::uint32_t at = 0;
+        for (auto &c : count) at += std::exchange(c, at);
+        for (std::uint32_t i : order) other[count[digit(i)]++] = i;
+        order.swap(other);
+    }
     return order;
+}
+
+// Each part's positions in increasing order, by one pass over the positions (not a sort per
+// part).
+void sort_parts(Assignment &a, std::size_t n) {
+    std::vector<std::uint32_t> part_of(n);
+    for (std::size_t r = 0; r < a.size(); ++r) {
+        for (std::uint32_t i : a[r]) part_of[i] = static_cast<std::uint32_t>(r);
+        a[r].clear();
+    }
+    for (std::size_t i = 0; i < n; ++i) a[part_of[i]].push_back(static_cast<std::uint32_t>(i));
 }
 
 Assignment none(std::size_t n, std::uint32_t parts) {
@@ -39,26 +69,38 @@ Assignment lpt(const std::vector<std::uint64_t> &costs, std::uint32_t parts) {
         a[r].push_back(i);
         if (a[r].size() < m) open.push({load + costs[i], r});
     }
-    for (auto &p : a) std::sort(p.begin(), p.end());
+    sort_parts(a, costs.size());
     return a;
 }
 
 // Pairwise swaps between the heaviest and the lightest part while one lowers the heavier of
 // the two: the swap whose cost difference is nearest half their gap. Each swap lowers the sum
-// of squared part costs, so this ends; it is also capped. Work per swap: O(m log m).
+// of squared part costs, so this ends; it is also capped. Every part is kept sorted by cost,
+// so a round is one merge-like pass over the two parts (a light sample near c - gap/2 for
+// each heavy sample c, both ascending) and a swap two sorted moves: O(m) a round.
 void refine(const std::vector<std::uint64_t> &costs, Assignment &a) {
     const std::size_t parts = a.size();
     if (parts < 2 || a[0].empty()) return;
+    using Item = std::pair<std::uint64_t, std::uint32_t>;  // (cost, position)
+    std::vector<std::vector<Item>> sorted(parts);
     std::vector<std::uint64_t> sum(parts, 0);
     std::uint64_t total = 0, biggest = 0;
-    for (std::size_t r = 0; r < parts; ++r)
+    for (std::size_t r = 0; r < parts; ++r) {
         for (auto i : a[r]) {
+            sorted[r].push_back({costs[i], i});
             sum[r] += costs[i];
             biggest = std::max(biggest, costs[i]);
         }
-    for (auto x : sum) total += x;
+        std::sort(sorted[r].begin(), sorted[r].end());
+        total += sum[r];
+    }
     // No split beats its largest sample, or its mean part rounded up: stop there.
     const std::uint64_t bound = std::max(biggest, (total + parts - 1) / parts);
+    const auto move = [](std::vector<Item> &from, std::size_t at, std::vector<Item> &to) {
+        const Item x = from[at];
+        from.erase(from.begin() + static_cast<std::ptrdiff_t>(at));
+        to.insert(std::lower_bound(to.begin(), to.end(), x), x);
+    };
     for (std::size_t round = 0; round < 4 * parts + 16; ++round) {
         std::size_t h = 0, l = 0;
         for (std::size_t r = 1; r < parts; ++r) {
@@ -66,33 +108,39 @@ void refine(const std::vector<std::uint64_t> &costs, Assignment &a) {
             if (sum[r] < sum[l]) l = r;
         }
         const std::uint64_t gap = sum[h] - sum[l];
-        if (gap < 2 || sum[h] <= bound) return;
-        std::vector<std::pair<std::uint64_t, std::size_t>> light;  // (cost, slot in a[l])
-        for (std::size_t k = 0; k < a[l].size(); ++k) light.push_back({costs[a[l][k]], k});
-        std::sort(light.begin(), light.end());
+        if (gap < 2 || sum[h] <= bound) break;
+        const std::vector<Item> &H = sorted[h], &L = sorted[l];
+        // The heavier of the two after a swap of difference d: smallest nearest half the gap.
+        const auto after = [&](std::uint64_t d) { return std::max(sum[h] - d, sum[l] + d); };
         std::uint64_t best_delta = 0;
-        std::size_t best_h = 0, best_l = 0;
-        for (std::size_t k = 0; k < a[h].size(); ++k) {
-            const std::uint64_t c = costs[a[h][k]];
-            // A light sample near c - gap/2; the swap helps when 0 < c - light < gap.
+        std::size_t best_h = 0, best_l = 0, j = 0;
+        for (std::size_t k = 0; k < H.size(); ++k) {
+            const std::uint64_t c = H[k].first;
+            // The light samples just below and at c - gap/2; the swap helps when 0 < c - light < gap.
             const std::uint64_t want = c > gap / 2 ? c - gap / 2 : 0;
-            auto it = std::lower_bound(light.begin(), light.end(), std::make_pair(want, std::size_t(0)));
-            for (auto j : {it, it == light.begin() ? it : std::prev(it)}) {
-                if (j == light.end() || j->first >= c || c - j->first >= gap) continue;
-                const std::uint64_t delta = c - j->first;
-                // Nearest half the gap: the heavier of the two after the swap is smallest.
-                const auto after = [&](std::uint64_t d) { return std::max(sum[h] - d, sum[l] + d); };
+            while (j < L.size() && L[j].first < want) ++j;
+            for (std::size_t cand : {j, j - 1}) {  // j - 1 wraps past the end when j is 0
+                if (cand >= L.size() || L[cand].first >= c || c - L[cand].first >= gap) continue;
+                const std::uint64_t delta = c - L[cand].first;
                 if (best_delta == 0 || after(delta) < after(best_delta)) {
                     best_delta = delta;
                     best_h = k;
-                    best_l = j->second;
+                    best_l = cand;
                 }
             }
         }
-        if (best_delta == 0) return;
-        std::swap(a[h][best_h], a[l][best_l]);
+        if (best_delta == 0) break;
+        // The light sample first; then the heavy one, whose slot moved if the light one went in
+        // before it.
+        const Item heavy = H[best_h];
+        move(sorted[l], best_l, sorted[h]);
+        move(sorted[h], static_cast<std::size_t>(std::lower_bound(H.begin(), H.end(), heavy) - H.begin()), sorted[l]);
         sum[h] -= best_delta;
         sum[l] += best_delta;
+    }
+    for (std::size_t r = 0; r < parts; ++r) {
+        a[r].clear();
+        for (const Item &x : sorted[r]) a[r].push_back(x.second);
     }
 }
 
@@ -153,7 +201,7 @@ Assignment kk(const std::vector<std::uint64_t> &costs, std::uint32_t parts) {
     refine(costs, out);
     // Parts in the order of their first position, so that an already balanced step keeps its
     // samples near the ranks the ledger gives them.
-    for (auto &p : out) std::sort(p.begin(), p.end());
+    sort_parts(out, costs.size());
     std::sort(out.begin(), out.end());
     return out;
 }
