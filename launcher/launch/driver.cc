@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <future>
 #include <map>
 #include <optional>
 #include <set>
@@ -188,6 +189,14 @@ private:
     // and when the job's size last changed (monotonic; none before the first resize).
     std::optional<ElasticPolicy> policy_;
     std::int64_t policy_looked_ms_ = 0;
+    // The policy's look at Slurm in flight: scontrol, squeue and sinfo take up to 10 s each
+    // and run on a thread of their own, so that the supervisor loop never waits for them.
+    struct PolicyLook {
+        Result<JobInfo> job = make_error("not read");
+        Result<std::vector<PendingJob>> pending = make_error("not read");
+        Result<std::vector<std::string>> idle = make_error("not read");
+    };
+    std::future<PolicyLook> policy_look_;
     std::optional<std::uint32_t> policy_grow_;
     std::optional<std::int64_t> last_resize_ms_;
     bool policy_failed_ = false;  // the last look could not read Slurm (logged once)
@@ -761,14 +770,28 @@ void Driver::run_policy(const Snapshot &s) {
     if (!policy_ || alloc_.job_id == 0 || shutdown_deadline_ || s.phase != "running") return;
     const std::int64_t now = mono_ms();
     const std::int64_t every = static_cast<std::int64_t>(policy_->options().interval) * 1000;
-    if (now - policy_looked_ms_ < every) return;
-    policy_looked_ms_ = now;
-    auto job = own_job(every / 2);
-    Result<std::vector<PendingJob>> pending = make_error("not read");
-    Result<std::vector<std::string>> idle = make_error("not read");
-    if (job) {
-        pending = pending_jobs(job.value().partition, kSlurmTimeoutMs);
-        if (pending) idle = idle_nodes(job.value().partition, kSlurmTimeoutMs);
+    if (!policy_look_.valid()) {
+        // Time for a look: it runs in the background; the decision waits for its answer, on
+        // the snapshot of the turn that finds it ready.
+        if (now - policy_looked_ms_ < every) return;
+        policy_looked_ms_ = now;
+        policy_look_ = std::async(std::launch::async, [job_id = alloc_.job_id] {
+            PolicyLook l;
+            l.job = load_job(job_id, kSlurmTimeoutMs);
+            if (l.job) l.pending = pending_jobs(l.job.value().partition, kSlurmTimeoutMs);
+            if (l.pending) l.idle = idle_nodes(l.job.value().partition, kSlurmTimeoutMs);
+            return l;
+        });
+        return;
+    }
+    if (policy_look_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return;
+    const PolicyLook look = policy_look_.get();
+    const Result<JobInfo> &job = look.job;
+    const Result<std::vector<PendingJob>> &pending = look.pending;
+    const Result<std::vector<std::string>> &idle = look.idle;
+    if (job) {  // what own_job() would have read: the freshest view of the job
+        own_job_ = job.value();
+        own_job_ms_ = mono_ms();
     }
     if (!job || !pending || !idle) {
         if (!policy_failed_)

@@ -517,7 +517,7 @@ Result<const StepPlan *> Runtime::plan() {
     if (!balance_.active()) return usage_error("plan: no balance policy configured");
     if (!started_) return usage_error("plan: balancing needs start() first");
     if (ledger_->config().global_batch > balance::kMaxSamples)
-        return usage_error("micro_batch: balancing takes at most " + std::to_string(balance::kMaxSamples) +
+        return usage_error("plan: balancing takes at most " + std::to_string(balance::kMaxSamples) +
                            " samples a step; the global batch is " + std::to_string(ledger_->config().global_batch));
     auto share = ledger_->share(groups_.dp_rank);
     if (!share) return usage_error(share.error());

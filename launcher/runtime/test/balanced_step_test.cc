@@ -132,7 +132,7 @@ TEST(BalancedStep, ARuntimeRefusesStepsTooLargeToBalance) {
     ASSERT_TRUE(rt.configure_balance({Policy::Kk, BalanceScope::job}, [](std::uint64_t, std::uint64_t) { return 1; }));
     auto mb = rt.micro_batch(0);
     ASSERT_FALSE(mb);
-    EXPECT_EQ(mb.error(), "micro_batch: balancing takes at most 16777216 samples a step; the global batch is 33554432");
+    EXPECT_EQ(mb.error(), "plan: balancing takes at most 16777216 samples a step; the global batch is 33554432");
     // Without a policy the ledger's own micro-batch comes back.
     ASSERT_TRUE(rt.configure_balance({}, nullptr));
     ASSERT_TRUE(rt.micro_batch(0));
