@@ -882,10 +882,14 @@ int cmd_system(int argc, char **argv) {
         if (!sk) return usage_error(sk.error());
         skews = sk.value().first;
         if (skews.size() > 64) return usage_error("--skew: at most 64 factors");
-        if (std::none_of(systems.begin(), systems.end(), omni::sim::is_static))
-            return usage_error("--skew: --systems lists no static system to compare with");
     }
+    if ((!skews.empty() || !plot.empty()) && std::none_of(systems.begin(), systems.end(), omni::sim::is_static))
+        return usage_error(std::string(skews.empty() ? "--plot" : "--skew") +
+                           ": --systems lists no static system to compare with");
     if (auto st = wa.load(); !st) return usage_error(st.error());
+    if (!skews.empty() && wa.w.modalities().size() < 2)
+        return usage_error("--skew: the workload '" + wa.workload +
+                           "' has one modality; it scales the others against the first");
     std::ofstream csv_out;
     if (!csv.empty()) {
         csv_out.open(csv);
@@ -1006,7 +1010,6 @@ int cmd_system(int argc, char **argv) {
         std::vector<omni::sim::Series> drawn;
         for (auto &s : series)
             if (!s.x.empty()) drawn.push_back(s);
-        if (drawn.empty()) return fail("--plot " + plot + ": no static system listed to compare with");
         if (auto st = omni::sim::plot_lines(plot, "omni-sim system: workload " + wa.workload, "GPUs",
                                             "throughput per GPU / the best static system's", drawn, true);
             !st)

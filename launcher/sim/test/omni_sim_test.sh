@@ -27,7 +27,9 @@ for bad in "|COMMAND" "frobnicate|unknown command 'frobnicate'" "balance --gpus 
             "insertion --samples-per-micro-batch 0|--samples-per-micro-batch" \
             "system --gpus 12|--gpus 12" "system --systems megatron|--systems" \
             "system --batch-per-replica 4|--batch-per-replica 4" "system --max-degree 3|--max-degree 3" \
-            "system --transfer -1|--transfer" "system --stages 0|--stages"; do
+            "system --transfer -1|--transfer" "system --stages 0|--stages" "system --skew 0|--skew" \
+            "system --skew 2 --systems omni|no static system" "system --plot y.png --systems reorder|--plot" \
+            "system --workload text --skew 2|one modality"; do
   args=${bad%%|*} want=${bad#*|}
   rc=0
   # shellcheck disable=SC2086
