@@ -231,10 +231,19 @@ int omni_checkpoint_done(uint64_t step, const char *location);
  *                     resize. With M = 1, every rank of the generation.
  *   OMNI_GROUP_MP     this rank's replica: M ranks inside its unit, the same for the unit's
  *                     life. With M = 1, this rank alone.
- *   OMNI_GROUP_WORLD  every rank of the generation; host buffers whatever the backend (Gloo). */
+ *   OMNI_GROUP_WORLD  every rank of the generation; host buffers whatever the backend (Gloo).
+ *   OMNI_GROUP_SP(k)  the sequence-parallel group of degree k (a power of two dividing the DP
+ *                     size): the aligned block of k DP ranks of this rank's MP index that holds
+ *                     it (DP ranks j*k .. j*k+k-1, j = DP rank / k), where an LSSP plan splits a
+ *                     sample over k replicas (omni_data_step_shards); this rank is DP rank % k
+ *                     in it. Host buffers (Gloo). Built at its first collective in a generation:
+ *                     every rank of the block must make it (they all compute the split sample).
+ *                     OMNI_GROUP_SP(1) is this rank alone. */
 enum omni_group { OMNI_GROUP_DP = 0, OMNI_GROUP_MP = 1, OMNI_GROUP_WORLD = 2 };
-/* This rank's rank in `group` and the group's size. Errors: OMNI_EINVAL (unknown group),
- * OMNI_ESTATE (not initialised). */
+#define OMNI_GROUP_SP(degree) (0x10000 | (int)(degree)) /* degree 1..65535 */
+/* This rank's rank in `group` and the group's size. Errors: OMNI_EINVAL (unknown group, an
+ * OMNI_GROUP_SP degree that is not a power of two dividing the DP size), OMNI_ESTATE (not
+ * initialised). */
 int omni_group_info(int group, uint32_t *rank, uint32_t *size);
 
 /* Collectives on a group's current communicator; every rank of the group makes the same

@@ -128,11 +128,12 @@ public:
         detail::check(omni_checkpoint_done(step, location), "omni_checkpoint_done");
     }
 
-    // A group's rank and size (omni_group_info): OMNI_GROUP_DP, OMNI_GROUP_MP, OMNI_GROUP_WORLD.
+    // A group's rank and size (omni_group_info): OMNI_GROUP_DP, OMNI_GROUP_MP, OMNI_GROUP_WORLD,
+    // OMNI_GROUP_SP(k); the collectives below take the same groups.
     struct GroupInfo {
         std::uint32_t rank = 0, size = 0;
     };
-    GroupInfo group(omni_group g) const {
+    GroupInfo group(int g) const {
         GroupInfo i;
         detail::check(omni_group_info(g, &i.rank, &i.size), "omni_group_info");
         return i;
@@ -141,20 +142,20 @@ public:
     // Collectives on a group's current communicator (host memory with Gloo); the data-parallel
     // group by default.
     void allreduce(void *buf, std::size_t count, omni_dtype t, omni_reduce_op op = OMNI_SUM,
-                   omni_group g = OMNI_GROUP_DP) {
+                   int g = OMNI_GROUP_DP) {
         detail::check(omni_group_allreduce(g, buf, count, t, op), "omni_allreduce");
     }
-    void broadcast(void *buf, std::size_t count, omni_dtype t, std::uint32_t root, omni_group g = OMNI_GROUP_DP) {
+    void broadcast(void *buf, std::size_t count, omni_dtype t, std::uint32_t root, int g = OMNI_GROUP_DP) {
         detail::check(omni_group_broadcast(g, buf, count, t, root), "omni_broadcast");
     }
-    void allgather(const void *send, void *recv, std::size_t count, omni_dtype t, omni_group g = OMNI_GROUP_DP) {
+    void allgather(const void *send, void *recv, std::size_t count, omni_dtype t, int g = OMNI_GROUP_DP) {
         detail::check(omni_group_allgather(g, send, recv, count, t), "omni_allgather");
     }
     void reduce_scatter(const void *send, void *recv, std::size_t count, omni_dtype t,
-                        omni_reduce_op op = OMNI_SUM, omni_group g = OMNI_GROUP_DP) {
+                        omni_reduce_op op = OMNI_SUM, int g = OMNI_GROUP_DP) {
         detail::check(omni_group_reduce_scatter(g, send, recv, count, t, op), "omni_reduce_scatter");
     }
-    void barrier(omni_group g = OMNI_GROUP_DP) { detail::check(omni_group_barrier(g), "omni_barrier"); }
+    void barrier(int g = OMNI_GROUP_DP) { detail::check(omni_group_barrier(g), "omni_barrier"); }
 
 private:
     static std::uint32_t get32(int (*f)(std::uint32_t *), const char *call) {

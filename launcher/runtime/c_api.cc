@@ -59,10 +59,30 @@ Runtime *get(const char *fn) {
 // has none until omni_start admits it.
 // The communicator of `group` (OMNI_GROUP_*) into *out: OMNI_OK, or the error (an unknown
 // group, a rank without communicators) with its message set.
+// OMNI_GROUP_SP(k)'s degree k, or 0 for another group.
+std::uint32_t sp_degree(int group) {
+    return (group & ~0xffff) == 0x10000 ? static_cast<std::uint32_t>(group & 0xffff) : 0;
+}
+
+std::string unknown_group(const char *fn, int group) {
+    return std::string(fn) + ": unknown group " + std::to_string(group) +
+           " (expected OMNI_GROUP_DP, OMNI_GROUP_MP, OMNI_GROUP_WORLD or OMNI_GROUP_SP(k))";
+}
+
 int comm_of(Runtime *r, int group, const char *fn, omni::launcher::Communicator **out) {
-    if (group != OMNI_GROUP_DP && group != OMNI_GROUP_MP && group != OMNI_GROUP_WORLD)
-        return fail(OMNI_EINVAL, std::string(fn) + ": unknown group " + std::to_string(group) +
-                                     " (expected OMNI_GROUP_DP, OMNI_GROUP_MP or OMNI_GROUP_WORLD)");
+    const std::uint32_t k = sp_degree(group);
+    if (group != OMNI_GROUP_DP && group != OMNI_GROUP_MP && group != OMNI_GROUP_WORLD && !k)
+        return fail(OMNI_EINVAL, unknown_group(fn, group));
+    if (k && ((k & (k - 1)) || r->dp_size() % k))
+        return fail(OMNI_EINVAL, std::string(fn) + ": OMNI_GROUP_SP(" + std::to_string(k) +
+                                     "): expected a power of two that divides the DP size " +
+                                     std::to_string(r->dp_size()));
+    if (r->has_comm() && k) {
+        auto c = r->sp_comm(k);  // the degree is valid: what fails is the rendezvous
+        if (!c) return fail(OMNI_ECOMM, std::string(fn) + ": " + c.error());
+        *out = c.value();
+        return OMNI_OK;
+    }
     if (r->has_comm()) {
         *out = group == OMNI_GROUP_DP ? &r->comm() : group == OMNI_GROUP_MP ? &r->mp_comm() : &r->world_comm();
         return OMNI_OK;
@@ -473,9 +493,14 @@ int omni_group_info(int group, uint32_t *rank, uint32_t *size) {
         if (group == OMNI_GROUP_DP) rk = r->dp_rank(), sz = r->dp_size();
         else if (group == OMNI_GROUP_MP) rk = r->mp_rank(), sz = r->mp_size();
         else if (group == OMNI_GROUP_WORLD) rk = r->rank(), sz = r->world();
+        else if (const std::uint32_t k = rt::sp_degree(group); k && !(k & (k - 1)) && r->dp_size() % k == 0)
+            rk = r->dp_rank() % k, sz = k;
+        else if (k)
+            return fail(OMNI_EINVAL, "omni_group_info: OMNI_GROUP_SP(" + std::to_string(k) +
+                                         "): expected a power of two that divides the DP size " +
+                                         std::to_string(r->dp_size()));
         else
-            return fail(OMNI_EINVAL, "omni_group_info: unknown group " + std::to_string(group) +
-                                         " (expected OMNI_GROUP_DP, OMNI_GROUP_MP or OMNI_GROUP_WORLD)");
+            return fail(OMNI_EINVAL, rt::unknown_group("omni_group_info", group));
         if (rank) *rank = rk;
         if (size) *size = sz;
         return int(OMNI_OK);

@@ -113,6 +113,7 @@ Runtime::~Runtime() {
     // The communicators go before the stores and the client they rendezvoused through, and
     // before the PMIx session.
     nccl_.reset();
+    sp_.clear();
     dp_control_.reset();
     control_.reset();
     dp_store_.reset();
@@ -287,6 +288,7 @@ Status Runtime::adopt(const Decision &d, std::uint32_t new_rank,
     auto g = groups_of(d.next, opts_.unit, opts_.slot, opts_.mp);
     if (!g) return Error{g.error()};
     std::unique_ptr<Communicator> old_nccl = std::move(nccl_);
+    sp_.clear();
     dp_control_.reset();
     control_.reset();
     dp_store_.reset();
@@ -324,10 +326,7 @@ Result<Runtime::Connection> Runtime::connect(std::uint64_t generation, std::uint
         Connection c;
         c.store = std::make_unique<CoordinatorStore>(
             *client_, generation, std::chrono::milliseconds(opts_.comm_timeout_ms));
-        GlooOptions go;
-        go.hostname = opts_.gloo_host;
-        go.timeout = std::chrono::milliseconds(opts_.comm_timeout_ms);
-        go.same_host_copy = opts_.same_host_copy ? SameHostCopy::on : SameHostCopy::off;
+        const GlooOptions go = gloo_options();
         auto w = make_gloo_communicator(*c.store, static_cast<int>(rank), static_cast<int>(world), go);
         if (!w) return make_error("generation " + u(generation) + ": " + w.error());
         c.control = std::move(w).value();
@@ -364,6 +363,41 @@ Result<Runtime::Connection> Runtime::connect(std::uint64_t generation, std::uint
     }
 }
 
+GlooOptions Runtime::gloo_options() const {
+    GlooOptions go;
+    go.hostname = opts_.gloo_host;
+    go.timeout = std::chrono::milliseconds(opts_.comm_timeout_ms);
+    go.same_host_copy = opts_.same_host_copy ? SameHostCopy::on : SameHostCopy::off;
+    return go;
+}
+
+Result<Communicator *> Runtime::sp_comm(std::uint32_t degree) {
+    const std::uint32_t d = groups_.dp_size;
+    if (degree == 0 || (degree & (degree - 1)) || d % degree)
+        return usage_error("sp_comm: degree " + u(degree) + ": expected a power of two that divides the DP size " +
+                           u(d));
+    if (!has_comm()) return usage_error("sp_comm: no communicator before start()");
+    auto found = sp_.find(degree);
+    if (found != sp_.end()) return found->second.get();
+    if (degree == 1) return (sp_[degree] = make_solo_communicator()).get();
+    // The aligned block of this rank's MP index: its own keys in the generation's store, so
+    // that blocks, degrees and MP indices rendezvous apart.
+    const std::uint32_t block = groups_.dp_rank / degree;
+    fault_ = Fault::peer;  // a rendezvous that fails is a peer's doing
+    try {
+        CoordinatorStore store(*client_, generation_, std::chrono::milliseconds(opts_.comm_timeout_ms),
+                               "sp" + u(degree) + "m" + u(groups_.mp_rank) + "b" + u(block) + "/");
+        auto c = make_gloo_communicator(store, static_cast<int>(groups_.dp_rank % degree), static_cast<int>(degree),
+                                        gloo_options());
+        if (!c)
+            return make_error("sp_comm: generation " + u(generation_) + ", the group of DP ranks " +
+                              u(block * degree) + ".." + u(block * degree + degree - 1) + ": " + c.error());
+        return (sp_[degree] = std::move(c).value()).get();
+    } catch (const std::exception &e) {
+        return make_error("sp_comm: generation " + u(generation_) + ": " + e.what());
+    }
+}
+
 Communicator &Runtime::comm() { return nccl_ ? *nccl_ : dp_control(); }
 Communicator &Runtime::mp_comm() { return mp_nccl_ ? *mp_nccl_ : *mp_control_; }
 Communicator &Runtime::world_comm() { return *control_; }
@@ -390,10 +424,7 @@ Status Runtime::connect_mp(std::uint64_t generation) {
         for (std::uint32_t r : procs) via_pmix = via_pmix && std::find(local.begin(), local.end(), r) != local.end();
     }
     const auto timeout = std::chrono::milliseconds(opts_.comm_timeout_ms);
-    GlooOptions go;
-    go.hostname = opts_.gloo_host;
-    go.timeout = timeout;
-    go.same_host_copy = opts_.same_host_copy ? SameHostCopy::on : SameHostCopy::off;
+    const GlooOptions go = gloo_options();
     try {
         Result<std::unique_ptr<Communicator>> c = make_error("no rendezvous");
         if (via_pmix) {

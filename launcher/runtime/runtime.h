@@ -34,6 +34,7 @@
 #define OMNI_LAUNCHER_RUNTIME_H
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -136,6 +137,15 @@ public:
     // Every rank of the generation over host buffers (Gloo): barriers and host-side
     // agreements that span MP indices (a checkpoint's commit). Valid as comm() is.
     Communicator &world_comm();
+    // The sequence-parallel group of `degree`: the aligned block of `degree` DP ranks of this
+    // rank's MP index that holds it (DP ranks dp_rank() / degree * degree onwards), where an
+    // LSSP plan (plan(), StepPlan::shards) splits a sample over `degree` replicas; this rank
+    // is dp_rank() % degree in it. Host buffers (Gloo). Built at its first call in a
+    // generation, so every rank of the block must make that call (they all compute the split
+    // sample); valid as comm() is. Degree 1: a single-rank communicator. Errors: a degree
+    // that is not a power of two dividing dp_size(), or before start() (usage); the
+    // rendezvous failing (a peer fault, last_fault()).
+    Result<Communicator *> sp_comm(std::uint32_t degree);
     // False only for a joiner between an early return of create() and start().
     bool has_comm() const { return nccl_ || control_; }
     // NCCL: comm()'s operations go on the trainer's CUDA stream (a cudaStream_t on
@@ -238,6 +248,7 @@ private:
     };
     // with_nccl = false: Gloo only (the NCCL communicator comes from ncclCommShrink).
     // nccl_parent: this rank's NCCL communicator on a pure grow (make_nccl_communicator).
+    GlooOptions gloo_options() const;  // the runtime's: host, timeout, same-host copy
     Result<Connection> connect(std::uint64_t generation, std::uint32_t rank, std::uint32_t world,
                                const Groups &g, bool with_nccl,
                                Communicator *nccl_parent = nullptr) const;
@@ -273,6 +284,7 @@ private:
     std::unique_ptr<CoordinatorStore> dp_store_;
     std::unique_ptr<Communicator> dp_control_;  // M > 1: the DP group (Gloo)
     std::unique_ptr<Communicator> mp_control_, mp_nccl_;  // the MP group, for the unit's life
+    std::map<std::uint32_t, std::unique_ptr<Communicator>> sp_;  // sp_comm()'s, by degree, this generation's
     void *cuda_stream_ = nullptr;            // set_cuda_stream(), applied to every nccl_
     std::uint32_t rank_ = 0, world_ = 1;
     std::uint64_t generation_ = 0, step_ = 0;

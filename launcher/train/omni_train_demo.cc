@@ -384,6 +384,24 @@ private:
             // The plan's time covers its shards of split samples too (sequence parallel,
             // emulated by the pace): the whole sample's gradient is its leader's.
             r.pace_units = p.value()->time;
+            // Each split sample's replicas meet on its sequence-parallel group, as a real
+            // sequence-parallel layer would: they must all hold that sample, as shards 0..k-1.
+            // The shards come in the plan's order on every replica, so replicas in two groups
+            // use them in the same order.
+            for (const auto &sh : p.value()->shards) {
+                auto sp = rt_.sp_comm(sh.degree);
+                if (!sp) return fault(sp.error());
+                std::int64_t v[3] = {1, static_cast<std::int64_t>(sh.index), static_cast<std::int64_t>(sh.shard)};
+                if (auto st = sp.value()->allreduce(v, 3, omni::launcher::DType::i64, omni::launcher::ReduceOp::sum);
+                    !st)
+                    return fault("sequence-parallel group of sample " + std::to_string(sh.index) + ": " + st.error());
+                const std::int64_t k = sh.degree;
+                if (v[0] != k || v[1] != k * static_cast<std::int64_t>(sh.index) || v[2] != k * (k - 1) / 2)
+                    return omni::Error{"step " + std::to_string(s_.step + 1) +
+                                       ": the sequence-parallel group of sample " + std::to_string(sh.index) +
+                                       " (degree " + std::to_string(k) + ") does not hold its shards 0.." +
+                                       std::to_string(k - 1)};
+            }
             return omni::Status::success();
         }
         for (std::uint32_t m = 0; m < rt_.ledger()->grad_accum(); ++m) {

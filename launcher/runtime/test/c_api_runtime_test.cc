@@ -61,7 +61,7 @@ TEST(RuntimeCApi, StandaloneWithNoEnvironment) {
     EXPECT_EQ(standalone, 1);
     EXPECT_STREQ(omni_backend(), "solo");
     // One rank: every group is this rank alone.
-    for (int g : {OMNI_GROUP_DP, OMNI_GROUP_MP, OMNI_GROUP_WORLD}) {
+    for (int g : std::initializer_list<int>{OMNI_GROUP_DP, OMNI_GROUP_MP, OMNI_GROUP_WORLD, OMNI_GROUP_SP(1)}) {
         uint32_t grank = 9, gsize = 9;
         ASSERT_EQ(omni_group_info(g, &grank, &gsize), OMNI_OK) << omni_last_error();
         EXPECT_EQ(grank, 0u);
@@ -75,6 +75,14 @@ TEST(RuntimeCApi, StandaloneWithNoEnvironment) {
     }
     EXPECT_EQ(omni_group_info(7, nullptr, nullptr), OMNI_EINVAL);
     EXPECT_NE(std::string(omni_last_error()).find("unknown group 7"), std::string::npos) << omni_last_error();
+    // A sequence-parallel degree must divide the DP size (1 here) and be a power of two.
+    float z = 1;
+    for (int k : {2, 3}) {
+        EXPECT_EQ(omni_group_info(OMNI_GROUP_SP(k), nullptr, nullptr), OMNI_EINVAL);
+        EXPECT_NE(std::string(omni_last_error()).find("OMNI_GROUP_SP(" + std::to_string(k) + ")"), std::string::npos)
+            << omni_last_error();
+        EXPECT_EQ(omni_group_allreduce(OMNI_GROUP_SP(k), &z, 1, OMNI_FP32, OMNI_SUM), OMNI_EINVAL);
+    }
     float y = 1;
     EXPECT_EQ(omni_group_allreduce(-1, &y, 1, OMNI_FP32, OMNI_SUM), OMNI_EINVAL);
     // No job to stop; a reason outside 1..64 characters is refused before that.

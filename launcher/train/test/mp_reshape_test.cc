@@ -8,7 +8,8 @@
 // (kk over the replicas, runtime/balanced_step.h): the M ranks of a replica get the same
 // samples, the replicas together get exactly the step's samples, and no replica is slower
 // than under the ledger's own split; the plan follows MP rank 0's costs when the other MP
-// ranks' differ.
+// ranks' differ. In every generation with an even DP size, the sequence-parallel pairs
+// (sp_comm(2): DP ranks 2j, 2j+1 of one MP index) are built afresh and sum as the rule says.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -49,6 +50,8 @@ struct Gen {
     std::uint32_t world = 0, mp_rank = 0, mp_size = 0, dp_rank = 0, dp_size = 0;
     int comm_size = 0, mp_comm_size = 0, world_comm_size = 0;
     float dp_sum = 0, mp_sum = 0;  // allreduce of dp_rank+1 on comm(), of slot+1 on mp_comm()
+    float sp_sum = 0;              // allreduce of dp_rank+1 on sp_comm(2), when dp_size is even
+    int sp_rank = -1, sp_size = 0;
     std::vector<float> shard;       // after the change
     std::vector<float> params;
     std::uint32_t ledger_dp = 0, ga = 0;
@@ -159,6 +162,15 @@ TEST_P(RuntimeModelParallel, GroupsAndSlicesSurviveShrinkAndGrow) {
             if (auto st = rt.mp_comm().allreduce(y.data(), y.size(), DType::fp32, ReduceOp::sum); !st) s.error = st.error();
             g.dp_sum = x[0];
             g.mp_sum = y[0];
+            if (rt.dp_size() % 2 == 0) {  // the sequence-parallel pairs: built in this generation
+                auto sp = rt.sp_comm(2);
+                if (!sp) s.error = "sp_comm: " + sp.error();
+                std::vector<float> z(2, float(rt.dp_rank() + 1));
+                if (sp && !sp.value()->allreduce(z.data(), z.size(), DType::fp32, ReduceOp::sum))
+                    s.error = "sp_comm(2) allreduce";
+                g.sp_sum = z[0];
+                if (sp) g.sp_rank = sp.value()->rank(), g.sp_size = sp.value()->size();
+            }
             g.shard = mom;
             g.params = params;
             g.ledger_dp = rt.ledger()->dp_size();
@@ -244,6 +256,13 @@ TEST_P(RuntimeModelParallel, GroupsAndSlicesSurviveShrinkAndGrow) {
         EXPECT_EQ(g.mp_comm_size, int(M)) << who;
         EXPECT_EQ(g.world_comm_size, int(units.size() * N)) << who;
         EXPECT_EQ(g.dp_sum, float(dp * (dp + 1) / 2)) << who;
+        // The sequence-parallel pair of degree 2: DP ranks 2j and 2j+1 of the same MP index.
+        const std::uint32_t dpr = ui * (N / M) + replica;
+        if (dp % 2 == 0) {
+            EXPECT_EQ(g.sp_size, 2) << who;
+            EXPECT_EQ(g.sp_rank, int(dpr % 2)) << who;
+            EXPECT_EQ(g.sp_sum, float(dpr / 2 * 4 + 3)) << who;  // (2j + 1) + (2j + 2)
+        }
         // The replica's MP group: slots k*M .. k*M+M-1 of the unit.
         float mp_sum = 0;
         for (std::uint32_t i = 0; i < M; ++i) mp_sum += float(replica * M + i + 1);
