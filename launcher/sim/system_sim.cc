@@ -34,13 +34,26 @@ double work(const Item &i, bool frozen) { return 3 * i.llm + (frozen ? 1 : 3) * 
 
 std::uint64_t whole_cost(double x) { return std::min(static_cast<std::uint64_t>(std::ceil(x)), balance::kMaxCost); }
 
+// Sample i computed whole by one replica.
+Item whole(const StepSamples &s, const balance::SpCostModel &m, std::size_t i) {
+    return {m.time(s.tokens[i], 1), s.enc[i], static_cast<double>(s.tokens[i])};
+}
+
+// Every sample's work whole, as the planners' integer costs, padded with zeros to a multiple
+// of `multiple` (partition() gives every part the same count).
+std::vector<std::uint64_t> whole_costs(const SystemConfig &c, const StepSamples &s, std::size_t multiple) {
+    std::vector<std::uint64_t> cost((s.tokens.size() + multiple - 1) / multiple * multiple, 0);
+    for (std::size_t i = 0; i < s.tokens.size(); ++i)
+        cost[i] = whole_cost(work(whole(s, c.lssp.cost, i), c.frozen_encoders));
+    return cost;
+}
+
 // The replicas' items of an LSSP or static sequence-parallel plan.
 std::vector<std::vector<Item>> items_of(const balance::LsspPlan &p, const StepSamples &s, const balance::SpCostModel &m,
                                         std::uint32_t replicas) {
     std::vector<std::vector<Item>> out(replicas);
     for (std::uint32_t r = 0; r < replicas; ++r)
-        for (std::uint32_t i : p.whole[r])
-            out[r].push_back({m.time(s.tokens[i], 1), s.enc[i], static_cast<double>(s.tokens[i])});
+        for (std::uint32_t i : p.whole[r]) out[r].push_back(whole(s, m, i));
     for (const balance::SpSample &x : p.split) {
         const double k = x.degree;
         const Item shard{m.time(s.tokens[x.position], x.degree), s.enc[x.position] / k,
@@ -63,16 +76,13 @@ Result<std::vector<std::vector<Item>>> assign(const SystemConfig &c, const StepS
         *split = !p.value().split.empty();
         return items_of(p.value(), s, m, replicas);
     }
-    std::vector<std::uint64_t> cost(s.tokens.size());
-    for (std::size_t i = 0; i < cost.size(); ++i)
-        cost[i] = whole_cost(work({m.time(s.tokens[i], 1), s.enc[i], 0}, c.frozen_encoders));
+    const std::vector<std::uint64_t> cost = whole_costs(c, s, 1);
     auto a =
         balance::partition(cost, replicas, system == System::Reorder ? balance::Policy::Kk : balance::Policy::None);
     if (!a) return Error{a.error()};
     std::vector<std::vector<Item>> out(replicas);
     for (std::uint32_t r = 0; r < replicas; ++r)
-        for (std::uint32_t i : a.value()[r])
-            out[r].push_back({m.time(s.tokens[i], 1), s.enc[i], static_cast<double>(s.tokens[i])});
+        for (std::uint32_t i : a.value()[r]) out[r].push_back(whole(s, m, i));
     return out;
 }
 
@@ -143,9 +153,7 @@ Result<std::vector<std::vector<Item>>> lssp_micro_batches(const SystemConfig &c,
                                                           std::uint32_t replicas, bool *split) {
     const std::uint32_t M = c.micro_batches;
     const balance::SpCostModel &m = c.lssp.cost;
-    std::vector<std::uint64_t> cost((s.tokens.size() + M - 1) / M * M, 0);
-    for (std::size_t i = 0; i < s.tokens.size(); ++i)
-        cost[i] = whole_cost(work({m.time(s.tokens[i], 1), s.enc[i], 0}, c.frozen_encoders));
+    const std::vector<std::uint64_t> cost = whole_costs(c, s, M);
     auto steps = balance::partition(cost, M, balance::Policy::Kk);
     if (!steps) return Error{steps.error()};
     std::vector<std::vector<Item>> out(replicas, std::vector<Item>(M));
