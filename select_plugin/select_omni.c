@@ -18,11 +18,14 @@
  * file is missing, unreadable, lacks a node or counts its GPUs differently from Slurm, the job
  * is placed as cons_tres places it, with a log line saying why.
 
+ * A job expansion (--dependency=expand) goes through cons_tres too, with its merge of the
+ * two jobs' cores repaired here (select_p_job_expand).
+ *
  * Sites must install select_omni.so wherever Slurm runs (slurmctld, slurmd, and the hosts
  * of srun, squeue and sinfo): packed job and node data carry this plugin's id, and Slurm
  * unpacks them only where the plugin is present. Where slurmctld compares SelectType with
- * "cons_tres" by name (dynamic nodes, MaxNodeCount, job expansion), select/omni is not
- * cons_tres; see select_omni(8).
+ * "cons_tres" by name (dynamic nodes, MaxNodeCount, an expansion helper's GRES options),
+ * select/omni is not cons_tres; see select_omni(8).
  *
  * Runs inside slurmctld, slurmd, slurmstepd and the client commands: init() does nothing but
  * load cons_tres. The site file is read in slurmctld only, in node_init, which slurmctld calls
@@ -400,9 +403,116 @@ extern int select_p_job_ready(job_record_t *job_ptr)
 	return (*(ct.job_ready))(job_ptr);
 }
 
+/* One node's cores in a job, by the node's index in Slurm's node table. */
+typedef struct {
+	int node_inx;
+	bitstr_t *cores;
+} node_cores_t;
+
+/* The job's cores, node by node (NULL with *count 0 when it has none recorded). */
+static node_cores_t *_cores_by_node(job_resources_t *jr, int *count)
+{
+	node_cores_t *out;
+	int i, n = 0, last;
+
+	*count = 0;
+	if (!jr || !jr->node_bitmap || !jr->core_bitmap || !jr->nhosts)
+		return NULL;
+	out = xcalloc(jr->nhosts, sizeof(*out));
+	last = bit_fls(jr->node_bitmap);
+	for (i = bit_ffs(jr->node_bitmap); i >= 0 && i <= last && (uint32_t) n < jr->nhosts; i++) {
+		if (!bit_test(jr->node_bitmap, i))
+			continue;
+		out[n].node_inx = i;
+		out[n].cores = copy_job_resources_node(jr, n);
+		n++;
+	}
+	*count = n;
+	return out;
+}
+
+static void _free_cores(node_cores_t *nc, int count)
+{
+	int k;
+
+	for (k = 0; k < count; k++)
+		FREE_NULL_BITMAP(nc[k].cores);
+	xfree(nc);
+}
+
+/* ORs the cores of `nc` that sit on node `node_inx` into the merged job's node `n`. */
+static void _put_cores(job_resources_t *jr, int n, int node_inx, const node_cores_t *nc, int count)
+{
+	int k, c, first = get_job_resources_offset(jr, n, 0, 0), size;
+
+	if (first < 0)
+		return;
+	for (k = 0; k < count; k++) {
+		if (nc[k].node_inx != node_inx || !nc[k].cores)
+			continue;
+		size = bit_size(nc[k].cores);
+		if (first + size > bit_size(jr->core_bitmap))
+			continue;
+		for (c = 0; c < size; c++)
+			if (bit_test(nc[k].cores, c))
+				bit_set(jr->core_bitmap, first + c);
+	}
+}
+
+/*
+ * Slurm's expansion (--dependency=expand, then NumNodes=0 on the helper) moves the helper
+ * job's nodes into the job in cons_tres's job_expand, whose core merge
+ * (job_resources_bits_copy, 22.05 and later) ORs the two jobs' core bitmaps whole. Those
+ * bitmaps are per job, node after node, so the helper's cores land on the job's first nodes
+ * and the nodes it brings hold none: steps there fail in task/affinity ("task_g_set_affinity:
+ * Invalid argument") and cons_tres counts those cores free for other jobs. select/omni keeps
+ * both jobs' cores per node before the merge and rebuilds the merged job's cores from them
+ * after it; cons_tres's partition rows are then rebuilt from the job's right cores through
+ * its own indefinite suspend and resume of the cores (the job's memory and GRES untouched).
+ * Only the core bits change: cons_tres's CPU counts per node are right already.
+ *
+ * cons_tres also refuses to expand a job whose gres_list_req exists, and slurmctld gives
+ * every whole-node job (--exclusive) one where slurm.conf has GresTypes
+ * (gres_ctld_job_select_whole_node), empty when its nodes hold no GRES. An empty list has
+ * nothing to merge: it is hidden from cons_tres for the call.
+ */
 extern int select_p_job_expand(job_record_t *from_job_ptr, job_record_t *to_job_ptr)
 {
-	return (*(ct.job_expand))(from_job_ptr, to_job_ptr);
+	node_cores_t *from_cores, *to_cores;
+	List from_gres, to_gres;
+	job_resources_t *jr;
+	int from_cnt, to_cnt, i, n = 0, last, rc;
+
+	from_cores = _cores_by_node(from_job_ptr->job_resrcs, &from_cnt);
+	to_cores = _cores_by_node(to_job_ptr->job_resrcs, &to_cnt);
+	from_gres = from_job_ptr->gres_list_req;
+	to_gres = to_job_ptr->gres_list_req;
+	if (from_gres && !list_count(from_gres))
+		from_job_ptr->gres_list_req = NULL;
+	if (to_gres && !list_count(to_gres))
+		to_job_ptr->gres_list_req = NULL;
+	rc = (*(ct.job_expand))(from_job_ptr, to_job_ptr);
+	from_job_ptr->gres_list_req = from_gres;
+	to_job_ptr->gres_list_req = to_gres;
+	jr = to_job_ptr->job_resrcs;
+	if (rc == SLURM_SUCCESS && jr && jr->core_bitmap && jr->node_bitmap && (from_cnt || to_cnt)) {
+		(void) (*(ct.job_suspend))(to_job_ptr, true);
+		bit_clear_all(jr->core_bitmap);
+		last = bit_fls(jr->node_bitmap);
+		for (i = bit_ffs(jr->node_bitmap); i >= 0 && i <= last && (uint32_t) n < jr->nhosts; i++) {
+			if (!bit_test(jr->node_bitmap, i))
+				continue;
+			_put_cores(jr, n, i, to_cores, to_cnt);
+			_put_cores(jr, n, i, from_cores, from_cnt);
+			n++;
+		}
+		(void) (*(ct.job_resume))(to_job_ptr, true);
+		info(PREFIX "%pJ expanded by %pJ: cores of its %d node(s) rebuilt per node", to_job_ptr,
+		     from_job_ptr, n);
+	}
+	_free_cores(from_cores, from_cnt);
+	_free_cores(to_cores, to_cnt);
+	return rc;
 }
 
 extern int select_p_job_resized(job_record_t *job_ptr, node_record_t *node_ptr)
