@@ -110,7 +110,8 @@ Result<SiteConfig> parse_site_config(const std::vector<std::string> &args) {
     static const std::vector<std::string> keys{"topology",       "bind",
                                                "allow_sm_slice", "max_units",
                                                "default_domain", "policy",
-                                               "policy_min_cooldown", "policy_min_interval"};
+                                               "policy_min_cooldown", "policy_min_interval",
+                                               "grow"};
     auto kvs = parse_key_values(args, keys, "plugstack.conf");
     if (!kvs) return Error{kvs.error()};
     SiteConfig site;
@@ -132,6 +133,10 @@ Result<SiteConfig> parse_site_config(const std::vector<std::string> &args) {
             auto p = parse_choice(kv.value, {"allow", "deny"}, what);
             if (!p) return Error{p.error()};
             site.allow_policy = p.value() == "allow";
+        } else if (kv.key == "grow") {
+            auto g = parse_choice(kv.value, {"auto", "satellite", "expand"}, what);
+            if (!g) return Error{g.error()};
+            site.grow = g.value();
         } else if (kv.key == "policy_min_cooldown" || kv.key == "policy_min_interval") {
             const bool cd = kv.key == "policy_min_cooldown";
             auto n = parse_uint(kv.value, cd ? 0 : 1, cd ? kMaxPolicySeconds : kMaxPolicyInterval, what);
@@ -316,6 +321,7 @@ std::vector<std::pair<std::string, std::string>> job_option_env(const JobOptions
         env.emplace_back("OMNI_ELASTIC_MIN", std::to_string(o.elastic->first));
         env.emplace_back("OMNI_ELASTIC_MAX", std::to_string(o.elastic->second));
         env.emplace_back("OMNI_SITE_MAX_UNITS", std::to_string(site.max_units));
+        if (site.grow != "auto") env.emplace_back("OMNI_SITE_GROW", site.grow);
     }
     if (o.elastic || o.unit_given) {
         env.emplace_back("OMNI_UNIT_SIZE", std::to_string(o.unit_size));
@@ -388,6 +394,11 @@ Result<SiteConfig> site_config_from_env(const std::function<const char *(const c
         auto n = parse_uint(v, 1, 65536, "OMNI_SITE_MAX_UNITS");
         if (!n) return Error{n.error()};
         site.max_units = n.value();
+    }
+    if (const char *v = get("OMNI_SITE_GROW")) {
+        auto g = parse_choice(v, {"auto", "satellite", "expand"}, "OMNI_SITE_GROW");
+        if (!g) return Error{g.error()};
+        site.grow = g.value();
     }
     return site;
 }

@@ -36,11 +36,16 @@ struct SiteConfig {
     bool allow_policy = true;          /* policy=allow|deny: may jobs ask for --omni-policy */
     std::uint64_t policy_min_cooldown = 60;  /* policy_min_cooldown=S: floor of both cooldowns */
     std::uint64_t policy_min_interval = 5;   /* policy_min_interval=S: floor of interval */
+    /* grow=auto|satellite|expand: how omni-launch grows a job onto nodes it does not hold
+     * (omni-launch(1)): by Slurm's job expansion where the job qualifies, else a satellite
+     * job (auto); or by that route only. */
+    std::string grow = "auto";
 };
 
 /* Parses plugstack arguments ("key=value" each): topology, bind, allow_sm_slice, max_units,
- * default_domain, policy, policy_min_cooldown (0..86400), policy_min_interval (1..3600). Unknown keys, repeated keys and bad values
- * are errors naming the key. topology must be an absolute path when given. */
+ * default_domain, policy, policy_min_cooldown (0..86400), policy_min_interval (1..3600),
+ * grow. Unknown keys, repeated keys and bad values are errors naming the key. topology must
+ * be an absolute path when given. */
 Result<SiteConfig> parse_site_config(const std::vector<std::string> &args);
 
 /* --omni-policy=auto[,KEY=SECONDS...]: the elastic policy omni-launch runs for the job
@@ -108,8 +113,9 @@ Result<JobOptions> job_options_from_env(const std::function<const char *(const c
 
 /* The site limits a job was submitted under. job_option_env writes the site's max_units as
  * OMNI_SITE_MAX_UNITS for an elastic job, so omni-launch and every rank check the job's
- * options against the limit sbatch checked them with, not against the default. Unset: the
- * defaults (a job submitted without the plugin); a bad value is an error naming the variable.
+ * options against the limit sbatch checked them with, not against the default; and a grow
+ * other than auto as OMNI_SITE_GROW. Unset: the defaults (a job submitted without the
+ * plugin); a bad value is an error naming the variable.
  * Only the limits are read: topology, bind and default_domain act at submit and in
  * slurmstepd, where the plugstack arguments are at hand. */
 Result<SiteConfig> site_config_from_env(const std::function<const char *(const char *)> &get);

@@ -205,7 +205,10 @@ TEST(SiteConfig, ParsesAndRejects) {
     EXPECT_EQ(parse_site_config({"colour=blue"}).error(),
               "plugstack.conf: unknown key 'colour' in 'colour=blue'; expected one of topology, "
               "bind, allow_sm_slice, max_units, default_domain, policy, policy_min_cooldown, "
-              "policy_min_interval");
+              "policy_min_interval, grow");
+    EXPECT_EQ(d.value().grow, "auto");
+    EXPECT_EQ(parse_site_config({"grow=expand"}).value().grow, "expand");
+    EXPECT_FALSE(parse_site_config({"grow=elsewhere"}).ok());
     EXPECT_EQ(parse_site_config({"max_units=0"}).error(),
               "plugstack.conf: max_units: '0' is out of range; expected an integer in 1..65536");
     EXPECT_EQ(parse_site_config({"topology=site.json"}).error(),
@@ -271,6 +274,30 @@ TEST(JobOptions, SiteLimitTravelsInTheEnvironment) {
     }
     EXPECT_EQ(site_config_from_env([](const char *) -> const char * { return nullptr; }).value().max_units,
               1024u);
+}
+
+// plugstack.conf grow= reaches omni-launch in the job's environment, only when it is not the
+// default; a bad value read back is an error naming the variable.
+TEST(JobOptions, SiteGrowTravelsInTheEnvironment) {
+    SiteConfig site;
+    JobOptions o;
+    ASSERT_EQ(run({{"omni-elastic", "1:4"}}, site, &o), "");
+    EXPECT_EQ(env_of(o, site).count("OMNI_SITE_GROW"), 0u);
+    site.grow = "satellite";
+    auto env = env_of(o, site);
+    EXPECT_EQ(env["OMNI_SITE_GROW"], "satellite");
+    auto get = [&](const char *k) -> const char * {
+        auto it = env.find(k);
+        return it == env.end() ? nullptr : it->second.c_str();
+    };
+    auto back = site_config_from_env(get);
+    ASSERT_TRUE(back.ok()) << back.error();
+    EXPECT_EQ(back.value().grow, "satellite");
+    env["OMNI_SITE_GROW"] = "elsewhere";
+    auto bad = site_config_from_env(get);
+    ASSERT_FALSE(bad.ok());
+    EXPECT_EQ(bad.error().rfind("OMNI_SITE_GROW", 0), 0u) << bad.error();
+    EXPECT_EQ(site_config_from_env([](const char *) -> const char * { return nullptr; }).value().grow, "auto");
 }
 
 TEST(JobOptions, SiteLimitRefusesAboveIt) {

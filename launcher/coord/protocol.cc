@@ -43,9 +43,10 @@ Status check_resize_cause(std::string_view cause) {
 }
 
 Status check_grow_via(std::string_view via) {
-    if (via == kViaAllocation || via == kViaSatellite) return Status::success();
-    return make_error("'via' is '" + std::string(via.substr(0, 32)) + "': expected " + kViaAllocation +
-                      " or " + kViaSatellite);
+    for (const char *v : {kViaAllocation, kViaSatellite, kViaExpand, kViaAuto})
+        if (via == v) return Status::success();
+    return make_error("'via' is '" + std::string(via.substr(0, 32)) + "': expected " + kViaAuto + ", " +
+                      kViaSatellite + ", " + kViaExpand + " or " + kViaAllocation);
 }
 
 const Member *Layout::find(std::string_view id) const {

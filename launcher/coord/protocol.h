@@ -62,10 +62,14 @@ Status check_member_id(std::string_view id);
 constexpr std::size_t kMaxNodeNameLength = 64;
 Status check_node_name(std::string_view node);
 // Where the units of a planned grow start, as omni-launch reads it from the status: in the
-// job's own allocation ("allocation", the default) or in a satellite job omni-launch submits
-// ("satellite"). The coordinator only keeps it with the target.
+// job's own allocation ("allocation", the default), in a satellite job omni-launch submits
+// ("satellite"), on nodes Slurm's job expansion adds to the job ("expand",
+// launch/expansion.h), or by expansion where the job qualifies and by satellite otherwise
+// ("auto"). The coordinator only keeps it with the target.
 inline constexpr const char *kViaAllocation = "allocation";
 inline constexpr const char *kViaSatellite = "satellite";
+inline constexpr const char *kViaExpand = "expand";
+inline constexpr const char *kViaAuto = "auto";
 Status check_grow_via(std::string_view via);
 // Who asked for a planned reshape, kept with the target and reported as the kind of the
 // resize it makes (ProtocolStatus::last_resize): a person or script through omni-ctl
@@ -157,7 +161,7 @@ struct ProtocolStatus {
     std::uint32_t units = 0, world = 0, unit_size = 0, min_units = 0, max_units = 0;
     std::optional<std::uint32_t> target_units;    // a planned reshape not yet applied
     std::vector<std::uint32_t> target_leave;      // the units it removes, when it names them
-    std::string target_via;                       // a grow's: kViaAllocation or kViaSatellite
+    std::string target_via;                       // a grow's: one of the kVia* words
     std::optional<std::uint64_t> boundary_step;   // a boundary in progress
     std::uint32_t arrived = 0;                    // members at that boundary
     std::uint64_t last_step = 0;                  // last decided boundary

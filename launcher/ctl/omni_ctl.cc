@@ -5,7 +5,7 @@
 //   omni-ctl shrink --units K | --nodes LIST
 //                                   a planned shrink that then gives the emptied nodes back
 //                                   to Slurm (scontrol update NodeList=)
-//   omni-ctl grow --units K [--via satellite|allocation] | --cancel
+//   omni-ctl grow --units K [--via auto|satellite|expand|allocation] | --cancel
 //                                   a planned grow whose units start in a satellite job
 //                                   (default) or in the job's own allocation
 //
@@ -413,12 +413,12 @@ static int run(int argc, char **argv) {
         "Usage: omni-ctl [OPTIONS] status [--json]\n"
         "       omni-ctl [OPTIONS] reshape --units K\n"
         "       omni-ctl [OPTIONS] shrink --units K | --nodes LIST [--job-id J] [--wait S]\n"
-        "       omni-ctl [OPTIONS] grow --units K [--via satellite|allocation] [--wait S]\n"
+        "       omni-ctl [OPTIONS] grow --units K [--via auto|satellite|expand|allocation] [--wait S]\n"
         "       omni-ctl [OPTIONS] grow --cancel\n\n"
         "Talks to the coordinator of the current slurm-omni job, or with --job J of job J from\n"
         "outside it (see omni-ctl(1)).\n\nOptions");
     std::string command, units_text, address, job_dir, timeout_text = "10000", nodes_text,
-        job_text, wait_text, via = kViaSatellite, remote_text, cause = kCausePlanned;
+        job_text, wait_text, via = kViaAuto, remote_text, cause = kCausePlanned;
     opts.add_options()
         ("help,h", "show this help and exit")
         ("json", "status: print the status as one JSON object")
@@ -430,8 +430,9 @@ static int run(int argc, char **argv) {
         ("wait", po::value<std::string>(&wait_text),
          "shrink, grow: seconds to wait for the change (default 600; grow --wait 0: do not wait)")
         ("via", po::value<std::string>(&via),
-         "grow: where the new units start: satellite (a job of their own, default) or allocation "
-         "(the job's own idle nodes)")
+         "grow: where the new units start: auto (default: expand where the job qualifies, else "
+         "satellite), satellite (a job of their own), expand (nodes Slurm's job expansion adds to "
+         "the job) or allocation (the job's own idle nodes)")
         ("cancel", "grow: withdraw a pending grow")
         ("cause", po::value<std::string>(&cause),
          "shrink: who asks, as omni-ctl status reports the resize: planned (default), scontrol "
@@ -544,7 +545,7 @@ static int run(int argc, char **argv) {
             if (!u) return usage(u.error());
             grow_args.units = static_cast<std::uint32_t>(u.value());
         }
-        if (!check_grow_via(via)) return usage("--via '" + via.substr(0, 32) + "': expected satellite or allocation");
+        if (!check_grow_via(via)) return usage("--via '" + via.substr(0, 32) + "': expected auto, satellite, expand or allocation");
         grow_args.via = via;
         if (vm.count("wait")) {
             auto w = omni::parse_uint(wait_text, 0, 86400, "--wait");

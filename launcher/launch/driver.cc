@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <future>
 #include <map>
 #include <optional>
@@ -20,6 +21,7 @@
 #include "coord/protocol.h"
 #include "coord/secret.h"
 #include "launch/events.h"
+#include "launch/expansion.h"
 #include "launch/metrics.h"
 #include "launch/policy.h"
 #include "launch/satellite.h"
@@ -53,7 +55,7 @@ struct Snapshot {
     std::uint64_t generation = 0;
     std::uint32_t units = 0, world = 0;
     std::optional<std::uint32_t> target;
-    std::string target_via;  // a grow's: kViaAllocation or kViaSatellite
+    std::string target_via;  // a grow's: one of the kVia* words (coord/protocol.h)
     std::optional<std::uint64_t> boundary_step;
     std::vector<std::uint32_t> unit_ids;
     std::vector<std::pair<std::string, std::uint32_t>> members;  // id, unit
@@ -122,6 +124,19 @@ struct Satellite {
     bool ended = false;      // squeue no longer lists it
 };
 
+// A grow by Slurm's job expansion (launch/expansion.h): the helper's salloc, then the merge.
+struct Expansion {
+    pid_t salloc = -1;  // salloc --no-shell, until it exits and is reaped
+    std::vector<std::uint32_t> units;
+    std::uint32_t helper = 0;  // the helper job, once squeue lists it
+    std::string state = "SUBMITTED";
+    std::int64_t asked_ms = 0;
+    bool cancelled = false;  // omni-launch withdrew it
+    bool merged = false;     // its nodes are the job's, its units started
+    bool failed = false;     // Slurm refused it, or the merge failed
+    bool over() const { return cancelled || merged || failed; }
+};
+
 class Driver {
 public:
     Driver(const DriverConfig &cfg, const std::atomic<int> &signals, const std::atomic<int> &last_signal)
@@ -143,6 +158,10 @@ private:
     void poll_satellites(const Snapshot &s);
     void cancel_satellites(const std::string &why, bool joined_too);
     void finish_satellites();
+    Result<std::string> grow_route(const std::string &via);
+    Status start_expansion(const std::vector<std::uint32_t> &units);
+    void poll_expansion(const Snapshot &s);
+    void cancel_expansion(const std::string &why);
     void leave_job(const std::string &why, const char *cause = kCausePlanned);
     void watch_preemption();
     void await_preemption();
@@ -171,6 +190,8 @@ private:
     std::optional<EventLog> events_;
     std::vector<Step> steps_;
     std::vector<Satellite> satellites_;
+    std::optional<Expansion> expansion_;  // one at a time
+    std::int64_t expansion_polled_ms_ = 0;
     std::int64_t satellites_polled_ms_ = 0;  // the main job's squeue of its satellites
     std::int64_t preempt_polled_ms_ = 0;      // a satellite's look at its own job
     // job_submit/omni's deferred shrinks (watch_release_request): the last record acted on,
@@ -462,7 +483,11 @@ void Driver::observe(const Snapshot &s) {
 
 void Driver::maybe_grow(const Snapshot &s) {
     // A grow that was withdrawn or replaced: its satellites that have not joined go.
-    if (!s.target || *s.target <= s.units) cancel_satellites("no grow is requested any more", false);
+    if (!s.target || *s.target <= s.units) {
+        grow_failed_target_.reset();  // withdrawn: the same size may be asked again
+        cancel_satellites("no grow is requested any more", false);
+        cancel_expansion("no grow is requested any more");
+    }
     if (s.phase != "running" || !s.target || *s.target <= s.units || shutdown_deadline_) return;
     if (grow_failed_target_ && *grow_failed_target_ == *s.target) return;
     std::uint32_t outstanding = 0;  // launched joiner units not yet in a generation
@@ -471,6 +496,8 @@ void Driver::maybe_grow(const Snapshot &s) {
         if (st.joiner && st.running) outstanding += std::count_if(st.units.begin(), st.units.end(), waiting);
     for (const auto &sat : satellites_)
         if (!sat.ended && !sat.cancelled) outstanding += std::count_if(sat.units.begin(), sat.units.end(), waiting);
+    // An expansion under way: the rest of a larger grow waits for it to end.
+    if (expansion_ && !expansion_->over()) return;
     if (s.units + outstanding >= *s.target) return;
     std::uint32_t need = *s.target - s.units - outstanding;
     // Unit ids are never reused (a joiner must not be mistaken for a unit that left), and
@@ -479,13 +506,22 @@ void Driver::maybe_grow(const Snapshot &s) {
         abandon_grow(s, "cannot grow: this job has used all " + std::to_string(kMaxUnits) + " unit ids");
         return;
     }
+    auto route = grow_route(s.target_via.empty() ? kViaAllocation : s.target_via);
+    if (!route) {
+        abandon_grow(s, "cannot grow via " + s.target_via + ": " + route.error());
+        return;
+    }
     std::vector<std::uint32_t> units;
     for (std::uint32_t i = 0; i < need; ++i) units.push_back(next_unit_++);  // ids never reused
-    const bool via_satellite = s.target_via == kViaSatellite;
+    const std::string where = route.value() == kViaSatellite ? " in a satellite job"
+                              : route.value() == kViaExpand  ? " on nodes Slurm's job expansion adds"
+                                                             : "";
     log_line(LogLevel::Info, kComponent,
-             "reshape to " + std::to_string(*s.target) + " units requested: starting " +
-                 std::to_string(need) + " joining unit(s)" + (via_satellite ? " in a satellite job" : ""));
-    auto st = via_satellite ? submit_satellite(units) : launch(units, true);
+             "reshape to " + std::to_string(*s.target) + " units requested: starting " + std::to_string(need) +
+                 " joining unit(s)" + where);
+    auto st = route.value() == kViaSatellite ? submit_satellite(units)
+              : route.value() == kViaExpand  ? start_expansion(units)
+                                             : launch(units, true);
     if (!st) abandon_grow(s, "cannot start joining units: " + st.error());
 }
 
@@ -539,6 +575,142 @@ Status Driver::submit_satellite(const std::vector<std::uint32_t> &units) {
              "submitted satellite job " + std::to_string(id.value()) + " (" + satellite_job_name(alloc_.job_id) +
                  ") for units [" + format_unit_list(units) + "]");
     return Status::success();
+}
+
+// The way a grow's units come: `via` as asked, where "expand" and "auto" ask Slurm whether
+// the job can be expanded (launch/expansion.h); "auto" falls back to a satellite. A site's
+// plugstack.conf grow=satellite|expand is what "auto" means there, and the only route out of
+// the job's allocation it allows.
+Result<std::string> Driver::grow_route(const std::string &asked) {
+    constexpr std::int64_t kSlurmTimeoutMs = 10000;
+    const std::string &site = cfg_.site_grow;
+    if ((asked == kViaSatellite || asked == kViaExpand) && site != kViaAuto && asked != site)
+        return make_error("this cluster grows jobs by " + site + " only (plugstack.conf grow=" + site + ")");
+    const std::string via = asked == kViaAuto && site != kViaAuto ? site : asked;
+    if (via != kViaExpand && via != kViaAuto) return via;
+    auto refusal = [&]() -> Result<std::optional<std::string>> {
+        if (alloc_.job_id == 0) return std::optional<std::string>("omni-launch runs inside no Slurm job");
+        auto job = own_job(0);
+        if (!job) return Error{job.error()};
+        auto config = run_capture({"scontrol", "show", "config"}, kSlurmTimeoutMs);
+        if (!config) return Error{config.error()};
+        return expansion_refusal(parse_config_value(config.value(), "SchedulerParameters").value_or(""),
+                                 parse_config_value(config.value(), "SelectType").value_or(""), job.value());
+    }();
+    if (!refusal) return Error{refusal.error()};
+    if (!refusal.value()) return std::string(kViaExpand);
+    if (via == kViaExpand) return make_error(*refusal.value());
+    log_line(LogLevel::Info, kComponent, "growing by satellite, not by expansion: " + *refusal.value());
+    return std::string(kViaSatellite);
+}
+
+// The helper allocation of an expansion: salloc --no-shell waits (pending) until Slurm grants
+// it; poll_expansion takes it from there.
+Status Driver::start_expansion(const std::vector<std::uint32_t> &units) {
+    auto job = own_job(0);
+    if (!job) return Error{job.error()};
+    ExpansionSpec spec;
+    spec.main_job = alloc_.job_id;
+    spec.nodes = static_cast<std::uint32_t>(units.size()) *
+                 std::max<std::uint32_t>(1, unit_nodes(cfg_.settings.unit_size, cfg_.alloc));
+    spec.tasks_per_node = cfg_.alloc.nodes > 0 ? std::max<std::uint32_t>(1, cfg_.alloc.capacity_ranks / cfg_.alloc.nodes)
+                                               : cfg_.settings.unit_size;
+    spec.partition = job.value().partition;
+    spec.exclusive = job.value().exclusive;
+    spec.exclude = job.value().nodes;
+    const auto argv = expansion_salloc_argv(spec);
+    log_line(LogLevel::Info, kComponent,
+             "asking Slurm to expand job " + std::to_string(alloc_.job_id) + " for units [" +
+                 format_unit_list(units) + "]: " + shell_join(argv));
+    // salloc's messages go to a file: it ends every merged helper with "Job allocation H
+    // has been revoked", which is not an error here; its last line explains a refusal.
+    auto pid = spawn_to_file(argv, environment_with({}, satellite_env_unset(environ)), cfg_.job_dir + "/salloc.out");
+    if (!pid) return Error{pid.error()};
+    Expansion x;
+    x.salloc = pid.value();
+    x.units = units;
+    x.asked_ms = mono_ms();
+    expansion_ = std::move(x);
+    return Status::success();
+}
+
+// While the helper is pending, squeue twice a second (its id and state); once Slurm runs it,
+// its nodes become the job's and the units start there. salloc itself exits a moment after
+// the grant (it waits for the nodes to boot), or with an error when Slurm refuses the request.
+void Driver::poll_expansion(const Snapshot &s) {
+    constexpr std::int64_t kEveryMs = 500, kSlurmTimeoutMs = 10000;
+    if (!expansion_) return;
+    Expansion &x = *expansion_;
+    std::optional<int> salloc_exit;
+    if (x.salloc > 0)
+        if (auto ws = try_reap(x.salloc)) {
+            x.salloc = -1;
+            salloc_exit = exit_code_of(*ws);
+        }
+    if (x.over()) return;
+    const std::string name = expansion_job_name(alloc_.job_id);
+    const std::int64_t now = mono_ms();
+    if (!salloc_exit && now - expansion_polled_ms_ < kEveryMs) return;
+    expansion_polled_ms_ = now;
+    auto live = live_jobs_named(name, kSlurmTimeoutMs);
+    if (!live) {
+        log_line(LogLevel::Warning, kComponent, live.error());
+        return;
+    }
+    for (const auto &[id, state] : live.value()) {
+        if (x.helper == 0) x.helper = id;
+        if (id != x.helper || state == x.state) continue;
+        log_line(LogLevel::Info, kComponent, "expansion helper job " + std::to_string(id) + " (" + name + ") is " + state);
+        x.state = state;
+    }
+    const bool running = x.helper != 0 && live.value().count(x.helper) && x.state == "RUNNING";
+    if (!running) {
+        if (!salloc_exit && x.salloc > 0) return;  // still pending
+        x.failed = true;
+        if (x.helper) (void) cancel_jobs({x.helper}, kSlurmTimeoutMs);
+        std::string said;
+        if (salloc_exit) {
+            std::ifstream in(cfg_.job_dir + "/salloc.out");
+            for (std::string line; std::getline(in, line);)
+                if (!line.empty()) said = line.substr(0, 300);
+        }
+        abandon_grow(s, "Slurm did not grant the expansion's helper allocation" +
+                            (salloc_exit ? " (salloc exit " + std::to_string(*salloc_exit) +
+                                               (said.empty() ? "" : ": " + said) + ")"
+                                         : std::string()));
+        return;
+    }
+    const std::int64_t granted = mono_ms();
+    if (auto st = merge_expansion(alloc_.job_id, x.helper, kSlurmTimeoutMs); !st) {
+        x.failed = true;
+        (void) cancel_jobs({x.helper}, kSlurmTimeoutMs);
+        abandon_grow(s, st.error());
+        return;
+    }
+    x.merged = true;
+    log_line(LogLevel::Info, kComponent,
+             "helper job " + std::to_string(x.helper) + " running " + std::to_string(granted - x.asked_ms) +
+                 " ms after the request; its nodes are job " + std::to_string(alloc_.job_id) + "'s " +
+                 std::to_string(mono_ms() - granted) + " ms later");
+    if (auto st = launch(x.units, true); !st) abandon_grow(s, "cannot start joining units: " + st.error());
+}
+
+// A pending expansion goes: its helper job is cancelled (salloc then exits) and its units
+// never start.
+void Driver::cancel_expansion(const std::string &why) {
+    constexpr std::int64_t kSlurmTimeoutMs = 10000;
+    if (!expansion_ || expansion_->over()) return;
+    Expansion &x = *expansion_;
+    x.cancelled = true;
+    if (x.helper == 0) {
+        if (auto live = live_jobs_named(expansion_job_name(alloc_.job_id), kSlurmTimeoutMs); live && !live.value().empty())
+            x.helper = live.value().begin()->first;
+    }
+    log_line(LogLevel::Info, kComponent,
+             why + ": cancelling the expansion" + (x.helper ? " (helper job " + std::to_string(x.helper) + ")" : ""));
+    if (x.helper)
+        if (auto st = cancel_jobs({x.helper}, kSlurmTimeoutMs); !st) log_line(LogLevel::Warning, kComponent, st.error());
+    if (x.salloc > 0) ::kill(x.salloc, SIGTERM);
 }
 
 // squeue once a second while a satellite lives: its state, and its end. One that ends
@@ -806,7 +978,8 @@ void Driver::run_policy(const Snapshot &s) {
     q.idle_nodes = idle.value();
     for (const auto &p : pending.value())
         if (std::none_of(satellites_.begin(), satellites_.end(),
-                         [&](const Satellite &sat) { return sat.job_id == p.job_id; }))
+                         [&](const Satellite &sat) { return sat.job_id == p.job_id; }) &&
+            !(expansion_ && expansion_->helper == p.job_id))
             q.pending.push_back(p);
     PolicyJob pj;
     pj.units = s.units;
@@ -823,7 +996,7 @@ void Driver::run_policy(const Snapshot &s) {
         // Withdrawable while none of its satellites has started.
         const bool started = std::any_of(satellites_.begin(), satellites_.end(), [](const Satellite &sat) {
             return !sat.cancelled && (sat.admitted || (sat.state != "SUBMITTED" && sat.state != "PENDING"));
-        });
+        }) || (expansion_ && !expansion_->cancelled && (expansion_->merged || expansion_->state == "RUNNING"));
         if (!started) pj.policy_grow = policy_grow_;
     }
     const PolicyDecision d = policy_->decide(now, pj, q);
@@ -832,7 +1005,7 @@ void Driver::run_policy(const Snapshot &s) {
         Request r;
         r.op = Op::Reshape;
         r.units = d.target;
-        r.via = kViaSatellite;
+        r.via = kViaAuto;
         r.cause = kCausePolicy;
         if (auto st = send(std::move(r)); !st) {
             log_line(LogLevel::Warning, kComponent, "policy: asking for the grow: " + st.error());
@@ -1003,6 +1176,7 @@ int Driver::run() {
                 // The job is ending (scancel, preemption, its time limit): its satellites
                 // end with it, within their KillWait, as Slurm ends this job.
                 cancel_satellites("got " + name, true);
+                cancel_expansion("got " + name);
                 begin_shutdown("got " + name);
             } else {
                 log_line(LogLevel::Warning, kComponent, "got " + name + " again: terminating the steps");
@@ -1041,6 +1215,7 @@ int Driver::run() {
             if (!satellite()) {
                 maybe_grow(*snap);
                 poll_satellites(*snap);
+                poll_expansion(*snap);
                 watch_release_request();
                 run_policy(*snap);
             } else {
@@ -1070,6 +1245,14 @@ int Driver::run() {
         std::this_thread::sleep_for(std::chrono::milliseconds(kPollMs));
     }
     finish_satellites();
+    cancel_expansion("the job is over");
+    if (expansion_ && expansion_->salloc > 0) {
+        // salloc exits once its helper is cancelled or merged; a stuck one is not waited for long.
+        bool reaped = false;
+        for (int i = 0; i < 50 && !(reaped = try_reap(expansion_->salloc).has_value()); ++i)
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        if (!reaped) ::kill(expansion_->salloc, SIGKILL);
+    }
     if (ranks_signalled_ && !satellite()) await_preemption();
     const int status = exit_status();
     settle_pending(nullptr, mono_ms());

@@ -37,8 +37,10 @@ struct DriverConfig {
     // units leave the job at the next boundary.
     std::vector<std::uint32_t> satellite_units;
     // --omni-policy=auto (launch/policy.h): the main omni-launch looks at the queue every
-    // interval and grows (by satellite) or shrinks (omni-ctl shrink) the job by itself.
+    // interval and grows (via auto) or shrinks (omni-ctl shrink) the job by itself.
     std::optional<PolicyOptions> policy;
+    // plugstack.conf grow= (OMNI_SITE_GROW): auto, satellite or expand.
+    std::string site_grow = "auto";
 };
 
 // Runs the job until every step has ended; returns omni-launch's exit status: the first

@@ -195,6 +195,7 @@ int run(int argc, char **argv) {
         return kExitUsage;
     }
     cfg.policy = jo.policy;
+    if (auto site = omni::site_config_from_env(env)) cfg.site_grow = site.value().grow;
     auto self = self_executable();
     if (!self) {
         std::cerr << "omni-launch: " << self.error() << "\n";

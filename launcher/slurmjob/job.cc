@@ -217,6 +217,17 @@ Status release_nodes(std::uint32_t job_id, const std::vector<std::string> &keep,
     return Status::success();
 }
 
+Status merge_expansion(std::uint32_t job_id, std::uint32_t helper_id, std::int64_t timeout_ms) {
+    const std::string j = std::to_string(job_id), h = std::to_string(helper_id);
+    // Without SLURM_JOB_ID scontrol writes no resize script into the working directory.
+    const std::vector<std::string> unset = {"SLURM_JOB_ID", "SLURM_JOBID"};
+    if (auto out = run_capture({"scontrol", "update", "JobId=" + h, "NumNodes=0"}, timeout_ms, 1 << 16, unset); !out)
+        return make_error("expanding job " + j + ": handing helper job " + h + "'s nodes over: " + out.error());
+    if (auto out = run_capture({"scontrol", "update", "JobId=" + j, "NumNodes=ALL"}, timeout_ms, 1 << 16, unset); !out)
+        return make_error("expanding job " + j + ": taking helper job " + h + "'s nodes: " + out.error());
+    return Status::success();
+}
+
 Result<std::uint32_t> submit_batch(const std::vector<std::string> &args, const std::string &script,
                                    const std::map<std::string, std::string> &set,
                                    const std::vector<std::string> &unset, std::int64_t timeout_ms) {

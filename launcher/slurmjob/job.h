@@ -65,6 +65,11 @@ std::map<std::string, std::string> allocation_environment(const JobInfo &job,
 Status release_nodes(std::uint32_t job_id, const std::vector<std::string> &keep,
                      std::int64_t timeout_ms);
 
+// Slurm's job expansion, second half: the helper job `helper_id` (submitted with
+// --dependency=expand:J and now running, with no step) gives its nodes to job `job_id`:
+// `scontrol update JobId=HELPER NumNodes=0`, then `scontrol update JobId=J NumNodes=ALL`.
+// Needs SchedulerParameters=permit_job_expansion. The errors name the update that failed.
+Status merge_expansion(std::uint32_t job_id, std::uint32_t helper_id, std::int64_t timeout_ms);
 // Submits a batch job: `sbatch --parsable ARGS SCRIPT`. sbatch gets this process's
 // environment without the names in `unset` and with `set` applied; the job gets what sbatch
 // got (secrets travel this way: never on a command line). Returns the job id.

@@ -39,7 +39,7 @@ struct FileActions {
 };
 
 Result<pid_t> spawn_with(const std::vector<std::string> &argv, const std::vector<std::string> &env,
-                         int stdout_fd) {
+                         int stdout_fd, int stderr_fd = -1) {
     if (argv.empty()) return make_error("spawn: empty command");
     FileActions fa;
     if (!fa.ok) return make_error("spawn " + argv[0] + ": posix_spawn_file_actions_init failed");
@@ -47,6 +47,8 @@ Result<pid_t> spawn_with(const std::vector<std::string> &argv, const std::vector
         return make_error("spawn " + argv[0] + ": cannot redirect stdin");
     if (stdout_fd >= 0 && posix_spawn_file_actions_adddup2(&fa.fa, stdout_fd, 1) != 0)
         return make_error("spawn " + argv[0] + ": cannot redirect stdout");
+    if (stderr_fd >= 0 && posix_spawn_file_actions_adddup2(&fa.fa, stderr_fd, 2) != 0)
+        return make_error("spawn " + argv[0] + ": cannot redirect stderr");
     auto args = c_array(argv);
     auto envp = c_array(env);
     pid_t pid = -1;
@@ -74,6 +76,15 @@ std::vector<std::string> environment_with(const std::map<std::string, std::strin
 
 Result<pid_t> spawn(const std::vector<std::string> &argv, const std::vector<std::string> &env) {
     return spawn_with(argv, env, -1);
+}
+
+Result<pid_t> spawn_to_file(const std::vector<std::string> &argv, const std::vector<std::string> &env,
+                            const std::string &path) {
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) return make_error("cannot write " + path + ": " + std::strerror(errno));
+    auto pid = spawn_with(argv, env, fd, fd);
+    ::close(fd);
+    return pid;
 }
 
 std::optional<int> try_reap(pid_t pid) {

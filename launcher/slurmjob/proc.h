@@ -28,6 +28,9 @@ std::vector<std::string> environment_with(const std::map<std::string, std::strin
 // inherited (Slurm collects them in the batch step's output). Returns the pid.
 Result<pid_t> spawn(const std::vector<std::string> &argv, const std::vector<std::string> &env);
 
+// The same with stdout and stderr written to the file `path` (created 0600, or truncated).
+Result<pid_t> spawn_to_file(const std::vector<std::string> &argv, const std::vector<std::string> &env,
+                            const std::string &path);
 // Non-blocking: the child's wait status if it has ended (and is now reaped).
 std::optional<int> try_reap(pid_t pid);
 // The exit code a shell would report: the exit status, or 128+signal.

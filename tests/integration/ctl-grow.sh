@@ -15,7 +15,8 @@
 #    `omni-ctl grow --cancel` withdraws it and its satellite job is gone; one left pending
 #    when the training ends is cancelled with the job: no omni-sat job outlives it;
 #  - bad requests (not a grow, a size GA forbids, beyond the elastic range, 0, an unknown
-#    --via) are refused with a clear message, and the job goes on undisturbed;
+#    --via) are refused with a clear message, and the job goes on undisturbed; a grow --via
+#    expand, which this select/cons_tres cluster cannot serve, is withdrawn saying why;
 #  - scancel of a job that has grown into a satellite ends the satellite too.
 . "$(dirname "$0")/lib.sh"
 train_commands
@@ -35,6 +36,7 @@ bad ga grow --units 3
 bad range grow --units 9
 bad zero grow --units 0
 bad via grow --units 4 --via elsewhere
+bad expand grow --units 4 --via expand --wait 30
 "$ctl" grow --units 4 --wait 120 >"$work/grow-ctl.out" 2>&1
 echo "grow-exit \$?"
 squeue --me -h --name "omni-sat-\$SLURM_JOB_ID" -o '%i %T %N' >"$work/satellite.txt"
@@ -83,6 +85,14 @@ cat "$work/grow-ctl.out" "$work/pending-ctl.out" "$work/cancel-ctl.out"
 for c in same ga range; do
   expect_eq "omni-ctl grow ($c) exit" "$(sed -n "s/^bad $c //p" "$work/grow.out")" 1
 done
+# Slurm's job expansion on a select/cons_tres cluster would leave the added nodes without
+# cores (launch/expansion.h): --via expand is withdrawn saying so; --via auto takes a satellite.
+expect_eq "omni-ctl grow --via expand (select/cons_tres) exit" "$(sed -n "s/^bad expand //p" "$work/grow.out")" 1
+grep -q "the grow to 4 units was withdrawn" "$work/bad-expand.out" || fail "grow --via expand: $(cat "$work/bad-expand.out")"
+grep -q "cannot grow via expand: SelectType is select/cons_tres: Slurm's cons_tres merge leaves the nodes" "$work/grow.out" ||
+  fail "omni-launch did not say why it cannot expand the job"
+grep -q "growing by satellite, not by expansion: SelectType is select/cons_tres" "$work/grow.out" ||
+  fail "omni-launch did not say why --via auto grew by satellite"
 for c in zero via; do
   expect_eq "omni-ctl grow ($c) exit" "$(sed -n "s/^bad $c //p" "$work/grow.out")" 2
 done
@@ -90,7 +100,7 @@ grep -q "is not above the job's 2 units" "$work/bad-same.out" || fail "grow to 2
 grep -q "unit counts that work: 1, 2, 4, 8" "$work/bad-ga.out" || fail "grow to 3: $(cat "$work/bad-ga.out")"
 grep -q "outside the elastic range 1..8" "$work/bad-range.out" || fail "grow to 9: $(cat "$work/bad-range.out")"
 grep -q -- "--units: '0'" "$work/bad-zero.out" || fail "grow to 0: $(cat "$work/bad-zero.out")"
-grep -q -- "--via 'elsewhere': expected satellite or allocation" "$work/bad-via.out" || fail "--via: $(cat "$work/bad-via.out")"
+grep -q -- "--via 'elsewhere': expected auto, satellite, expand or allocation" "$work/bad-via.out" || fail "--via: $(cat "$work/bad-via.out")"
 
 # The grow: applied, in a satellite job on the two nodes the job did not have.
 expect_eq "omni-ctl grow --units 4 exit" "$(sed -n 's/^grow-exit //p' "$work/grow.out")" 0

@@ -368,7 +368,12 @@ TEST(Protocol, ReshapeBackToCurrentCancels) {
 TEST(Protocol, GrowViaTravelsWithTheTarget) {
     auto p = formed(config(1, 2, 1, 4), 2);
     EXPECT_FALSE(p.request_reshape(1, 0, {}, kViaSatellite));  // a shrink
-    EXPECT_FALSE(p.request_reshape(4, 0, {}, "expand"));
+    EXPECT_FALSE(p.request_reshape(4, 0, {}, "elsewhere"));
+    EXPECT_FALSE(p.request_reshape(1, 0, {}, kViaExpand));  // a shrink
+    ASSERT_TRUE(p.request_reshape(4, 0, {}, kViaExpand));
+    EXPECT_EQ(p.status().target_via, kViaExpand);
+    ASSERT_TRUE(p.request_reshape(4, 0, {}, kViaAuto));
+    EXPECT_EQ(p.status().target_via, kViaAuto);
     ASSERT_TRUE(p.request_reshape(4, 0, {}, kViaSatellite));
     EXPECT_EQ(p.status().target_units, std::optional<std::uint32_t>(4));
     EXPECT_EQ(p.status().target_via, kViaSatellite);

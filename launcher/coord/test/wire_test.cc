@@ -300,8 +300,13 @@ TEST(Wire, GrowVia) {
     auto plain = parse(R"({"v":1,"op":"reshape","rid":3,"units":2})");
     ASSERT_TRUE(plain);
     EXPECT_TRUE(plain.value().via.empty());
-    EXPECT_EQ(err(R"({"v":1,"op":"reshape","rid":1,"units":2,"via":"expand"})"),
-              "op reshape: 'via' is 'expand': expected allocation or satellite");
+    for (const char *v : {"auto", "expand", "allocation"}) {
+        auto w = parse(std::string(R"({"v":1,"op":"reshape","rid":4,"units":4,"via":")") + v + "\"}");
+        ASSERT_TRUE(w) << v << ": " << w.error();
+        EXPECT_EQ(w.value().via, v);
+    }
+    EXPECT_EQ(err(R"({"v":1,"op":"reshape","rid":1,"units":2,"via":"elsewhere"})"),
+              "op reshape: 'via' is 'elsewhere': expected auto, satellite, expand or allocation");
     EXPECT_EQ(err(R"({"v":1,"op":"reshape","rid":1,"units":2,"via":3})"),
               "op reshape: field 'via' must be a string");
     EXPECT_EQ(err(R"({"v":1,"op":"join","rid":1,"id":"a","unit":0,"slot":0,"via":"satellite"})"),

@@ -16,6 +16,7 @@
 #include "launch/metrics.h"
 #include "launch/options.h"
 #include "launch/plan.h"
+#include "launch/expansion.h"
 #include "launch/satellite.h"
 
 using namespace omni::launcher;
@@ -418,6 +419,53 @@ TEST(LaunchSatellite, Environment) {
     auto units = parse_unit_list(set.at("OMNI_SATELLITE_UNITS"));
     ASSERT_TRUE(units);
     EXPECT_EQ(units.value(), s.units);
+}
+
+// Two units of 2 nodes each for job 41, which holds n[1-4] whole with 2 ranks per node.
+TEST(LaunchExpansion, SallocArgv) {
+    ExpansionSpec x;
+    x.main_job = 41;
+    x.nodes = 4;
+    x.tasks_per_node = 2;
+    x.partition = "cpu";
+    x.exclusive = true;
+    x.exclude = {"n1", "n2", "n3", "n4"};
+    EXPECT_EQ(expansion_job_name(41), "omni-exp-41");
+    EXPECT_EQ(expansion_salloc_argv(x),
+              (std::vector<std::string>{"salloc", "--no-shell", "--job-name=omni-exp-41", "--dependency=expand:41",
+                                        "--nodes=4", "--ntasks-per-node=2", "--partition=cpu", "--exclusive",
+                                        "--exclude=n[1-4]"}));
+    x.partition.clear();
+    x.exclusive = false;
+    x.exclude.clear();
+    EXPECT_EQ(expansion_salloc_argv(x),
+              (std::vector<std::string>{"salloc", "--no-shell", "--job-name=omni-exp-41", "--dependency=expand:41",
+                                        "--nodes=4", "--ntasks-per-node=2"}));
+}
+
+// Slurm expands a job only with permit_job_expansion, never one holding GRES, and its merge
+// needs select/omni's repair; each refusal names its reason.
+TEST(LaunchExpansion, WhenSlurmCanExpand) {
+    JobInfo cpu;
+    cpu.job_id = 41;
+    cpu.gpus = {0, 0};
+    EXPECT_EQ(expansion_refusal("bf_continue,permit_job_expansion", "select/omni", cpu), std::nullopt);
+    EXPECT_EQ(expansion_refusal("permit_job_expansion", "select/omni", cpu), std::nullopt);
+    auto why = [](const std::optional<std::string> &r) { return r.value_or("(none)"); };
+    EXPECT_NE(why(expansion_refusal("", "select/omni", cpu)).find("no permit_job_expansion"), std::string::npos);
+    // A word that only contains the name is not it.
+    EXPECT_NE(why(expansion_refusal("no_permit_job_expansion_x", "select/omni", cpu)).find("no permit_job_expansion"),
+              std::string::npos);
+    EXPECT_NE(why(expansion_refusal("permit_job_expansion", "select/cons_tres", cpu))
+                  .find("SelectType is select/cons_tres"),
+              std::string::npos);
+    JobInfo gpu = cpu;
+    gpu.tres_per_node = "gres:gpu:2";
+    gpu.gpus = {2, 2};
+    EXPECT_EQ(why(expansion_refusal("permit_job_expansion", "select/omni", gpu)),
+              "job 41 holds GRES (gres:gpu:2), and Slurm's cons_tres refuses to expand a job that holds GRES");
+    gpu.tres_per_node.clear();  // GPUs from --gpus-per-task show per node only
+    EXPECT_NE(why(expansion_refusal("permit_job_expansion", "select/omni", gpu)).find("holds GRES"), std::string::npos);
 }
 
 // Units that share a node: each unit's step asks for its share (launch/plan.h), worked out
