@@ -20,6 +20,7 @@
 #include "coord/log.h"
 #include "coord/protocol.h"
 #include "coord/secret.h"
+#include "launch/background.h"
 #include "launch/events.h"
 #include "launch/expansion.h"
 #include "launch/metrics.h"
@@ -119,6 +120,7 @@ struct Satellite {
     std::uint32_t job_id = 0;
     std::vector<std::uint32_t> units;
     std::string state = "SUBMITTED";  // as squeue last showed it
+    std::int64_t submitted_ms = 0;    // an squeue begun before this cannot list it
     bool admitted = false;   // one of its units was in a generation
     bool cancelled = false;  // omni-launch cancelled it
     bool ended = false;      // squeue no longer lists it
@@ -131,6 +133,8 @@ struct Expansion {
     std::uint32_t helper = 0;  // the helper job, once squeue lists it
     std::string state = "SUBMITTED";
     std::int64_t asked_ms = 0;
+    std::optional<int> salloc_exit;   // once salloc has exited
+    std::int64_t salloc_exit_ms = 0;  // an squeue begun before this is not the last word
     bool cancelled = false;  // omni-launch withdrew it
     bool merged = false;     // its nodes are the job's, its units started
     bool failed = false;     // Slurm refused it, or the merge failed
@@ -191,13 +195,16 @@ private:
     std::vector<Step> steps_;
     std::vector<Satellite> satellites_;
     std::optional<Expansion> expansion_;  // one at a time
-    std::int64_t expansion_polled_ms_ = 0;
-    std::int64_t satellites_polled_ms_ = 0;  // the main job's squeue of its satellites
+    // The loop's looks at Slurm (launch/background.h): squeue of the expansion helper and of
+    // the satellites, scontrol show job for job_submit/omni's release records.
+    using LiveJobs = Result<std::map<std::uint32_t, std::string>>;
+    BackgroundLook<LiveJobs> expansion_look_;
+    BackgroundLook<LiveJobs> satellites_look_;
+    BackgroundLook<Result<JobInfo>> release_look_;
     std::int64_t preempt_polled_ms_ = 0;      // a satellite's look at its own job
     // job_submit/omni's deferred shrinks (watch_release_request): the last record acted on,
     // and when the job was last looked at.
     std::string release_handled_;
-    std::int64_t release_polled_ms_ = 0;
     bool release_watch_ = true;  // off where slurmctld loads no job_submit/omni
     // The omni-ctl shrink running for a deferred shrink or the policy (one at a time), and
     // what it is for.
@@ -570,6 +577,7 @@ Status Driver::submit_satellite(const std::vector<std::uint32_t> &units) {
     Satellite sat;
     sat.job_id = id.value();
     sat.units = units;
+    sat.submitted_ms = mono_ms();
     satellites_.push_back(std::move(sat));
     log_line(LogLevel::Info, kComponent,
              "submitted satellite job " + std::to_string(id.value()) + " (" + satellite_job_name(alloc_.job_id) +
@@ -634,25 +642,26 @@ Status Driver::start_expansion(const std::vector<std::uint32_t> &units) {
     return Status::success();
 }
 
-// While the helper is pending, squeue twice a second (its id and state); once Slurm runs it,
-// its nodes become the job's and the units start there. salloc itself exits a moment after
-// the grant (it waits for the nodes to boot), or with an error when Slurm refuses the request.
+// While the helper is pending, squeue twice a second in the background (its id and state);
+// once Slurm runs it, its nodes become the job's and the units start there. salloc itself
+// exits a moment after the grant (it waits for the nodes to boot), or with an error when Slurm
+// refuses the request.
 void Driver::poll_expansion(const Snapshot &s) {
     constexpr std::int64_t kEveryMs = 500, kSlurmTimeoutMs = 10000;
     if (!expansion_) return;
     Expansion &x = *expansion_;
-    std::optional<int> salloc_exit;
     if (x.salloc > 0)
         if (auto ws = try_reap(x.salloc)) {
             x.salloc = -1;
-            salloc_exit = exit_code_of(*ws);
+            x.salloc_exit = exit_code_of(*ws);
+            x.salloc_exit_ms = mono_ms();
         }
+    auto answer = expansion_look_.take();
     if (x.over()) return;
     const std::string name = expansion_job_name(alloc_.job_id);
-    const std::int64_t now = mono_ms();
-    if (!salloc_exit && now - expansion_polled_ms_ < kEveryMs) return;
-    expansion_polled_ms_ = now;
-    auto live = live_jobs_named(name, kSlurmTimeoutMs);
+    expansion_look_.start_every(mono_ms(), kEveryMs, [name] { return live_jobs_named(name, kSlurmTimeoutMs); });
+    if (!answer || answer->started_ms < x.asked_ms) return;
+    const LiveJobs &live = answer->value;
     if (!live) {
         log_line(LogLevel::Warning, kComponent, live.error());
         return;
@@ -665,21 +674,19 @@ void Driver::poll_expansion(const Snapshot &s) {
     }
     const bool running = x.helper != 0 && live.value().count(x.helper) && x.state == "RUNNING";
     if (!running) {
-        if (!salloc_exit && x.salloc > 0) return;  // still pending
+        // Pending, or salloc has ended and no look since has seen the helper run.
+        if (!x.salloc_exit || answer->started_ms < x.salloc_exit_ms) return;
         x.failed = true;
         if (x.helper) (void) cancel_jobs({x.helper}, kSlurmTimeoutMs);
         std::string said;
-        if (salloc_exit) {
-            std::ifstream in(cfg_.job_dir + "/salloc.out");
-            for (std::string line; std::getline(in, line);)
-                if (!line.empty()) said = line.substr(0, 300);
-        }
-        abandon_grow(s, "Slurm did not grant the expansion's helper allocation" +
-                            (salloc_exit ? " (salloc exit " + std::to_string(*salloc_exit) +
-                                               (said.empty() ? "" : ": " + said) + ")"
-                                         : std::string()));
+        std::ifstream in(cfg_.job_dir + "/salloc.out");
+        for (std::string line; std::getline(in, line);)
+            if (!line.empty()) said = line.substr(0, 300);
+        abandon_grow(s, "Slurm did not grant the expansion's helper allocation (salloc exit " +
+                            std::to_string(*x.salloc_exit) + (said.empty() ? "" : ": " + said) + ")");
         return;
     }
+    // The merge: two scontrol updates, once per grow, on the loop (bounded by their timeouts).
     const std::int64_t granted = mono_ms();
     if (auto st = merge_expansion(alloc_.job_id, x.helper, kSlurmTimeoutMs); !st) {
         x.failed = true;
@@ -718,17 +725,19 @@ void Driver::cancel_expansion(const std::string &why) {
 // cancelled from outside).
 void Driver::poll_satellites(const Snapshot &s) {
     constexpr std::int64_t kEveryMs = 1000, kSqueueTimeoutMs = 10000;
+    auto answer = satellites_look_.take();
     if (std::all_of(satellites_.begin(), satellites_.end(), [](const Satellite &x) { return x.ended; })) return;
-    const std::int64_t now = mono_ms();
-    if (now - satellites_polled_ms_ < kEveryMs) return;
-    satellites_polled_ms_ = now;
-    auto live = live_jobs_named(satellite_job_name(alloc_.job_id), kSqueueTimeoutMs);
+    satellites_look_.start_every(mono_ms(), kEveryMs, [name = satellite_job_name(alloc_.job_id)] {
+        return live_jobs_named(name, kSqueueTimeoutMs);
+    });
+    if (!answer) return;
+    const LiveJobs &live = answer->value;
     if (!live) {
         log_line(LogLevel::Warning, kComponent, live.error());
         return;
     }
     for (auto &sat : satellites_) {
-        if (sat.ended) continue;
+        if (sat.ended || answer->started_ms < sat.submitted_ms) continue;
         const std::string what = "satellite job " + std::to_string(sat.job_id);
         auto it = live.value().find(sat.job_id);
         if (it != live.value().end()) {
@@ -828,15 +837,20 @@ void Driver::watch_preemption() {
 // nodes go back to Slurm), one record at a time; a record it acted on is not acted on again
 // (the plugin writes a new one, with its time, for every request).
 void Driver::watch_release_request() {
-    constexpr std::int64_t kEveryMs = 3000;
+    constexpr std::int64_t kEveryMs = 3000, kScontrolTimeoutMs = 10000;
+    auto answer = release_look_.take();
     if (!release_watch_ || alloc_.job_id == 0 || shutdown_deadline_ || ctl_shrink_running()) return;
-    const std::int64_t now = mono_ms();
-    if (now - release_polled_ms_ < kEveryMs) return;
-    release_polled_ms_ = now;
-    auto job = own_job(0);
+    release_look_.start_every(mono_ms(), kEveryMs,
+                              [job_id = alloc_.job_id] { return load_job(job_id, kScontrolTimeoutMs); });
+    if (!answer) return;
+    const Result<JobInfo> &job = answer->value;
     if (!job) {
         log_line(LogLevel::Warning, kComponent, job.error());
         return;
+    }
+    if (answer->started_ms >= own_job_ms_) {  // the freshest view of the job, for own_job()
+        own_job_ = job.value();
+        own_job_ms_ = answer->started_ms;
     }
     const std::string &record = job.value().release_request;
     if (record.empty() || record == release_handled_) return;

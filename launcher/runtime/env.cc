@@ -168,6 +168,12 @@ Result<RuntimeOptions> runtime_options_from_env(const EnvLookup &get,
         o.same_host_copy = v.value() == "1";
     }
 
+    if (const char *w = get("OMNI_MP_WIREUP")) {
+        auto v = parse_choice(w, {"auto", "pmix", "coordinator"}, "OMNI_MP_WIREUP");
+        if (!v) return Error{v.error()};
+        o.mp_wireup = v.value();
+    }
+
     if (const char *b = get("OMNI_COMM_BACKEND")) {
         auto c = parse_choice(b, {"gloo", "nccl"}, "OMNI_COMM_BACKEND");
         if (!c) return Error{c.error()};

@@ -26,6 +26,9 @@
 //   OMNI_GLOO_HOST    optional: the IPv4 address this rank's Gloo transport listens on.
 //                     Default: the local address of the route to the coordinator, i.e. the
 //                     address of the interface the job's traffic already uses.
+//   OMNI_MP_WIREUP    optional: how a model-parallel group whose unit is one srun step meets:
+//                     "auto" (default: through PMIx when the group shares a node, else the
+//                     coordinator), "pmix" (through PMIx across nodes too) or "coordinator".
 //   OMNI_COMM_BACKEND optional: "gloo" (default) or "nccl" (if built with NCCL).
 //   OMNI_CUDA_DEVICE  optional: the CUDA device of the NCCL communicator (default 0; Slurm's
 //                     CUDA_VISIBLE_DEVICES makes the task's GPU device 0).
@@ -66,6 +69,7 @@ struct RuntimeOptions {
     ProcessIdentity process;   // this process in its srun step (PMIx): the unit's MP wire-up
     std::string gloo_host = "127.0.0.1";
     bool same_host_copy = true;  // OMNI_SAME_HOST_COPY: hand-off copies between local ranks
+    std::string mp_wireup = "auto";  // OMNI_MP_WIREUP: auto, pmix or coordinator
     CommBackend backend = CommBackend::gloo;
     int cuda_device = 0;
     std::int64_t join_timeout_ms = 600000;

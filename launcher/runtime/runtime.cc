@@ -416,12 +416,13 @@ Status Runtime::connect_mp(std::uint64_t generation) {
     // addresses (mp_wireup.h says why one node); else through the coordinator. Every member
     // reaches the same answer.
     std::vector<std::uint32_t> procs;
-    bool via_pmix = pmix_view_ && !pmix_view_->nspace().empty() && p.from_pmix &&
-                    p.rank >= opts_.slot && p.rank - opts_.slot + opts_.unit_size <= p.size;
+    bool via_pmix = opts_.mp_wireup != "coordinator" && pmix_view_ && !pmix_view_->nspace().empty() &&
+                    p.from_pmix && p.rank >= opts_.slot && p.rank - opts_.slot + opts_.unit_size <= p.size;
     if (via_pmix) {
         const std::vector<std::uint32_t> local = pmix_view_->local_peers();
         for (std::uint32_t i = 0; i < m; ++i) procs.push_back(p.rank - mp_rank + i);
-        for (std::uint32_t r : procs) via_pmix = via_pmix && std::find(local.begin(), local.end(), r) != local.end();
+        if (opts_.mp_wireup == "auto")
+            for (std::uint32_t r : procs) via_pmix = via_pmix && std::find(local.begin(), local.end(), r) != local.end();
     }
     const auto timeout = std::chrono::milliseconds(opts_.comm_timeout_ms);
     const GlooOptions go = gloo_options();

@@ -172,6 +172,27 @@ same_training() {
     fail "$1 trained steps twice"
 }
 
+# planned_worlds NAME W0 W1 ...: the run $work/NAME.jsonl trained at worlds W0, W1, ... in
+# that order, and its events ($work/NAME-events.jsonl) begin with the initial W0 and one
+# planned change per later world, with no loss among them.
+planned_worlds() {
+  local name=$1
+  shift
+  /usr/bin/python3 - "$work/$name.jsonl" "$work/$name-events.jsonl" "$@" <<'PY' || fail "the $name run's sizes and events (above)"
+import json, sys
+worlds = [json.loads(l)["world"] for l in open(sys.argv[1])]
+events = [json.loads(l) for l in open(sys.argv[2])]
+want = [int(w) for w in sys.argv[3:]]
+seq = [w for i, w in enumerate(worlds) if i == 0 or worlds[i - 1] != w]
+assert seq == want, seq
+got = [(e["reason"], e["old_world"], e["new_world"]) for e in events]
+steps = [("initial", 0, want[0])] + [("planned", a, b) for a, b in zip(want, want[1:])]
+assert got[:len(steps)] == steps, got
+assert not any(e["reason"] == "lost" for e in events), got
+print("ok: worlds", seq, "events", got)
+PY
+}
+
 # elastic_job FILE NAME 'LAUNCH ARGS' 'TRAINER ARGS' < BODY: a batch script that runs
 # omni-train-demo under omni-launch in the background, its metrics in $work/NAME.jsonl and
 # its events in $work/NAME-events.jsonl, then BODY (shell lines read from stdin), then waits

@@ -1,10 +1,14 @@
 // Unit tests for omni-launch's pure parts: command line, settings, allocation, srun command
 // lines, the per-task unit mapping, node addresses and the events file.
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <future>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -16,6 +20,7 @@
 #include "launch/metrics.h"
 #include "launch/options.h"
 #include "launch/plan.h"
+#include "launch/background.h"
 #include "launch/expansion.h"
 #include "launch/satellite.h"
 
@@ -419,6 +424,38 @@ TEST(LaunchSatellite, Environment) {
     auto units = parse_unit_list(set.at("OMNI_SATELLITE_UNITS"));
     ASSERT_TRUE(units);
     EXPECT_EQ(units.value(), s.units);
+}
+
+// A look runs once at a time, no more often than asked, and its answer is taken once, with
+// the time it started.
+TEST(LaunchBackground, OneLookAtATime) {
+    BackgroundLook<int> look;
+    std::promise<void> go;
+    std::shared_future<void> gate = go.get_future().share();
+    int calls = 0;
+    look.start_every(1000, 500, [gate, &calls] {
+        gate.wait();
+        return ++calls;
+    });
+    EXPECT_TRUE(look.in_flight());
+    look.start_every(5000, 500, [] { return -1; });  // one in flight: not started
+    EXPECT_FALSE(look.take().has_value());
+    go.set_value();
+    std::optional<BackgroundLook<int>::Answer> a;
+    for (int i = 0; i < 500 && !(a = look.take()); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    ASSERT_TRUE(a.has_value());
+    EXPECT_EQ(a->value, 1);
+    EXPECT_EQ(a->started_ms, 1000);
+    EXPECT_FALSE(look.in_flight());
+    EXPECT_FALSE(look.take().has_value());        // taken once
+    look.start_every(1400, 500, [] { return 7; });  // too soon after the last start
+    EXPECT_FALSE(look.in_flight());
+    look.start_every(1500, 500, [] { return 7; });
+    EXPECT_TRUE(look.in_flight());
+    for (int i = 0; i < 500 && !(a = look.take()); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    ASSERT_TRUE(a.has_value());
+    EXPECT_EQ(a->value, 7);
+    EXPECT_EQ(a->started_ms, 1500);
 }
 
 // Two units of 2 nodes each for job 41, which holds n[1-4] whole with 2 ranks per node.
