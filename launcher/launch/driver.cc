@@ -195,6 +195,7 @@ private:
     std::vector<Step> steps_;
     std::vector<Satellite> satellites_;
     std::optional<Expansion> expansion_;  // one at a time
+    std::set<std::uint32_t> past_helpers_;  // earlier expansions' (squeue may list one ending)
     // The loop's looks at Slurm (launch/background.h): squeue of the expansion helper and of
     // the satellites, scontrol show job for job_submit/omni's release records.
     using LiveJobs = Result<std::map<std::uint32_t, std::string>>;
@@ -634,6 +635,7 @@ Status Driver::start_expansion(const std::vector<std::uint32_t> &units) {
     // has been revoked", which is not an error here; its last line explains a refusal.
     auto pid = spawn_to_file(argv, environment_with({}, satellite_env_unset(environ)), cfg_.job_dir + "/salloc.out");
     if (!pid) return Error{pid.error()};
+    if (expansion_ && expansion_->helper) past_helpers_.insert(expansion_->helper);
     Expansion x;
     x.salloc = pid.value();
     x.units = units;
@@ -667,7 +669,7 @@ void Driver::poll_expansion(const Snapshot &s) {
         return;
     }
     for (const auto &[id, state] : live.value()) {
-        if (x.helper == 0) x.helper = id;
+        if (x.helper == 0 && !past_helpers_.count(id)) x.helper = id;
         if (id != x.helper || state == x.state) continue;
         log_line(LogLevel::Info, kComponent, "expansion helper job " + std::to_string(id) + " (" + name + ") is " + state);
         x.state = state;
@@ -710,8 +712,9 @@ void Driver::cancel_expansion(const std::string &why) {
     Expansion &x = *expansion_;
     x.cancelled = true;
     if (x.helper == 0) {
-        if (auto live = live_jobs_named(expansion_job_name(alloc_.job_id), kSlurmTimeoutMs); live && !live.value().empty())
-            x.helper = live.value().begin()->first;
+        if (auto live = live_jobs_named(expansion_job_name(alloc_.job_id), kSlurmTimeoutMs))
+            for (const auto &[id, state] : live.value())
+                if (!past_helpers_.count(id)) x.helper = id;
     }
     log_line(LogLevel::Info, kComponent,
              why + ": cancelling the expansion" + (x.helper ? " (helper job " + std::to_string(x.helper) + ")" : ""));

@@ -6,12 +6,15 @@
 // collection (PMIx_Fence over them, PMIX_COLLECT_DATA), and reads every member's blob
 // (PMIx_Get). One fence, because Gloo's full mesh is built from one exchange of all its pair
 // addresses (comm.h, make_gloo_communicator(BlobExchange)) instead of through a store that
-// needs a fence per write (Gloo's ranks write and read in different orders). The runtime
-// takes this path only for a group on one node: on the test clusters, whose nodes share one
-// host, Slurm 22.05.8's mpi/pmix with OpenPMIx 4.2 lost fences between nodes (a step daemon
-// got another step's collective: "No process controlled by this slurmstepd is involved",
-// then the fence hung; a second collecting fence's data was NOT-FOUND, direct modex too), so
-// a group across nodes meets through the coordinator.
+// needs a fence per write (Gloo's ranks write and read in different orders). By default
+// (OMNI_MP_WIREUP=auto) the runtime takes this path only for a group on one node: Slurm
+// 22.05.8's mpi/pmix with OpenPMIx 4.2 loses fences between nodes when a job's steps run on
+// different nodes (one step per unit). Its step daemons get collectives of procs they do not
+// hold ("No process controlled by this slurmstepd is involved", ring fences) or send to a
+// node where the step has no socket ("Cannot send message to .../stepd.slurm.pmix.J.S", tree
+// fences, SLURM_PMIX_FENCE=tree), and the fence hangs. This holds with every node its own
+// host (omni-cluster --hosts netns), so it is not the shared host of the test clusters. A
+// group across nodes meets through the coordinator; OMNI_MP_WIREUP=pmix tries PMIx there.
 //
 // BroadcastStore serves a store user in which rank 0 sets a key once and every other rank
 // gets it once (make_nccl_communicator's unique id) over an existing communicator: set() on

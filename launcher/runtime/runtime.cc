@@ -418,11 +418,14 @@ Status Runtime::connect_mp(std::uint64_t generation) {
     std::vector<std::uint32_t> procs;
     bool via_pmix = opts_.mp_wireup != "coordinator" && pmix_view_ && !pmix_view_->nspace().empty() &&
                     p.from_pmix && p.rank >= opts_.slot && p.rank - opts_.slot + opts_.unit_size <= p.size;
+    bool on_node = false;
     if (via_pmix) {
         const std::vector<std::uint32_t> local = pmix_view_->local_peers();
         for (std::uint32_t i = 0; i < m; ++i) procs.push_back(p.rank - mp_rank + i);
-        if (opts_.mp_wireup == "auto")
-            for (std::uint32_t r : procs) via_pmix = via_pmix && std::find(local.begin(), local.end(), r) != local.end();
+        on_node = std::all_of(procs.begin(), procs.end(), [&](std::uint32_t r) {
+            return std::find(local.begin(), local.end(), r) != local.end();
+        });
+        if (opts_.mp_wireup == "auto") via_pmix = on_node;
     }
     const auto timeout = std::chrono::milliseconds(opts_.comm_timeout_ms);
     const GlooOptions go = gloo_options();
@@ -457,7 +460,9 @@ Status Runtime::connect_mp(std::uint64_t generation) {
         return make_error("the model-parallel group of " + group + ": " + e.what());
     }
     log_info("model-parallel group of " + group + ": rank " + u(mp_rank) + " of " + u(m) +
-             (via_pmix ? " (wired up through PMIx on this node)" : " (wired up through the coordinator)"));
+             (!via_pmix ? " (wired up through the coordinator)"
+              : on_node  ? " (wired up through PMIx on this node)"
+                         : " (wired up through PMIx across nodes)"));
     return Status::success();
 }
 
