@@ -12,7 +12,8 @@
 #  - Against a static run of 4 units: per-step loss, LR and samples bitwise the same, no step
 #    trained twice, every sample of each epoch once; worlds 2 -> 4, events initial 2 and
 #    planned 2 -> 4.
-#  - No omni-exp job outlives the grow or the job.
+#  - No omni-exp job outlives the grow or the job; scancel of a job whose expansion waits
+#    cancels its helper.
 . "$(dirname "$0")/lib.sh"
 train_commands
 cluster_acquire 4 0 netns --select omni --spank-args grow=expand
@@ -116,4 +117,38 @@ expect_eq "omni-launch exit" "$(sed -n 's/^launch-exit //p' "$work/grow.out")" 0
 planned_worlds grow 2 4
 /usr/bin/python3 "$top_src/tests/integration/exactly-once.py" "$work/samples" 960 15 90 ||
   fail "the growing run's samples (above)"
-note "ok: omni-ctl grow 2 -> 4 by Slurm's job expansion (job $job now on $nodes); pending expansion withdrawn; bitwise equal to the static run"
+
+# scancel of a job whose expansion waits (a blocker holds every other node): its helper goes.
+blocker=$(sbatch --parsable -p omni -N3 --exclusive -t 3 -o /dev/null --wrap 'sleep 170')
+for _ in $(seq 100); do [ "$(squeue -h -j "$blocker" -o %T)" = RUNNING ] && break; sleep 0.1; done
+elastic_job cancel.sh cancel "--units 1" \
+  "--steps 3000 --dataset-size 960 --lr 0.05 --warmup 5 --global-batch 64 --micro-batch 4 --pace-ms 50" <<EOS
+at_step 3 || exit 11
+"$ctl" grow --units 2 --via expand --wait 0 >"$work/cancel-grow.out" 2>&1
+echo "grow-exit \$?"
+for _ in \$(seq 100); do
+  h=\$(squeue --me -h --name "omni-exp-\$SLURM_JOB_ID" -t PENDING -o %i)
+  [ -n "\$h" ] && break
+  sleep 0.1
+done
+echo "helper-pending \$h"
+EOS
+cjob=$(sbatch --parsable -N1 --exclusive -t 5 --omni-elastic=1:4 -o "$work/cancel.out" cancel.sh)
+cjob=${cjob%%;*}
+for _ in $(seq 600); do
+  grep -qE '^(helper-pending|launch-exit)' "$work/cancel.out" 2>/dev/null && break
+  sleep 0.2
+done
+helper=$(sed -n 's/^helper-pending //p' "$work/cancel.out")
+[ -n "$helper" ] || { cat "$work/cancel.out" >&2; fail "job $cjob's expansion helper was not pending"; }
+scancel "$cjob"
+for _ in $(seq 300); do
+  [ -z "$(squeue -h --name "omni-exp-$cjob" -o %i)$(squeue -h -j "$cjob" -t PD,R,CG -o %i)" ] && break
+  sleep 0.1
+done
+scancel "$blocker"
+expect_eq "expansion helpers of job $cjob left after its scancel" "$(squeue -h --name "omni-exp-$cjob" -o %i | wc -l)" 0
+# (salloc, in the batch step, gets Slurm's SIGTERM too and may withdraw its request first.)
+grep -q "got signal SIGTERM: cancelling the expansion" "$work/cancel.out" ||
+  { cat "$work/cancel.out" >&2; fail "omni-launch did not cancel helper $helper at its scancel"; }
+note "ok: omni-ctl grow 2 -> 4 by Slurm's job expansion (job $job now on $nodes); pending expansion withdrawn; bitwise equal to the static run; scancel of job $cjob cancelled its pending helper $helper"
