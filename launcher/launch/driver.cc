@@ -616,7 +616,8 @@ Result<std::string> Driver::grow_route(const std::string &asked) {
 // The helper allocation of an expansion: salloc --no-shell waits (pending) until Slurm grants
 // it; poll_expansion takes it from there.
 Status Driver::start_expansion(const std::vector<std::uint32_t> &units) {
-    auto job = own_job(0);
+    constexpr std::int64_t kJustReadMs = 5000;  // grow_route read the job a moment ago
+    auto job = own_job(kJustReadMs);
     if (!job) return Error{job.error()};
     ExpansionSpec spec;
     spec.main_job = alloc_.job_id;

@@ -207,24 +207,33 @@ std::map<std::string, std::string> allocation_environment(const JobInfo &job,
     return env;
 }
 
+namespace {
+
+// `scontrol update JobId=J FIELD`, without SLURM_JOB_ID/SLURM_JOBID: run inside the job,
+// scontrol would write a resize script into the working directory.
+Status scontrol_update(std::uint32_t job_id, const std::string &field, std::int64_t timeout_ms) {
+    auto out = run_capture({"scontrol", "update", "JobId=" + std::to_string(job_id), field}, timeout_ms, 1 << 16,
+                           {"SLURM_JOB_ID", "SLURM_JOBID"});
+    if (!out) return Error{out.error()};
+    return Status::success();
+}
+
+}  // namespace
+
 Status release_nodes(std::uint32_t job_id, const std::vector<std::string> &keep,
                      std::int64_t timeout_ms) {
     if (keep.empty()) return make_error("releasing nodes of job " + std::to_string(job_id) + ": no node would be left");
-    auto out = run_capture({"scontrol", "update", "JobId=" + std::to_string(job_id),
-                            "NodeList=" + compress_hostlist(keep)},
-                           timeout_ms, 1 << 16, {"SLURM_JOB_ID", "SLURM_JOBID"});
-    if (!out) return make_error("releasing nodes of job " + std::to_string(job_id) + ": " + out.error());
+    if (auto st = scontrol_update(job_id, "NodeList=" + compress_hostlist(keep), timeout_ms); !st)
+        return make_error("releasing nodes of job " + std::to_string(job_id) + ": " + st.error());
     return Status::success();
 }
 
 Status merge_expansion(std::uint32_t job_id, std::uint32_t helper_id, std::int64_t timeout_ms) {
     const std::string j = std::to_string(job_id), h = std::to_string(helper_id);
-    // Without SLURM_JOB_ID scontrol writes no resize script into the working directory.
-    const std::vector<std::string> unset = {"SLURM_JOB_ID", "SLURM_JOBID"};
-    if (auto out = run_capture({"scontrol", "update", "JobId=" + h, "NumNodes=0"}, timeout_ms, 1 << 16, unset); !out)
-        return make_error("expanding job " + j + ": handing helper job " + h + "'s nodes over: " + out.error());
-    if (auto out = run_capture({"scontrol", "update", "JobId=" + j, "NumNodes=ALL"}, timeout_ms, 1 << 16, unset); !out)
-        return make_error("expanding job " + j + ": taking helper job " + h + "'s nodes: " + out.error());
+    if (auto st = scontrol_update(helper_id, "NumNodes=0", timeout_ms); !st)
+        return make_error("expanding job " + j + ": handing helper job " + h + "'s nodes over: " + st.error());
+    if (auto st = scontrol_update(job_id, "NumNodes=ALL", timeout_ms); !st)
+        return make_error("expanding job " + j + ": taking helper job " + h + "'s nodes: " + st.error());
     return Status::success();
 }
 
