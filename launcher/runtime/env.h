@@ -26,9 +26,9 @@
 //   OMNI_GLOO_HOST    optional: the IPv4 address this rank's Gloo transport listens on.
 //                     Default: the local address of the route to the coordinator, i.e. the
 //                     address of the interface the job's traffic already uses.
-//   OMNI_MP_WIREUP    optional: how a model-parallel group whose unit is one srun step meets:
-//                     "auto" (default: through PMIx when the group shares a node, else the
-//                     coordinator), "pmix" (through PMIx across nodes too) or "coordinator".
+//   OMNI_MP_WIREUP    optional: how a model-parallel group meets: "auto" (default: through
+//                     PMIx where this process's step holds its unit, else the coordinator),
+//                     "pmix" (through PMIx, an error where it cannot) or "coordinator".
 //   OMNI_COMM_BACKEND optional: "gloo" (default) or "nccl" (if built with NCCL).
 //   OMNI_CUDA_DEVICE  optional: the CUDA device of the NCCL communicator (default 0; Slurm's
 //                     CUDA_VISIBLE_DEVICES makes the task's GPU device 0).

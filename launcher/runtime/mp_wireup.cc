@@ -14,7 +14,7 @@ namespace omni::launcher {
 
 std::vector<std::vector<char>> pmix_exchange(const std::string &nspace, const std::vector<std::uint32_t> &procs,
                                              const std::string &key, const std::vector<char> &blob,
-                                             std::chrono::milliseconds timeout) {
+                                             std::chrono::milliseconds timeout, FenceScope scope) {
     auto fail = [&](const std::string &what, pmix_status_t rc) {
         throw std::runtime_error("PMIx: " + what + " (" + key + "): " + PMIx_Error_string(rc));
     };
@@ -38,10 +38,17 @@ std::vector<std::vector<char>> pmix_exchange(const std::string &nspace, const st
     PMIX_INFO_CONSTRUCT(&info[1]);
     PMIX_INFO_LOAD(&info[0], PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
     PMIX_INFO_LOAD(&info[1], PMIX_TIMEOUT, &seconds, PMIX_INT);
-    rc = PMIx_Fence(group.data(), group.size(), info, 2);
+    pmix_proc_t all;
+    PMIX_PROC_CONSTRUCT(&all);
+    PMIX_LOAD_PROCID(&all, nspace.c_str(), PMIX_RANK_WILDCARD);
+    const bool whole = scope == FenceScope::namespace_;
+    rc = whole ? PMIx_Fence(&all, 1, info, 2) : PMIx_Fence(group.data(), group.size(), info, 2);
     PMIX_INFO_DESTRUCT(&info[0]);
     PMIX_INFO_DESTRUCT(&info[1]);
-    if (rc != PMIX_SUCCESS) fail("PMIx_Fence over " + std::to_string(group.size()) + " processes of " + nspace, rc);
+    if (rc != PMIX_SUCCESS)
+        fail("PMIx_Fence over " + (whole ? "every process" : std::to_string(group.size()) + " processes") + " of " +
+                 nspace,
+             rc);
     std::vector<std::vector<char>> out;
     for (const pmix_proc_t &p : group) {
         pmix_value_t *val = nullptr;

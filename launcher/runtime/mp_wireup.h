@@ -2,19 +2,21 @@
 // one PMIx namespace, and its ranks exchange their Gloo pair addresses through PMIx.
 //
 // pmix_exchange() is the one collective step of that wire-up: every member of the group puts
-// its blob under `key` (PMIx_Put, PMIx_Commit), fences the group's processes with data
-// collection (PMIx_Fence over them, PMIX_COLLECT_DATA), and reads every member's blob
-// (PMIx_Get). One fence, because Gloo's full mesh is built from one exchange of all its pair
-// addresses (comm.h, make_gloo_communicator(BlobExchange)) instead of through a store that
-// needs a fence per write (Gloo's ranks write and read in different orders). By default
-// (OMNI_MP_WIREUP=auto) the runtime takes this path only for a group on one node: Slurm
-// 22.05.8's mpi/pmix with OpenPMIx 4.2 loses fences between nodes when a job's steps run on
-// different nodes (one step per unit). Its step daemons get collectives of procs they do not
-// hold ("No process controlled by this slurmstepd is involved", ring fences) or send to a
-// node where the step has no socket ("Cannot send message to .../stepd.slurm.pmix.J.S", tree
-// fences, SLURM_PMIX_FENCE=tree), and the fence hangs. This holds with every node its own
-// host (omni-cluster --hosts netns), so it is not the shared host of the test clusters. A
-// group across nodes meets through the coordinator; OMNI_MP_WIREUP=pmix tries PMIx there.
+// its blob under `key` (PMIx_Put, PMIx_Commit), fences with data collection (PMIx_Fence,
+// PMIX_COLLECT_DATA), and reads every member's blob (PMIx_Get). One fence, because Gloo's full
+// mesh is built from one exchange of all its pair addresses (comm.h,
+// make_gloo_communicator(BlobExchange)) instead of through a store that needs a fence per
+// write (Gloo's ranks write and read in different orders).
+//
+// Which processes the fence names (FenceScope): a group whose unit sits on one node fences
+// just the group's ranks, which the node's PMIx server completes alone. A unit across nodes
+// fences its whole namespace (PMIX_RANK_WILDCARD), every rank of the unit at once, each
+// reading only its own group's blobs: Slurm's mpi/pmix (22.05 through 25.11) packs a fence's
+// process list for the other nodes as the first process repeated (`procs->` in
+// _pack_coll_ring_info and _pack_coll_info, src/plugins/mpi/pmix/pmixp_coll_{ring,tree}.c),
+// so a fence naming ranks on several nodes reaches step daemons that hold none of them ("No
+// process controlled by this slurmstepd is involved in this collective") and hangs; a
+// wildcard fence packs as itself and completes.
 //
 // BroadcastStore serves a store user in which rank 0 sets a key once and every other rank
 // gets it once (make_nccl_communicator's unique id) over an existing communicator: set() on
@@ -34,12 +36,18 @@
 
 namespace omni::launcher {
 
+enum class FenceScope {
+    group,      // the fence names `procs`: only for ranks that share this node
+    namespace_  // the fence names every rank of `nspace`, and every one of them must call
+};
+
 // `procs`: the PMIx ranks of the group in `nspace`, in group order, this process among them.
 // Returns their blobs in that order; throws std::runtime_error naming the PMIx call that
-// failed. Every member must call it once with the same key.
+// failed. Every member must call it once with the same key; with FenceScope::namespace_ every
+// process of the namespace calls it at once (each with its own group and key).
 std::vector<std::vector<char>> pmix_exchange(const std::string &nspace, const std::vector<std::uint32_t> &procs,
                                              const std::string &key, const std::vector<char> &blob,
-                                             std::chrono::milliseconds timeout);
+                                             std::chrono::milliseconds timeout, FenceScope scope);
 
 class BroadcastStore : public gloo::rendezvous::Store {
 public:

@@ -412,21 +412,30 @@ Status Runtime::connect_mp(std::uint64_t generation) {
     const std::string group = "unit " + u(opts_.unit) + " replica " + u(replica);
     const ProcessIdentity &p = opts_.process;
     // Through PMIx when this process's step holds its whole unit in slot order (omni-launch
-    // starts one step per unit) and the group shares this node: one exchange of Gloo pair
-    // addresses (mp_wireup.h says why one node); else through the coordinator. Every member
-    // reaches the same answer.
+    // starts one step per unit): one exchange of Gloo pair addresses, fenced over the group
+    // when the unit sits on this node and over the step when the unit spans nodes and the
+    // step is just the unit (mp_wireup.h says why). Else through the coordinator, or an error
+    // where OMNI_MP_WIREUP=pmix. Every rank of the unit reaches the same answer.
     std::vector<std::uint32_t> procs;
-    bool via_pmix = opts_.mp_wireup != "coordinator" && pmix_view_ && !pmix_view_->nspace().empty() &&
-                    p.from_pmix && p.rank >= opts_.slot && p.rank - opts_.slot + opts_.unit_size <= p.size;
-    bool on_node = false;
-    if (via_pmix) {
+    for (std::uint32_t i = 0; i < m; ++i) procs.push_back(p.rank - mp_rank + i);
+    const bool holds_unit = pmix_view_ && !pmix_view_->nspace().empty() && p.from_pmix && p.rank >= opts_.slot &&
+                            p.rank - opts_.slot + opts_.unit_size <= p.size;
+    bool unit_on_node = false;
+    if (holds_unit) {
         const std::vector<std::uint32_t> local = pmix_view_->local_peers();
-        for (std::uint32_t i = 0; i < m; ++i) procs.push_back(p.rank - mp_rank + i);
-        on_node = std::all_of(procs.begin(), procs.end(), [&](std::uint32_t r) {
-            return std::find(local.begin(), local.end(), r) != local.end();
-        });
-        if (opts_.mp_wireup == "auto") via_pmix = on_node;
+        unit_on_node = true;
+        for (std::uint32_t r = p.rank - opts_.slot; r < p.rank - opts_.slot + opts_.unit_size; ++r)
+            if (std::find(local.begin(), local.end(), r) == local.end()) unit_on_node = false;
     }
+    const bool step_is_unit = holds_unit && p.size == opts_.unit_size;
+    const bool via_pmix = opts_.mp_wireup != "coordinator" && (unit_on_node || step_is_unit);
+    if (opts_.mp_wireup == "pmix" && !via_pmix)
+        return make_error("the model-parallel group of " + group +
+                          ": OMNI_MP_WIREUP=pmix, but this process's srun step " +
+                          (holds_unit ? "spans nodes and holds more than its unit of " + u(opts_.unit_size) + " ranks"
+                                      : "does not hold its whole unit under PMIx") +
+                          " (omni-launch starts one step per unit)");
+    const FenceScope scope = unit_on_node ? FenceScope::group : FenceScope::namespace_;
     const auto timeout = std::chrono::milliseconds(opts_.comm_timeout_ms);
     const GlooOptions go = gloo_options();
     try {
@@ -434,7 +443,7 @@ Status Runtime::connect_mp(std::uint64_t generation) {
         if (via_pmix) {
             const std::string nspace = pmix_view_->nspace(), key = "omni.mp." + u(opts_.unit) + "." + u(replica);
             c = make_gloo_communicator(
-                [&](const std::vector<char> &mine) { return pmix_exchange(nspace, procs, key, mine, timeout); },
+                [&](const std::vector<char> &mine) { return pmix_exchange(nspace, procs, key, mine, timeout, scope); },
                 static_cast<int>(mp_rank), static_cast<int>(m), go);
         } else {
             CoordinatorStore store(*client_, generation, timeout, "mp-u" + u(opts_.unit) + "r" + u(replica) + "/");
@@ -460,9 +469,9 @@ Status Runtime::connect_mp(std::uint64_t generation) {
         return make_error("the model-parallel group of " + group + ": " + e.what());
     }
     log_info("model-parallel group of " + group + ": rank " + u(mp_rank) + " of " + u(m) +
-             (!via_pmix ? " (wired up through the coordinator)"
-              : on_node  ? " (wired up through PMIx on this node)"
-                         : " (wired up through PMIx across nodes)"));
+             (!via_pmix      ? " (wired up through the coordinator)"
+              : unit_on_node ? " (wired up through PMIx on this node)"
+                             : " (wired up through PMIx across the unit's nodes)"));
     return Status::success();
 }
 

@@ -23,8 +23,8 @@
 // registered parameters and optimizer vectors are this MP slice's, ZeRO-1 shards them over
 // the DP group, and a reshape hands each slice's state over among that slice's DP ranks
 // only (joiners receive their own slice). The MP group is wired once, when the rank joins,
-// through PMIx when it lies on one node (its unit is one srun step: one namespace;
-// runtime/mp_wireup.h), else through the coordinator; it lives as long as the unit, since units come and go whole. With M = 1,
+// through PMIx (its unit is one srun step: one namespace; runtime/mp_wireup.h), else through
+// the coordinator; it lives as long as the unit, since units come and go whole. With M = 1,
 // comm() is every rank of the generation and mp_comm() a single-rank communicator.
 //
 // A runtime is one rank; it is not thread-safe (the coordinator connection belongs to the

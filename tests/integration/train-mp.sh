@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Model-parallel units end to end on the local cluster (libomni(3), omni-train-demo --mp):
 # units of N = 4 ranks on two nodes (2 CPUs each, every node its own host), each unit one
-# srun step; an MP group on one node meets through PMIx, one across nodes (M = 4) through the
-# coordinator. Every run's loss, LR and samples are bitwise those of a single rank without
-# Slurm (the reference, M = 1):
-#  - static: 2 units, M = 2 (DP 4);
+# srun step whose MP groups meet through PMIx: one fence over the unit's step when the unit
+# spans nodes, one over the group when it sits on one node (mp_wireup.h says why), or through
+# the coordinator on request. Every run's loss, LR and samples are bitwise those of a single
+# rank without Slurm (the reference, M = 1):
+#  - static: 2 units, M = 2 (DP 4); and 4 units of 2 ranks, each on one node, M = 2 (DP 4);
 #  - elastic: M = 2, 2 -> 1 -> 2 units (omni-ctl; the grow starts a new unit's srun step),
 #    every sample of every epoch once (exactly-once.py), and at every step every MP group and
 #    DP group as libomni(3)'s rule says, with every DP rank of a slice holding the same
@@ -12,7 +13,8 @@
 #    checkpoint of one logical tensor per parameter;
 #  - resumed from that checkpoint at M = 4 (DP 2): the other MP size loads it and finishes;
 #  - M = 2 with a rank SIGKILLed at step 25: its whole unit is lost, the other unit's
-#    groups rewind to the checkpoint of step 20 and finish alone;
+#    groups rewind to the checkpoint of step 20 and finish alone (groups met through the
+#    coordinator, OMNI_MP_WIREUP=coordinator);
 #  - bad layouts refused with errors that name them, nothing lost: --omni-mp=3 with units of
 #    4 at submit; a trainer's --mp 2 in an --omni-mp=4 job and omni-launch --unit-size 2 with
 #    --omni-mp=4 at start, the checkpoint untouched.
@@ -43,11 +45,23 @@ EOS
 chmod +x mp2.sh
 mkdir -p "$work/layout-mp2" "$work/layout-elastic" "$work/layout-mp4" "$work/samples"
 batch "static M=2" "$work/mp2.out" -N4 -n8 --omni-unit=4 --omni-mp=2 -t 3 mp2.sh
-grep -c 'wired up through PMIx on this node' "$work/mp2.out" | grep -qx 8 ||
-  fail "not every rank's MP group met through PMIx: $(grep -m1 'model-parallel group' "$work/mp2.out")"
+grep -c "wired up through PMIx across the unit's nodes" "$work/mp2.out" | grep -qx 8 ||
+  fail "not every rank's MP group met through PMIx across nodes: $(grep -m1 'model-parallel group' "$work/mp2.out")"
 /usr/bin/python3 "$top_src/tests/integration/same-steps.py" "$work/static.jsonl" "$work/mp2.jsonl" 60 ||
   fail "M=2 differs from the single rank (above)"
 /usr/bin/python3 "$layout" "$work/layout-mp2" 4 2 60 || fail "the static M=2 run's layout (above)"
+
+# Static, units of 2 on one node each: the groups' fences stay on their node.
+cat >mp2-node.sh <<EOS
+#!/bin/bash
+exec "$launch" --units 4 -- "$demo" $train --metrics "$work/mp2-node.jsonl"
+EOS
+chmod +x mp2-node.sh
+batch "static M=2 in units of 2" "$work/mp2-node.out" -N4 -n8 --omni-unit=2 --omni-mp=2 -t 3 mp2-node.sh
+grep -c 'wired up through PMIx on this node' "$work/mp2-node.out" | grep -qx 8 ||
+  fail "not every rank's MP group met through PMIx on its node: $(grep -m1 'model-parallel group' "$work/mp2-node.out")"
+/usr/bin/python3 "$top_src/tests/integration/same-steps.py" "$work/static.jsonl" "$work/mp2-node.jsonl" 60 ||
+  fail "M=2 in units of 2 differs from the single rank (above)"
 
 # Elastic, M = 2: 2 -> 1 -> 2 units, then SIGTERM to omni-launch: every rank stops at one
 # boundary and the trainer checkpoints there.
@@ -73,7 +87,7 @@ print("ok: worlds", seq)
 PY
 /usr/bin/python3 "$layout" "$work/layout-elastic" 4 2 "$stopped" || fail "the elastic run's layout (above)"
 # The joining unit's groups met through PMIx in its own srun step, off the survivors' pause.
-grep -q 'model-parallel group of unit 2 replica 1: rank 1 of 2 (wired up through PMIx on this node)' "$work/elastic.out" ||
+grep -q "model-parallel group of unit 2 replica 1: rank 1 of 2 (wired up through PMIx across the unit's nodes)" "$work/elastic.out" ||
   fail "the joining unit's MP group did not meet through PMIx"
 # The checkpoint: one logical tensor per parameter, whatever wrote it.
 "$top_build/ckpt/omni-ckpt" verify "$work/ckpt/latest" >/dev/null || fail "the stop checkpoint does not verify"
@@ -116,8 +130,8 @@ exec "$launch" --units 2 -- "$demo" $train --ckpt "$work/ckpt" --metrics "$work/
 EOS
 chmod +x mp4.sh
 batch "resume at M=4" "$work/mp4.out" -N4 -n8 --omni-unit=4 --omni-mp=4 -t 3 mp4.sh
-grep -c 'wired up through the coordinator' "$work/mp4.out" | grep -qx 8 ||
-  fail "the M=4 groups span two nodes and should meet through the coordinator: $(grep -m1 'model-parallel group' "$work/mp4.out")"
+grep -c "wired up through PMIx across the unit's nodes" "$work/mp4.out" | grep -qx 8 ||
+  fail "the M=4 groups span two nodes and should meet through PMIx: $(grep -m1 'model-parallel group' "$work/mp4.out")"
 grep -q "resumed at step $stopped from" "$work/mp4.out" || fail "the M=4 run did not resume at step $stopped: $(grep -m2 resumed "$work/mp4.out")"
 /usr/bin/python3 "$top_src/tests/integration/same-steps.py" "$work/static.jsonl" "$work/elastic.jsonl" 60 ||
   fail "elastic M=2 then M=4 differ from the single rank (above)"
@@ -141,6 +155,7 @@ PY
 cat >lost.sh <<EOS
 #!/bin/bash
 export OMNI_COMM_TIMEOUT_MS=5000   # the dead rank's MP peer gives up this fast
+export OMNI_MP_WIREUP=coordinator
 "$launch" --units 2 --boundary-timeout 20 -- "$demo" $train --pace-ms 60 --ckpt "$work/lost-ckpt" --ckpt-every 10 \
   --metrics "$work/lost.jsonl" --layout-log "$work/layout-lost" &
 pid=\$!
@@ -155,6 +170,8 @@ EOS
 chmod +x lost.sh
 mkdir -p "$work/layout-lost"
 batch "a lost rank with M=2" "$work/lost.out" -N4 -n8 --omni-unit=4 --omni-mp=2 -t 3 lost.sh
+grep -c 'wired up through the coordinator' "$work/lost.out" | grep -qx 8 ||
+  fail "OMNI_MP_WIREUP=coordinator: not every group met through the coordinator: $(grep -m1 'model-parallel group' "$work/lost.out")"
 grep -q "rewound to step 20 with world 4" "$work/lost.out" || fail "the survivors did not rewind to step 20: $(grep -m3 -E 'rewound|lost' "$work/lost.out")"
 expect_eq "omni-launch exit after a recovered loss" "$(sed -n 's/^launch-exit //p' "$work/lost.out")" 0
 /usr/bin/python3 "$top_src/tests/integration/same-steps.py" "$work/static.jsonl" "$work/lost.jsonl" 60 ||
