@@ -4,18 +4,32 @@
 // an in-place shrink (ncclCommShrink, where the library has it), abort and the refusal of
 // later calls, and a fresh init under a new unique id (the grow path of NCCL versions
 // without ncclCommGrow); with two GPUs and NCCL 2.29+, a grow from 1 to 2 ranks with
-// ncclCommGrow, each rank's sum checked against the sum of both inputs.
+// ncclCommGrow, each rank's sum checked against the sum of both inputs. Then a model-parallel
+// group of 2 ranks as libomni makes one (runtime.cc connect_mp): Gloo ranks first, the NCCL
+// unique id through BroadcastStore over them, on one GPU; two processes, since NCCL refuses
+// two ranks of a communicator on one device within one host (NCCL_HOSTID tells each it is a
+// host of its own, and they meet over the socket transport on lo).
 // Prints one line per check; exit 0 when all pass.
 #include <cuda_runtime.h>
+#include <gloo/rendezvous/file_store.h>
 #include <gloo/rendezvous/hash_store.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "comm/bf16.h"
 #include "comm/nccl.h"
+#include "runtime/mp_wireup.h"
+
+extern char **environ;
 
 using namespace omni::launcher;
 
@@ -58,7 +72,65 @@ std::vector<T> roundtrip(Communicator &c, const std::vector<T> &in, DType t, Red
     return on_device(in, 0, [&](void *buf, void *) { return c.allreduce(buf, in.size(), t, op); });
 }
 
-int main() {
+// One rank of the MP check (nccl_check --mp-rank R DIR): Gloo through a file store in DIR,
+// then NCCL as connect_mp builds it; its allreduce of f must give 2f. Exit 0 when it does.
+int mp_rank_main(int rank, const char *dir) {
+    const std::vector<float> f{1.5f, -2.0f, 3.25f}, twice{3.0f, -4.0f, 6.5f};
+    std::unique_ptr<gloo::rendezvous::FileStore> files;
+    try {
+        files = std::make_unique<gloo::rendezvous::FileStore>(dir);
+    } catch (const std::exception &e) {
+        std::printf("FAIL: MP rank %d: the file store in %s: %s\n", rank, dir, e.what());
+        return 1;
+    }
+    auto g = make_gloo_communicator(*files, rank, 2, GlooOptions{});
+    if (!g) {
+        std::printf("FAIL: MP rank %d: Gloo: %s\n", rank, g.error().c_str());
+        return 1;
+    }
+    BroadcastStore bs(*g.value(), 4096);
+    auto n = make_nccl_communicator(bs, "mp-nccl-unique-id", rank, 2, NcclOptions{});
+    if (!n) {
+        std::printf("FAIL: MP rank %d: NCCL: %s\n", rank, n.error().c_str());
+        return 1;
+    }
+    const bool ok = roundtrip(*n.value(), f, DType::fp32) == twice;
+    std::printf("%s: MP rank %d of 2: allreduce fp32 sum over the group\n", ok ? "ok" : "FAIL", rank);
+    return ok ? 0 : 1;
+}
+
+// Starts this program twice as the MP check's ranks and waits for both.
+bool run_mp_group(const char *self) {
+    char dir[] = "/tmp/nccl-check-mp.XXXXXX";
+    if (!mkdtemp(dir)) return false;
+    std::vector<std::string> base;
+    for (char **e = environ; *e; ++e)
+        if (std::strncmp(*e, "NCCL_HOSTID=", 12) != 0) base.emplace_back(*e);
+    if (!getenv("NCCL_SOCKET_IFNAME")) base.emplace_back("NCCL_SOCKET_IFNAME=lo");
+    if (!getenv("NCCL_IB_DISABLE")) base.emplace_back("NCCL_IB_DISABLE=1");
+    pid_t pids[2] = {-1, -1};
+    for (int r = 0; r < 2; ++r) {
+        std::vector<std::string> env = base;
+        env.push_back("NCCL_HOSTID=omni-mp-check-" + std::to_string(r));
+        std::vector<char *> envp, argv;
+        for (auto &e : env) envp.push_back(e.data());
+        envp.push_back(nullptr);
+        std::string rank = std::to_string(r), flag = "--mp-rank", prog = self;
+        argv = {prog.data(), flag.data(), rank.data(), dir, nullptr};
+        if (posix_spawn(&pids[r], self, nullptr, nullptr, argv.data(), envp.data()) != 0) pids[r] = -1;
+    }
+    bool ok = true;
+    for (pid_t p : pids) {
+        int status = 0;
+        ok = ok && p > 0 && waitpid(p, &status, 0) == p && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    }
+    std::string cleanup = std::string("rm -rf ") + dir;
+    if (std::system(cleanup.c_str()) != 0) std::printf("nccl_check: could not remove %s\n", dir);
+    return ok;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 4 && std::strcmp(argv[1], "--mp-rank") == 0) return mp_rank_main(std::atoi(argv[2]), argv[3]);
     int devices = 0;
     if (cudaGetDeviceCount(&devices) != cudaSuccess || devices < 1) {
         std::printf("nccl_check: no CUDA device\n");
@@ -174,6 +246,8 @@ int main() {
         CHECK(joiner_error.empty() && joined == twice,
               joiner_error.empty() ? "allreduce after grow (the joiner)" : joiner_error.c_str());
     }
+    CHECK(run_mp_group("/proc/self/exe"),
+          "an MP group of 2 ranks on one GPU: Gloo, the unique id over BroadcastStore, NCCL");
     std::printf("nccl_check: %d failure(s)\n", failures);
     return failures ? 1 : 0;
 }
