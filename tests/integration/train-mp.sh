@@ -12,9 +12,9 @@
 #    parameters (mp-layout.py); stopped by SIGTERM at a boundary after step 45 with a
 #    checkpoint of one logical tensor per parameter;
 #  - resumed from that checkpoint at M = 4 (DP 2): the other MP size loads it and finishes;
-#  - M = 2 with a rank SIGKILLed at step 25: its whole unit is lost, the other unit's
-#    groups rewind to the checkpoint of step 20 and finish alone (groups met through the
-#    coordinator, OMNI_MP_WIREUP=coordinator);
+#  - M = 2 and M = 4, a rank SIGKILLed at step 25: its whole unit is lost, the other unit's
+#    groups rewind to the checkpoint of step 20 and finish alone (M = 2's groups met through
+#    the coordinator, OMNI_MP_WIREUP=coordinator; M = 4's through PMIx);
 #  - bad layouts refused with errors that name them, nothing lost: --omni-mp=3 with units of
 #    4 at submit; a trainer's --mp 2 in an --omni-mp=4 job and omni-launch --unit-size 2 with
 #    --omni-mp=4 at start, the checkpoint untouched.
@@ -151,15 +151,18 @@ PY
 # Exactly once over the elastic part (M = 2), from MP rank 0 of each replica.
 /usr/bin/python3 "$once" "$work/samples" 960 20 "$stopped" || fail "the elastic run's samples (above)"
 
-# A lost rank, M = 2: the coordinator drops its whole unit; the survivors rewind.
-cat >lost.sh <<EOS
+# A lost rank: the coordinator drops its whole unit; the survivors rewind.
+# lost_run M WIREUP LOG: the run with OMNI_MP_WIREUP=WIREUP, whose 8 ranks must log LOG.
+lost_run() {
+  local m=$1 wireup=$2 wired=$3 name=lost-mp$1
+  cat >"$name.sh" <<EOS
 #!/bin/bash
-export OMNI_COMM_TIMEOUT_MS=5000   # the dead rank's MP peer gives up this fast
-export OMNI_MP_WIREUP=coordinator
-"$launch" --units 2 --boundary-timeout 20 -- "$demo" $train --pace-ms 60 --ckpt "$work/lost-ckpt" --ckpt-every 10 \
-  --metrics "$work/lost.jsonl" --layout-log "$work/layout-lost" &
+export OMNI_COMM_TIMEOUT_MS=5000   # the dead rank's MP peers give up this fast
+export OMNI_MP_WIREUP=$wireup
+"$launch" --units 2 --boundary-timeout 20 -- "$demo" $train --pace-ms 60 --ckpt "$work/$name-ckpt" --ckpt-every 10 \
+  --metrics "$work/$name.jsonl" &
 pid=\$!
-"$at_step" "$work/lost.jsonl" 25
+"$at_step" "$work/$name.jsonl" 25
 victim=\$("$rank_pids" 1 | head -n 1)
 [ -n "\$victim" ] || { echo "no rank of unit 1 found"; exit 20; }
 echo "killing unit 1 rank pid \$victim at step 25 or later"
@@ -167,15 +170,18 @@ kill -9 "\$victim"
 wait \$pid
 echo "launch-exit \$?"
 EOS
-chmod +x lost.sh
-mkdir -p "$work/layout-lost"
-batch "a lost rank with M=2" "$work/lost.out" -N4 -n8 --omni-unit=4 --omni-mp=2 -t 3 lost.sh
-grep -c 'wired up through the coordinator' "$work/lost.out" | grep -qx 8 ||
-  fail "OMNI_MP_WIREUP=coordinator: not every group met through the coordinator: $(grep -m1 'model-parallel group' "$work/lost.out")"
-grep -q "rewound to step 20 with world 4" "$work/lost.out" || fail "the survivors did not rewind to step 20: $(grep -m3 -E 'rewound|lost' "$work/lost.out")"
-expect_eq "omni-launch exit after a recovered loss" "$(sed -n 's/^launch-exit //p' "$work/lost.out")" 0
-/usr/bin/python3 "$top_src/tests/integration/same-steps.py" "$work/static.jsonl" "$work/lost.jsonl" 60 ||
-  fail "the M=2 run with a lost rank differs from the single rank (above)"
+  chmod +x "$name.sh"
+  batch "a lost rank with M=$m" "$work/$name.out" -N4 -n8 --omni-unit=4 --omni-mp="$m" -t 3 "$name.sh"
+  grep -c "$wired" "$work/$name.out" | grep -qx 8 ||
+    fail "M=$m, OMNI_MP_WIREUP=$wireup: not every group $wired: $(grep -m1 'model-parallel group' "$work/$name.out")"
+  grep -q "rewound to step 20 with world 4" "$work/$name.out" ||
+    fail "M=$m: the survivors did not rewind to step 20: $(grep -m3 -E 'rewound|lost' "$work/$name.out")"
+  expect_eq "omni-launch exit after a recovered loss (M=$m)" "$(sed -n 's/^launch-exit //p' "$work/$name.out")" 0
+  /usr/bin/python3 "$top_src/tests/integration/same-steps.py" "$work/static.jsonl" "$work/$name.jsonl" 60 ||
+    fail "the M=$m run with a lost rank differs from the single rank (above)"
+}
+lost_run 2 coordinator 'wired up through the coordinator'
+lost_run 4 auto "wired up through PMIx across the unit's nodes"
 
 # The layout check can fail: one rank's fingerprint changed at step 13.
 mkdir -p "$work/layout-bad"
@@ -185,4 +191,4 @@ awk '$1 == 13 { $9 = "1" } { print }' "$f" >"$f.new" && mv "$f.new" "$f"
 rc=0; /usr/bin/python3 "$layout" "$work/layout-bad" 4 2 "$stopped" >"$work/layout-bad.out" || rc=$?
 expect_eq "layout check on a log with one rank's parameters changed" "$rc" 1
 grep -q "step 13: the DP ranks of MP index" "$work/layout-bad.out" || fail "the checker missed it: $(cat "$work/layout-bad.out")"
-note "ok: M=2 static, M=2 elastic 2 -> 1 -> 2, a resume at M=4 and M=2 after a lost rank train bitwise as one rank; groups per the rule; bad layouts refused"
+note "ok: M=2 static, M=2 elastic 2 -> 1 -> 2, a resume at M=4, M=2 and M=4 after a lost rank train bitwise as one rank; groups per the rule; bad layouts refused"
