@@ -20,6 +20,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -124,8 +125,9 @@ bool run_mp_group(const char *self) {
         int status = 0;
         ok = ok && p > 0 && waitpid(p, &status, 0) == p && WIFEXITED(status) && WEXITSTATUS(status) == 0;
     }
-    std::string cleanup = std::string("rm -rf ") + dir;
-    if (std::system(cleanup.c_str()) != 0) std::printf("nccl_check: could not remove %s\n", dir);
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    if (ec) std::printf("nccl_check: could not remove %s: %s\n", dir, ec.message().c_str());
     return ok;
 }
 
