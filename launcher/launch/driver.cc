@@ -175,6 +175,7 @@ private:
     bool ctl_shrink_running();
     void run_policy(const Snapshot &s);
     void size_shared_steps();
+    std::uint32_t step_nodes() const;
     void record_policy(const PolicyDecision &d, std::uint32_t units);
     bool satellite() const { return !cfg_.satellite_units.empty(); }
     void record(GenerationEvent e);
@@ -279,11 +280,9 @@ void Driver::refresh_allocation(std::map<std::string, std::string> &set, std::ve
         log_line(LogLevel::Info, kComponent,
                  "job " + std::to_string(alloc_.job_id) + " now has " + std::to_string(nodes) +
                      " node(s) (" + job.value().node_list + "), was " + std::to_string(alloc_.nodes));
-    // The allocation's ranks per node stay as they were at the start; its node count moves.
-    if (cfg_.alloc.nodes > 0 && nodes > 0) {
-        alloc_.capacity_ranks = cfg_.alloc.capacity_ranks / cfg_.alloc.nodes * nodes;
-        alloc_.nodes = nodes;
-    }
+    // The allocation's ranks per node stay as they were at the start (its Capacity); its
+    // node count moves.
+    if (nodes > 0) alloc_.nodes = nodes;
     for (auto &[k, v] : allocation_environment(job.value(), unset)) set[k] = v;
 }
 
@@ -299,7 +298,7 @@ Status Driver::launch(const std::vector<std::uint32_t> &units, bool joiner) {
         spec.self = cfg_.self;
         spec.program = cfg_.options.program;
         spec.tasks = cfg_.settings.unit_size;
-        spec.nodes = unit_nodes(cfg_.settings.unit_size, alloc_);
+        spec.nodes = step_nodes();
         spec.name = "omni-u" + std::to_string(unit);
         auto argv = srun_argv(spec);
         std::map<std::string, std::string> set = job_env;
@@ -555,7 +554,10 @@ Status Driver::submit_satellite(const std::vector<std::uint32_t> &units) {
     spec.main_job = alloc_.job_id;
     spec.units = units;
     spec.unit_size = cfg_.settings.unit_size;
-    spec.unit_nodes = std::max<std::uint32_t>(1, unit_nodes(cfg_.settings.unit_size, cfg_.alloc));
+    const GrowShape shape =
+        grow_shape(static_cast<std::uint32_t>(units.size()), cfg_.settings.unit_size, cfg_.settings.capacity);
+    spec.nodes = shape.nodes;
+    spec.tasks_per_node = shape.tasks_per_node;
     auto job = own_job(0);
     if (!job) return Error{job.error()};
     spec.partition = job.value().partition;
@@ -621,10 +623,10 @@ Status Driver::start_expansion(const std::vector<std::uint32_t> &units) {
     if (!job) return Error{job.error()};
     ExpansionSpec spec;
     spec.main_job = alloc_.job_id;
-    spec.nodes = static_cast<std::uint32_t>(units.size()) *
-                 std::max<std::uint32_t>(1, unit_nodes(cfg_.settings.unit_size, cfg_.alloc));
-    spec.tasks_per_node = cfg_.alloc.nodes > 0 ? std::max<std::uint32_t>(1, cfg_.alloc.capacity_ranks / cfg_.alloc.nodes)
-                                               : cfg_.settings.unit_size;
+    const GrowShape shape =
+        grow_shape(static_cast<std::uint32_t>(units.size()), cfg_.settings.unit_size, cfg_.settings.capacity);
+    spec.nodes = shape.nodes;
+    spec.tasks_per_node = shape.tasks_per_node ? shape.tasks_per_node : cfg_.settings.unit_size;
     spec.partition = job.value().partition;
     spec.exclusive = job.value().exclusive;
     spec.exclude = job.value().nodes;
@@ -867,27 +869,38 @@ void Driver::watch_release_request() {
 }
 
 // Where several units share a node, each unit's step asks for its share of the node
-// (step_share_args), read off what the job holds on its nodes; the smallest node decides.
+// (step_share_args): what the job holds on its smallest node, from Slurm's per-node details
+// where scontrol answers, else from the batch environment (whose GPUs are the batch host's).
 void Driver::size_shared_steps() {
-    if (alloc_.job_id == 0 || alloc_.nodes == 0 || alloc_.capacity_ranks / alloc_.nodes <= cfg_.settings.unit_size)
-        return;
-    auto job = own_job(0);
-    if (!job || job.value().cpus.empty()) {
-        log_line(LogLevel::Warning, kComponent,
-                 "units share nodes, but the job's CPUs per node are unknown (" +
-                     (job ? std::string("no details") : job.error()) +
-                     "); the unit steps ask for nothing of their own (see omni-launch(1), BUGS)");
-        return;
+    const Capacity &cap = cfg_.settings.capacity;
+    if (cap.units_per_node <= 1) return;
+    NodeShare node = cfg_.alloc.holding.node;
+    if (alloc_.job_id != 0) {
+        auto job = own_job(0);
+        if (job && !job.value().cpus.empty()) {
+            node = smallest_node(job.value());
+        } else {
+            log_line(LogLevel::Warning, kComponent,
+                     "units share nodes and Slurm's per-node details of the job are unknown (" +
+                         (job ? std::string("no details") : job.error()) + "); sizing the unit steps by the batch "
+                         "environment");
+        }
     }
-    const JobInfo &j = job.value();
-    NodeShare node{*std::min_element(j.cpus.begin(), j.cpus.end()),
-                   *std::min_element(j.gpus.begin(), j.gpus.end()),
-                   *std::min_element(j.mem_mb.begin(), j.mem_mb.end())};
-    share_args_ = step_share_args(cfg_.settings.unit_size, alloc_, node, cfg_.options.srun_args);
+    share_args_ = step_share_args(cfg_.settings.unit_size, cap, node, cfg_.options.srun_args);
     if (!share_args_.empty())
         log_line(LogLevel::Info, kComponent,
-                 std::to_string(alloc_.capacity_ranks / alloc_.nodes / cfg_.settings.unit_size) +
-                     " units share each node: every unit's step asks for its share, " + shell_join(share_args_));
+                 std::to_string(cap.units_per_node) + " units share each node: every unit's step asks for its share, " +
+                     shell_join(share_args_));
+    else if (node.cpus == 0)
+        log_line(LogLevel::Warning, kComponent,
+                 "units share nodes, but the job's CPUs per node are unknown; the unit steps ask for nothing of "
+                 "their own (see omni-launch(1), BUGS)");
+}
+
+// The nodes of one unit's step: its Capacity's, never more than the job holds now.
+std::uint32_t Driver::step_nodes() const {
+    const std::uint32_t n = cfg_.settings.capacity.nodes_per_unit;
+    return alloc_.nodes > 0 ? std::min(n, alloc_.nodes) : n;
 }
 
 // The job as `scontrol show job` shows it, read again when the last reading is older than
@@ -1003,9 +1016,8 @@ void Driver::run_policy(const Snapshot &s) {
     pj.units = s.units;
     pj.min_units = cfg_.settings.min_units;
     pj.max_units = cfg_.settings.max_units;
-    pj.nodes_per_unit = std::max<std::uint32_t>(1, unit_nodes(cfg_.settings.unit_size, cfg_.alloc));
-    if (cfg_.alloc.nodes > 0 && cfg_.settings.unit_size > 0)
-        pj.units_per_node = std::max<std::uint32_t>(1, cfg_.alloc.capacity_ranks / cfg_.alloc.nodes / cfg_.settings.unit_size);
+    pj.nodes_per_unit = std::max<std::uint32_t>(1, cfg_.settings.capacity.nodes_per_unit);
+    pj.units_per_node = std::max<std::uint32_t>(1, cfg_.settings.capacity.units_per_node);
     pj.priority = job.value().priority;
     pj.last_resize_ms = last_resize_ms_;
     pj.busy = s.target.has_value() || ctl_shrink_running() || !s.pending.empty();

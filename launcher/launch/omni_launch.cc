@@ -9,6 +9,7 @@
 // Each srun step runs omni-launch itself on every task first ("--exec-task", internal): srun
 // gives a step one environment for all its tasks, but every rank needs its own unit and slot,
 // which the shim derives from SLURM_PROCID and then execs PROGRAM.
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
@@ -29,6 +30,7 @@
 #include "launch/options.h"
 #include "launch/plan.h"
 #include "launch/satellite.h"
+#include "slurmjob/job.h"
 #include "slurmjob/proc.h"
 
 using namespace omni::launcher;
@@ -117,6 +119,7 @@ int run_satellite(DriverConfig &cfg) {
     const char *dir = env(kEnvJobDir);
     cfg.job_dir = dir ? dir : "";
     cfg.settings.unit_size = static_cast<std::uint32_t>(size.value());
+    cfg.settings.capacity = job_capacity(cfg.settings.unit_size, cfg.alloc.holding);
     cfg.satellite_units = units.value();
     auto self = self_executable();
     if (!self) return fail(self.error());
@@ -129,23 +132,36 @@ int run_satellite(DriverConfig &cfg) {
     return run_driver(cfg, g_signals, g_last_signal);
 }
 
+// What the real run would start: its units, the capacity they come from, and each initial
+// unit's step with the share it asks for (read off Slurm's per-node details of the job as
+// the run does, else the batch environment).
 void print_dry_run(const DriverConfig &cfg) {
-    std::cout << "# " << cfg.settings.units << " unit(s) of " << cfg.settings.unit_size
-              << " rank(s), range " << cfg.settings.min_units << ".." << cfg.settings.max_units
-              << "; one srun step per unit, joining units get steps of their own\n";
+    const LaunchSettings &st = cfg.settings;
+    std::cout << "# " << st.units << " unit(s) of " << st.unit_size << " rank(s), range " << st.min_units << ".."
+              << st.max_units << "; one srun step per unit, joining units get steps of their own\n";
+    if (cfg.alloc.nodes > 0) std::cout << "# " << capacity_text(st.capacity, cfg.alloc.nodes, st.unit_size) << "\n";
     if (cfg.policy) std::cout << "# elastic policy " << omni::policy_text(*cfg.policy) << " (--omni-policy)\n";
-    for (std::uint32_t unit = 0; unit < cfg.settings.units; ++unit) {
+    std::vector<std::string> share;
+    if (st.capacity.units_per_node > 1) {
+        NodeShare node = cfg.alloc.holding.node;
+        if (cfg.alloc.job_id != 0)
+            if (auto job = load_job(cfg.alloc.job_id, kScontrolTimeoutMs); job && !job.value().cpus.empty())
+                node = smallest_node(job.value());
+        share = step_share_args(st.unit_size, st.capacity, node, cfg.options.srun_args);
+    }
+    for (std::uint32_t unit = 0; unit < st.units; ++unit) {
         StepSpec spec;
         spec.extra = cfg.options.srun_args;
+        spec.extra.insert(spec.extra.end(), share.begin(), share.end());
         spec.self = cfg.self;
         spec.program = cfg.options.program;
-        spec.tasks = cfg.settings.unit_size;
-        spec.nodes = unit_nodes(cfg.settings.unit_size, cfg.alloc);
+        spec.tasks = st.unit_size;
+        spec.nodes = cfg.alloc.nodes > 0 ? std::min(st.capacity.nodes_per_unit, cfg.alloc.nodes) : 0;
         spec.name = "omni-u" + std::to_string(unit);
         std::cout << shell_join({std::string(kEnvCoordAddr) + "=tcp://ADDR:PORT",
                                  std::string(kEnvCoordSecret) + "=SECRET",
                                  std::string(kEnvJobDir) + "=" + cfg.job_dir,
-                                 std::string(kEnvUnitSize) + "=" + std::to_string(cfg.settings.unit_size),
+                                 std::string(kEnvUnitSize) + "=" + std::to_string(st.unit_size),
                                  std::string(kEnvLaunchUnits) + "=" + std::to_string(unit)})
                   << " \\\n  " << shell_join(srun_argv(spec)) << "\n";
     }
@@ -186,6 +202,11 @@ int run(int argc, char **argv) {
         return kExitUsage;
     }
     cfg.settings = settings.value();
+    if (cfg.alloc.nodes > 0 && cfg.settings.units > cfg.settings.capacity.units)
+        log_line(LogLevel::Warning, kComponent,
+                 "--units " + std::to_string(cfg.settings.units) + " is more than the allocation runs at once (" +
+                     capacity_text(cfg.settings.capacity, cfg.alloc.nodes, cfg.settings.unit_size) +
+                     "): the steps of the units beyond it wait for others to end");
     // Model-parallel groups lie inside a unit (libomni(3)): refuse a layout whose groups would
     // straddle units before any step starts.
     if (jo.mp > 1 && cfg.settings.unit_size % jo.mp != 0) {
@@ -278,7 +299,9 @@ int run(int argc, char **argv) {
              "coordinator " + cfg.endpoint + ", job directory " + cfg.job_dir + ", events " +
                  cfg.events + "; " + std::to_string(cfg.settings.units) + " unit(s) of " +
                  std::to_string(cfg.settings.unit_size) + " rank(s), range " +
-                 std::to_string(cfg.settings.min_units) + ".." + std::to_string(cfg.settings.max_units));
+                 std::to_string(cfg.settings.min_units) + ".." + std::to_string(cfg.settings.max_units) +
+                 (cfg.alloc.nodes > 0 ? "; " + capacity_text(cfg.settings.capacity, cfg.alloc.nodes, cfg.settings.unit_size)
+                                      : std::string()));
     int rc = run_driver(cfg, g_signals, g_last_signal);
     coord.value()->stop();
     // The job is over: nobody may talk to a coordinator of this job again.

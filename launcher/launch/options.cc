@@ -191,27 +191,30 @@ Result<LaunchSettings> resolve_settings(const LaunchOptions &o, const Allocation
                                         std::uint64_t env_unit_size) {
     LaunchSettings s;
     s.unit_size = o.unit_size ? *o.unit_size : env_unit_size ? static_cast<std::uint32_t>(env_unit_size) : 1;
-    std::uint32_t capacity_units = a.capacity_ranks / s.unit_size;
+    s.capacity = job_capacity(s.unit_size, a.holding);
+    const std::uint32_t capacity_units = s.capacity.units;
     s.units = o.units ? *o.units : env_max ? static_cast<std::uint32_t>(env_max) : capacity_units;
     if (s.units == 0)
-        return make_error("cannot tell how many units to start: give --units K (no OMNI_ELASTIC_MAX, "
-                          "and the allocation holds " + std::to_string(a.capacity_ranks) +
-                          " rank(s) for units of " + std::to_string(s.unit_size) + ")");
+        return make_error(a.nodes == 0 ? std::string("cannot tell how many units to start: give --units K (not "
+                                                     "inside a Slurm job, and no OMNI_ELASTIC_MAX)")
+                                       : "the allocation's " + std::to_string(a.nodes) + " node(s) run " +
+                                             std::to_string(s.capacity.ranks) + " rank(s) at once (" +
+                                             s.capacity.basis + "), no unit of " + std::to_string(s.unit_size) +
+                                             "; give --units K or ask for more tasks or nodes");
     s.min_units = o.min_units ? *o.min_units : env_min ? static_cast<std::uint32_t>(env_min) : 1;
     s.max_units = o.max_units ? *o.max_units
                   : env_max   ? static_cast<std::uint32_t>(env_max)
                               : std::max(capacity_units, s.units);
-    if (!o.units && env_max && a.nodes && a.gpus_per_node) {
-        // The units the nodes' GPUs hold, when units and nodes divide evenly either way.
-        const std::uint32_t g = a.gpus_per_node, n = s.unit_size;
-        const std::uint32_t fit = g % n == 0 ? a.nodes * (g / n) : n % g == 0 ? a.nodes / (n / g) : 0;
-        if ((g % n == 0 || n % g == 0) && fit < s.units) {
-            if (fit < s.min_units)
-                return make_error("the allocation's " + std::to_string(a.nodes) + " node(s) x " + std::to_string(g) +
-                                  " GPU(s) hold " + std::to_string(fit) + " unit(s) of " + std::to_string(n) +
-                                  ", fewer than the elastic minimum " + std::to_string(s.min_units));
-            s.units = fit;
-        }
+    // An elastic job starts with the units its allocation runs at once: Slurm may give it
+    // fewer nodes than MAX units need (a node range, select/omni), and a unit beyond them
+    // would only wait for a step of the job to end.
+    if (!o.units && env_max && a.nodes > 0 && capacity_units < s.units) {
+        if (capacity_units < s.min_units)
+            return make_error("the allocation's " + std::to_string(a.nodes) + " node(s) run " +
+                              std::to_string(capacity_units) + " unit(s) of " + std::to_string(s.unit_size) +
+                              " rank(s) at once (" + s.capacity.basis + "), fewer than the elastic minimum " +
+                              std::to_string(s.min_units));
+        s.units = capacity_units;
     }
     if (s.min_units > s.max_units)
         return make_error("--min-units " + std::to_string(s.min_units) + " exceeds --max-units " +

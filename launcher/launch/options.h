@@ -41,16 +41,17 @@ ParsedCommandLine parse_command_line(int argc, const char *const *argv);
 
 // The settings of the run once defaults are applied:
 //   unit size: --unit-size, else OMNI_UNIT_SIZE, else 1;
+//   capacity:  job_capacity() of the allocation for that unit size (launch/capacity.h);
 //   MIN units: --min-units, else OMNI_ELASTIC_MIN, else 1;
-//   MAX units: --max-units, else OMNI_ELASTIC_MAX, else the allocation's capacity in units
-//              (at least the initial units);
-//   initial:   --units, else OMNI_ELASTIC_MAX, else the allocation's capacity in units.
-//              An elastic job whose GPUs per node (SLURM_GPUS_ON_NODE) are whole units, or
-//              whose units are whole nodes of GPUs, starts with no more units than its nodes'
-//              GPUs hold: Slurm may give it fewer nodes than MAX units need (job_submit/omni's
-//              node range, select/omni); fewer than MIN is an error naming both.
+//   MAX units: --max-units, else OMNI_ELASTIC_MAX, else the capacity in units (at least the
+//              initial units);
+//   initial:   --units, else the smaller of OMNI_ELASTIC_MAX and the capacity in units, else
+//              the capacity. An elastic job thus starts with the units its allocation runs at
+//              once; a capacity below MIN is an error naming both. Outside a job (no nodes
+//              known) OMNI_ELASTIC_MAX or --units decide alone.
 struct LaunchSettings {
     std::uint32_t units = 0, min_units = 0, max_units = 0, unit_size = 0;
+    Capacity capacity;  // of the allocation, for units of unit_size
 };
 // `env_min`, `env_max`, `env_unit_size` come from job_options_from_env (0: unset). Errors name
 // the option or variable and the range that was expected.

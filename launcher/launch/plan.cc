@@ -5,6 +5,7 @@
 
 #include "common/parse.h"
 #include "coord/protocol.h"
+#include "slurmjob/job.h"
 
 namespace omni::launcher {
 namespace {
@@ -33,25 +34,31 @@ Result<Allocation> allocation_from_env(GetEnv get) {
         if (!nodes) return Error{nodes.error()};
     }
     a.nodes = static_cast<std::uint32_t>(nodes.value());
+    a.holding.nodes = a.nodes;
     auto ntasks = env_uint(get, "SLURM_NTASKS", kMaxWorld);
     if (!ntasks) return Error{ntasks.error()};
-    // SLURM_NTASKS_PER_NODE may not be set at all; a plain number is all we accept.
+    a.holding.tasks = static_cast<std::uint32_t>(ntasks.value());
+    // SLURM_NTASKS_PER_NODE may not be set at all; a plain number is all we accept. It wins
+    // over SLURM_NTASKS: a node range may give the job more nodes than sbatch assumed, and
+    // SLURM_NTASKS then counts the tasks of the nodes sbatch assumed.
     auto per = env_uint(get, "SLURM_NTASKS_PER_NODE", kMaxUnitSizeRanks);
     if (!per) return Error{per.error()};
-    if (per.value() > 0) {
-        // The job's own ranks per node, times the nodes it got: right also when it got more
-        // nodes than sbatch assumed (a node range), where SLURM_NTASKS is sbatch's K tasks for
-        // the one node it assumed under --ntasks-per-node=K.
-        std::uint64_t cap = std::uint64_t(a.nodes) * per.value();
-        a.capacity_ranks = static_cast<std::uint32_t>(std::min<std::uint64_t>(cap, kMaxWorld));
-    } else if (ntasks.value() > 0) {
-        a.capacity_ranks = static_cast<std::uint32_t>(ntasks.value());
-    } else {
-        a.capacity_ranks = a.nodes;
+    a.holding.tasks_per_node = static_cast<std::uint32_t>(per.value());
+    if (const char *cpus = get("SLURM_JOB_CPUS_PER_NODE"); cpus && *cpus) {
+        auto counts = expand_counts(cpus, kMaxWorld, "SLURM_JOB_CPUS_PER_NODE");
+        if (!counts) return Error{counts.error()};
+        a.holding.node.cpus = *std::min_element(counts.value().begin(), counts.value().end());
     }
     auto gpus = env_uint(get, "SLURM_GPUS_ON_NODE", kMaxUnitSizeRanks);
     if (!gpus) return Error{gpus.error()};
-    a.gpus_per_node = static_cast<std::uint32_t>(gpus.value());
+    a.holding.node.gpus = static_cast<std::uint32_t>(gpus.value());
+    // Memory, where Slurm tracks it: per node, or per CPU (times the node's CPUs).
+    constexpr std::uint64_t kMaxMemMb = std::uint64_t(1) << 40;
+    auto mem_node = env_uint(get, "SLURM_MEM_PER_NODE", kMaxMemMb);
+    if (!mem_node) return Error{mem_node.error()};
+    auto mem_cpu = env_uint(get, "SLURM_MEM_PER_CPU", kMaxMemMb);
+    if (!mem_cpu) return Error{mem_cpu.error()};
+    a.holding.node.mem_mb = mem_node.value() ? mem_node.value() : mem_cpu.value() * a.holding.node.cpus;
     return a;
 }
 
@@ -170,29 +177,6 @@ Result<std::vector<std::string>> split_sbatch_args(const std::string &text) {
                               {"--ntasks", "--nodes", "--job-name", "--export", "--wrap", "--parsable",
                                "--requeue"},
                               {"-n", "-N", "-J"});
-}
-
-std::uint32_t unit_nodes(std::uint32_t unit_size, const Allocation &a) {
-    if (a.nodes == 0) return 0;
-    std::uint32_t per_node = std::max<std::uint32_t>(1, a.capacity_ranks / a.nodes);
-    return std::min(a.nodes, (unit_size + per_node - 1) / per_node);
-}
-
-std::vector<std::string> step_share_args(std::uint32_t unit_size, const Allocation &a, const NodeShare &node,
-                                         const std::vector<std::string> &user_args) {
-    if (a.nodes == 0 || unit_size == 0 || node.cpus == 0) return {};
-    const std::uint32_t per_node = a.capacity_ranks / a.nodes;
-    if (per_node <= unit_size) return {};
-    for (const auto &arg : user_args) {
-        for (const char *opt : {"--exact", "--cpus-per-task", "--gres", "--gpus", "--mem"})
-            if (arg.rfind(opt, 0) == 0) return {};
-        if (arg.rfind("-c", 0) == 0) return {};
-    }
-    std::vector<std::string> out = {"--exact",
-                                    "--cpus-per-task=" + std::to_string(std::max<std::uint32_t>(1, node.cpus / per_node))};
-    if (node.gpus >= per_node) out.push_back("--gres=gpu:" + std::to_string(node.gpus / per_node * unit_size));
-    if (node.mem_mb > 0) out.push_back("--mem=" + std::to_string(node.mem_mb / per_node * unit_size) + "M");
-    return out;
 }
 
 std::vector<std::string> srun_argv(const StepSpec &s) {

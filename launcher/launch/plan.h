@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "launch/capacity.h"
 #include "omni/result.h"
 
 namespace omni::launcher {
@@ -28,14 +29,14 @@ struct Allocation {
     std::uint32_t job_id = 0;          // 0 when not inside a job
     std::string batch_node;            // SLURMD_NODENAME: where omni-launch (the coordinator) runs
     std::uint32_t nodes = 0;           // SLURM_JOB_NUM_NODES (SLURM_NNODES)
-    std::uint32_t capacity_ranks = 0;  // how many ranks the allocation is meant to hold
-    std::uint32_t gpus_per_node = 0;   // SLURM_GPUS_ON_NODE (the batch host's); 0: none asked
+    JobHolding holding;                // what it asked for and holds (launch/capacity.h)
 };
 
-// Reads SLURM_JOB_ID, SLURMD_NODENAME, SLURM_JOB_NUM_NODES, SLURM_GPUS_ON_NODE and the task
-// counts. The capacity is nodes x SLURM_NTASKS_PER_NODE when the job asked ranks per node,
-// else SLURM_NTASKS (-n), else one rank per node. Missing variables leave zeros; malformed
-// ones are errors naming the variable.
+// Reads SLURM_JOB_ID, SLURMD_NODENAME, SLURM_JOB_NUM_NODES, the task counts the job asked
+// for (SLURM_NTASKS_PER_NODE, SLURM_NTASKS), and what it holds: SLURM_JOB_CPUS_PER_NODE (the
+// smallest node), SLURM_GPUS_ON_NODE (the batch host's) and SLURM_MEM_PER_NODE or
+// SLURM_MEM_PER_CPU. Missing variables leave zeros; malformed ones are errors naming the
+// variable.
 Result<Allocation> allocation_from_env(GetEnv get);
 
 // The suggested coordinator member id of a rank: "u<UNIT>.s<SLOT>" (unique within a job because
@@ -67,37 +68,15 @@ struct StepSpec {
     std::string self;                    // absolute path of omni-launch (the per-task shim)
     std::vector<std::string> program;    // PROGRAM ARGS
     std::uint32_t tasks = 0;             // the unit size
-    std::uint32_t nodes = 0;             // unit_nodes(); 0: let srun decide
+    std::uint32_t nodes = 0;             // Capacity::nodes_per_unit; 0: let srun decide
     std::string name;                    // step name (-J): "omni-u<UNIT>"
 };
 
 // One srun step per unit: a unit that leaves ends its step, so Slurm really frees its CPUs
 // and GPUs for a later grow (a step's resources are released only when all its tasks end),
 // and a step that fails names exactly the unit that is lost. Ranks of one unit share a step
-// and so a PMIx namespace; across units the coordinator is the channel.
-//
-// The nodes a unit needs: its ranks at the allocation's ranks per node (capacity / nodes, at
-// least 1), rounded up, at most the allocation's nodes. 0 when the node count is unknown.
-std::uint32_t unit_nodes(std::uint32_t unit_size, const Allocation &a);
-
-// What the job holds on each of its nodes (the smallest over its nodes): CPUs, GPUs (GRES
-// gpu) and memory in MB (0: Slurm does not track it).
-struct NodeShare {
-    std::uint32_t cpus = 0, gpus = 0;
-    std::uint64_t mem_mb = 0;
-};
-
-// The srun options that give a unit's step its share of a node where several units share one
-// (the allocation holds more ranks per node than a unit has): on Slurm 22.05 a step that asks
-// for nothing gets every CPU, GPU and byte of memory the job holds on its node, and the next
-// unit's step waits for it ("Requested nodes are busy"). Each rank gets its node's CPUs,
-// GPUs and memory divided by the ranks per node:
-//   --exact --cpus-per-task=C [--gres=gpu:G] [--mem=MM]   (G, M for the unit's ranks)
-// GPUs only where each rank gets at least one. Empty where a unit fills its nodes, where the
-// share is unknown (no CPUs), or where `user_args` (--srun-args) sizes steps itself
-// (--exact, -c/--cpus-per-task, --gres, --gpus*, --mem*): the user's choice wins.
-std::vector<std::string> step_share_args(std::uint32_t unit_size, const Allocation &a, const NodeShare &node,
-                                         const std::vector<std::string> &user_args);
+// and so a PMIx namespace; across units the coordinator is the channel. How many units run
+// at once and what each step asks for: launch/capacity.h.
 
 // The argv of one unit's step:
 //   srun --mpi=pmix --no-kill --kill-on-bad-exit=0 --export=ALL -J NAME -n T [-N NODES]

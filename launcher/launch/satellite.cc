@@ -14,12 +14,13 @@ std::vector<std::string> satellite_sbatch_args(const SatelliteSpec &spec) {
     const auto units = static_cast<std::uint32_t>(spec.units.size());
     std::vector<std::string> args = {
         "--job-name=" + satellite_job_name(spec.main_job),
-        "--nodes=" + std::to_string(units * spec.unit_nodes),
+        "--nodes=" + std::to_string(spec.nodes),
         "--ntasks=" + std::to_string(units * spec.unit_size),
         // Its units leave the job for good when it ends: a requeued satellite (PreemptMode
         // REQUEUE) would start later as units nobody waits for.
         "--no-requeue",
     };
+    if (spec.tasks_per_node > 0) args.push_back("--ntasks-per-node=" + std::to_string(spec.tasks_per_node));
     if (!spec.partition.empty()) args.push_back("--partition=" + spec.partition);
     // TresPerNode is "gres:NAME[:TYPE]:COUNT"; sbatch takes the part after "gres:".
     if (spec.tres_per_node.rfind("gres:", 0) == 0) args.push_back("--gres=" + spec.tres_per_node.substr(5));

@@ -29,7 +29,8 @@ struct SatelliteSpec {
     std::uint32_t main_job = 0;
     std::vector<std::uint32_t> units;      // the unit ids it runs
     std::uint32_t unit_size = 1;           // ranks per unit
-    std::uint32_t unit_nodes = 1;          // nodes per unit (as in the main job)
+    std::uint32_t nodes = 1;               // grow_shape(): the nodes its units run on at once
+    std::uint32_t tasks_per_node = 0;      // and their ranks per node (0: left to Slurm)
     std::string partition;                 // the main job's; empty: Slurm's default
     std::string tres_per_node;             // the main job's TresPerNode ("gres:gpu:2")
     bool exclusive = false;                // the main job has whole nodes
@@ -44,8 +45,8 @@ struct SatelliteSpec {
 // "omni-sat-<main job>".
 std::string satellite_job_name(std::uint32_t main_job);
 
-// sbatch's options for the satellite (without --parsable and the script): its name, nodes
-// and tasks for its units, the main job's partition, GRES and exclusivity, then the extra
+// sbatch's options for the satellite (without --parsable and the script): its name, nodes,
+// tasks and tasks per node for its units (so that they run there at once, as in the job), the main job's partition, GRES and exclusivity, then the extra
 // options (which may override any of them).
 std::vector<std::string> satellite_sbatch_args(const SatelliteSpec &spec);
 

@@ -190,6 +190,37 @@ std::string compress_counts(const std::vector<std::uint32_t> &counts) {
     return out;
 }
 
+Result<std::vector<std::uint32_t>> expand_counts(std::string_view text, std::uint32_t max_items,
+                                                 std::string_view what) {
+    auto bad = [&](const std::string &why) {
+        return make_error(std::string(what) + " " + quoted(text) + ": " + why +
+                          " (expected counts such as 2(x3),1)");
+    };
+    if (text.empty()) return bad("empty");
+    std::vector<std::uint32_t> out;
+    std::size_t pos = 0;
+    while (pos <= text.size()) {
+        std::size_t comma = text.find(',', pos);
+        if (comma == std::string_view::npos) comma = text.size();
+        std::string_view item = text.substr(pos, comma - pos);
+        std::uint64_t repeat = 1;
+        if (std::size_t paren = item.find('('); paren != std::string_view::npos) {
+            if (item.size() < paren + 4 || item.compare(paren, 2, "(x") != 0 || item.back() != ')')
+                return bad("a repeat is written (xN)");
+            auto r = parse_uint(item.substr(paren + 2, item.size() - paren - 3), 1, max_items, what);
+            if (!r) return bad("the repeat in " + quoted(item) + " is not a number in 1.." + std::to_string(max_items));
+            repeat = r.value();
+            item = item.substr(0, paren);
+        }
+        auto v = parse_uint(item, 0, UINT32_MAX, what);
+        if (!v) return bad(quoted(item) + " is not a count");
+        if (out.size() + repeat > max_items) return bad("more than " + std::to_string(max_items) + " counts");
+        out.insert(out.end(), repeat, static_cast<std::uint32_t>(v.value()));
+        pos = comma + 1;
+    }
+    return out;
+}
+
 std::map<std::string, std::string> allocation_environment(const JobInfo &job,
                                                           std::vector<std::string> &unset) {
     std::map<std::string, std::string> env;

@@ -13,6 +13,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "omni/result.h"
@@ -49,6 +50,10 @@ Result<JobInfo> load_job(std::uint32_t job_id, std::int64_t timeout_ms);
 
 // Slurm's compressed CPU counts: {2,2,2,1} -> "2(x3),1" (SLURM_JOB_CPUS_PER_NODE's form).
 std::string compress_counts(const std::vector<std::uint32_t> &counts);
+// And back: "2(x3),1" -> {2, 2, 2, 1}, at most `max_items` counts, each at most UINT32_MAX.
+// Errors name `what` (the variable or field it came from).
+Result<std::vector<std::uint32_t>> expand_counts(std::string_view text, std::uint32_t max_items,
+                                                 std::string_view what);
 
 // The variables srun reads for the job's shape, for a step started after the job changed
 // size: SLURM_JOB_NODELIST, SLURM_NODELIST, SLURM_JOB_NUM_NODES, SLURM_NNODES and

@@ -54,7 +54,7 @@ EOS
 mkdir -p "$work/samples"
 timeout 240 sbatch --wait -N4 -t 5 -o "$work/static.out" --parsable static.sh >/dev/null ||
   { cat "$work/static.out" >&2; fail "the static job failed"; }
-job=$(timeout 300 sbatch --wait -N2 --exclusive -t 5 --omni-elastic=1:8 -o "$work/grow.out" --parsable grow.sh) ||
+job=$(timeout 300 sbatch --wait -N2 --exclusive --ntasks-per-node=1 -t 5 --omni-elastic=1:8 -o "$work/grow.out" --parsable grow.sh) ||
   { cat "$work/grow.out" >&2; fail "the growing job failed"; }
 job=${job%%;*}
 blocker=$(sed -n 's/^blocker //p' "$work/grow.out")
@@ -134,7 +134,7 @@ for _ in \$(seq 100); do
 done
 echo "helper-pending \$h"
 EOS
-cjob=$(sbatch --parsable -N1 --exclusive -t 5 --omni-elastic=1:4 -o "$work/cancel.out" cancel.sh)
+cjob=$(sbatch --parsable -N1 --exclusive --ntasks-per-node=1 -t 5 --omni-elastic=1:4 -o "$work/cancel.out" cancel.sh)
 cjob=${cjob%%;*}
 for _ in $(seq 600); do
   grep -qE '^(helper-pending|launch-exit)' "$work/cancel.out" 2>/dev/null && break

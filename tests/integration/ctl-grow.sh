@@ -71,7 +71,7 @@ EOS
 mkdir -p "$work/samples"
 out=$(timeout 240 sbatch --wait -N4 -t 5 -o "$work/static.out" --parsable static.sh) ||
   { cat "$work/static.out" >&2; fail "the static job failed"; }
-job=$(timeout 300 sbatch --wait -N2 --exclusive -t 5 --omni-elastic=1:8 -o "$work/grow.out" --parsable grow.sh) ||
+job=$(timeout 300 sbatch --wait -N2 --exclusive --ntasks-per-node=1 -t 5 --omni-elastic=1:8 -o "$work/grow.out" --parsable grow.sh) ||
   { cat "$work/grow.out" "$work"/*.out >&2; fail "the growing job failed"; }
 job=${job%%;*}
 preemptor=$(sed -n 's/^preemptor //p' "$work/grow.out")
@@ -154,7 +154,7 @@ at_step 3 || exit 11
 "$ctl" grow --units 2 --wait 120 >"$work/cancel-grow.out" 2>&1
 echo "grow-exit \$?"
 EOS
-cjob=$(sbatch --parsable -N1 --exclusive -t 5 --omni-elastic=1:4 -o "$work/cancel.out" cancel.sh)
+cjob=$(sbatch --parsable -N1 --exclusive --ntasks-per-node=1 -t 5 --omni-elastic=1:4 -o "$work/cancel.out" cancel.sh)
 cjob=${cjob%%;*}
 for _ in $(seq 600); do
   grep -qE '^(grow|launch)-exit' "$work/cancel.out" 2>/dev/null && break

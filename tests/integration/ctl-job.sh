@@ -23,7 +23,7 @@ exec "$launch" --units 2 --events "$u/events.jsonl" -- "$demo" --steps 400 --dat
   --global-batch 64 --micro-batch 4 --pace-ms 100 --metrics "$u/metrics.jsonl"
 EOS
 chmod 0755 "$u/job.sh"
-job=$(as nobody sbatch --parsable -N2 --exclusive -t 5 --omni-elastic=1:4 -o "$u/job.out" --chdir "$u" "$u/job.sh")
+job=$(as nobody sbatch --parsable -N2 --exclusive --ntasks-per-node=1 -t 5 --omni-elastic=1:4 -o "$u/job.out" --chdir "$u" "$u/job.sh")
 job=${job%%;*}
 "$at_step" "$u/metrics.jsonl" 5 60 || { cat "$u/job.out" >&2; fail "job $job never trained"; }
 

@@ -46,7 +46,7 @@ done
 EOS
 out=$(timeout 300 sbatch --wait -N4 -t 5 -o "$work/static.out" --parsable static.sh) ||
   { cat "$work/static.out" >&2; fail "the static job failed"; }
-job=$(timeout 600 sbatch --wait -N2 --exclusive -t 9 --omni-elastic=1:4 --omni-policy="$policy" \
+job=$(timeout 600 sbatch --wait -N2 --exclusive --ntasks-per-node=1 -t 9 --omni-elastic=1:4 --omni-policy="$policy" \
   -o "$work/policy.out" --parsable policy.sh) ||
   { cat "$work/policy.out" >&2; fail "the job under the policy failed"; }
 job=${job%%;*}

@@ -58,7 +58,7 @@ scontrol show job \$SLURM_JOB_ID >"$work/job-one.txt"
 EOS
 out=$(timeout 240 sbatch --wait -N4 -t 5 -o "$work/static.out" --parsable static.sh) ||
   { cat "$work/static.out" >&2; fail "the static job failed"; }
-job=$(timeout 300 sbatch --wait -N4 --exclusive -t 5 --omni-elastic=1:4 -o "$work/sc.out" --parsable sc.sh) ||
+job=$(timeout 300 sbatch --wait -N4 --exclusive --ntasks-per-node=1 -t 5 --omni-elastic=1:4 -o "$work/sc.out" --parsable sc.sh) ||
   { cat "$work/sc.out" >&2; fail "the job shrunk by scontrol failed"; }
 job=${job%%;*}
 # Shown for the log only; '|| true': a job that printed none of these lines fails the checks below.

@@ -83,29 +83,41 @@ TEST(LaunchOptions, UsageErrorsNameTheOption) {
     }
 }
 
+// A job of `nodes` nodes that asked for `per` ranks a node.
+Allocation per_node(std::uint32_t nodes, std::uint32_t per) {
+    Allocation a;
+    a.nodes = a.holding.nodes = nodes;
+    a.holding.tasks_per_node = per;
+    a.holding.node.cpus = per;
+    return a;
+}
+
 TEST(LaunchOptions, SettingsDefaults) {
     LaunchOptions o;
-    Allocation a;
-    a.capacity_ranks = 8;
+    Allocation a = per_node(4, 2);
     auto s = resolve_settings(o, a, 0, 0, 0);
     ASSERT_TRUE(s) << s.error();
     EXPECT_EQ(s.value().units, 8u);
     EXPECT_EQ(s.value().min_units, 1u);
     EXPECT_EQ(s.value().max_units, 8u);
     EXPECT_EQ(s.value().unit_size, 1u);
-    // The job's OMNI_* options: units of 4 ranks, elastic 2:6.
+    EXPECT_EQ(s.value().capacity.units_per_node, 2u);
+    // The job's OMNI_* options: units of 4 ranks, elastic 2:6, on 8 nodes of 2 ranks: 4 units
+    // of 2 nodes run at once, so it starts with 4 (not MAX, 6).
+    a = per_node(8, 2);
     s = resolve_settings(o, a, 2, 6, 4);
     ASSERT_TRUE(s) << s.error();
-    EXPECT_EQ(s.value().units, 6u);
+    EXPECT_EQ(s.value().units, 4u);
     EXPECT_EQ(s.value().min_units, 2u);
     EXPECT_EQ(s.value().max_units, 6u);
     EXPECT_EQ(s.value().unit_size, 4u);
-    // Options win over the environment.
-    o.units = 3;
+    EXPECT_EQ(s.value().capacity.nodes_per_unit, 2u);
+    // Options win over the environment, and --units over the capacity.
+    o.units = 6;
     o.unit_size = 2;
     s = resolve_settings(o, a, 2, 6, 4);
     ASSERT_TRUE(s) << s.error();
-    EXPECT_EQ(s.value().units, 3u);
+    EXPECT_EQ(s.value().units, 6u);
     EXPECT_EQ(s.value().unit_size, 2u);
     o.units = 7;
     s = resolve_settings(o, a, 2, 6, 4);
@@ -113,36 +125,52 @@ TEST(LaunchOptions, SettingsDefaults) {
     EXPECT_NE(s.error().find("outside the elastic range 2..6"), std::string::npos) << s.error();
     LaunchOptions none;
     Allocation empty;
-    // Slurm gave an elastic 1..4 job of units of 2 GPUs 2 nodes of 2 GPUs (its node range):
-    // it starts with the 2 units they hold; units of 4 GPUs on 2-GPU nodes: 2 nodes a unit.
-    Allocation gpus;
-    gpus.nodes = 2;
-    gpus.capacity_ranks = 2;
-    gpus.gpus_per_node = 2;
-    s = resolve_settings(none, gpus, 1, 4, 2);
-    ASSERT_TRUE(s) << s.error();
-    EXPECT_EQ(s.value().units, 2u);
-    EXPECT_EQ(s.value().max_units, 4u);
-    s = resolve_settings(none, gpus, 1, 4, 4);
-    ASSERT_TRUE(s) << s.error();
-    EXPECT_EQ(s.value().units, 1u);
-    // Fewer than MIN fit: an error naming both; --units still wins; 3 GPUs a node with units
-    // of 2 do not divide, and the rule does not apply.
-    s = resolve_settings(none, gpus, 3, 4, 2);
-    ASSERT_FALSE(s);
-    EXPECT_EQ(s.error(), "the allocation's 2 node(s) x 2 GPU(s) hold 2 unit(s) of 2, fewer than the elastic minimum 3");
-    LaunchOptions three;
-    three.units = 3;
-    s = resolve_settings(three, gpus, 1, 4, 2);
-    ASSERT_TRUE(s) << s.error();
-    EXPECT_EQ(s.value().units, 3u);
-    gpus.gpus_per_node = 3;
-    s = resolve_settings(none, gpus, 1, 4, 2);
+    // Outside a job, OMNI_ELASTIC_MAX decides alone.
+    s = resolve_settings(none, empty, 1, 4, 1);
     ASSERT_TRUE(s) << s.error();
     EXPECT_EQ(s.value().units, 4u);
     s = resolve_settings(none, empty, 0, 0, 0);
     ASSERT_FALSE(s);
     EXPECT_NE(s.error().find("give --units K"), std::string::npos);
+}
+
+// The jobs of issue 48, on nodes of 2 CPUs (and 2 fake GPUs): each starts with the units its
+// nodes run at once, not MAX.
+TEST(LaunchOptions, ElasticJobStartsWithWhatItsNodesRun) {
+    LaunchOptions none;
+    struct Case {
+        const char *what;
+        JobHolding job;
+        std::uint32_t unit_size, units, per_node;
+    } cases[] = {
+        {"-N2 --ntasks-per-node=1", {2, 1, 2, {1, 0, 0}}, 1, 2, 1},
+        {"-N2 --exclusive --ntasks-per-node=1", {2, 1, 2, {2, 0, 0}}, 1, 2, 1},
+        {"-N2 --exclusive", {2, 0, 0, {2, 0, 0}}, 1, 4, 2},
+        {"-N2 --exclusive --omni-unit=2", {2, 0, 0, {2, 0, 0}}, 2, 2, 1},
+        {"-N2 --ntasks-per-node=1 --omni-unit=2", {2, 1, 2, {1, 0, 0}}, 2, 1, 1},
+        {"-N2 --gres=gpu:2 (2 CPUs a node)", {2, 0, 0, {2, 2, 0}}, 1, 4, 2},
+        {"-N2 --gres=gpu:2 (1 CPU a node)", {2, 0, 0, {1, 2, 0}}, 1, 2, 1},
+        {"-N2 --gres=gpu:2 --exclusive --omni-unit=2", {2, 0, 0, {2, 2, 0}}, 2, 2, 1},
+        {"-N2 --ntasks-per-node=2 --gres=gpu:2", {2, 2, 4, {2, 2, 0}}, 1, 4, 2},
+    };
+    for (const auto &c : cases) {
+        Allocation a;
+        a.nodes = c.job.nodes;
+        a.holding = c.job;
+        auto s = resolve_settings(none, a, 1, 4, c.unit_size);
+        ASSERT_TRUE(s) << c.what << ": " << s.error();
+        EXPECT_EQ(s.value().units, c.units) << c.what;
+        EXPECT_EQ(s.value().max_units, 4u) << c.what;
+        EXPECT_EQ(s.value().capacity.units_per_node, c.per_node) << c.what;
+    }
+    // Fewer than MIN run at once: an error naming both and why.
+    Allocation a;
+    a.nodes = 2;
+    a.holding = {2, 1, 2, {1, 0, 0}};
+    auto s = resolve_settings(none, a, 3, 4, 1);
+    ASSERT_FALSE(s);
+    EXPECT_EQ(s.error(), "the allocation's 2 node(s) run 2 unit(s) of 1 rank(s) at once (--ntasks-per-node=1), "
+                         "fewer than the elastic minimum 3");
 }
 
 TEST(LaunchPlan, AllocationFromEnv) {
@@ -152,28 +180,50 @@ TEST(LaunchPlan, AllocationFromEnv) {
     EXPECT_EQ(a.value().job_id, 42u);
     EXPECT_EQ(a.value().batch_node, "n1");
     EXPECT_EQ(a.value().nodes, 4u);
-    EXPECT_EQ(a.value().capacity_ranks, 4u);  // one rank per node
+    EXPECT_EQ(a.value().holding.nodes, 4u);
+    EXPECT_EQ(a.value().holding.tasks, 0u);
+    EXPECT_EQ(a.value().holding.node.cpus, 0u);  // unknown
     g_env["SLURM_NTASKS"] = "8";
-    EXPECT_EQ(allocation_from_env(fake_env).value().capacity_ranks, 8u);
-    g_env.erase("SLURM_NTASKS");
     g_env["SLURM_NTASKS_PER_NODE"] = "2";
-    EXPECT_EQ(allocation_from_env(fake_env).value().capacity_ranks, 8u);
-    EXPECT_EQ(allocation_from_env(fake_env).value().gpus_per_node, 0u);
-    // Ranks per node win over SLURM_NTASKS: a node range gave the job 4 nodes of 2 ranks,
-    // where sbatch's SLURM_NTASKS says 2 (its one assumed node).
-    g_env["SLURM_NTASKS"] = "2";
-    EXPECT_EQ(allocation_from_env(fake_env).value().capacity_ranks, 8u);
-    g_env.erase("SLURM_NTASKS");
+    g_env["SLURM_JOB_CPUS_PER_NODE"] = "4(x3),2";
     g_env["SLURM_GPUS_ON_NODE"] = "2";
-    EXPECT_EQ(allocation_from_env(fake_env).value().gpus_per_node, 2u);
-    g_env["SLURM_GPUS_ON_NODE"] = "2x";
-    EXPECT_FALSE(allocation_from_env(fake_env));
-    g_env.erase("SLURM_GPUS_ON_NODE");
-    g_env["SLURM_JOB_NUM_NODES"] = "four";
-    auto bad = allocation_from_env(fake_env);
-    ASSERT_FALSE(bad);
-    EXPECT_NE(bad.error().find("SLURM_JOB_NUM_NODES"), std::string::npos);
+    a = allocation_from_env(fake_env);
+    ASSERT_TRUE(a) << a.error();
+    EXPECT_EQ(a.value().holding.tasks, 8u);
+    EXPECT_EQ(a.value().holding.tasks_per_node, 2u);
+    EXPECT_EQ(a.value().holding.node.cpus, 2u);  // the smallest node
+    EXPECT_EQ(a.value().holding.node.gpus, 2u);
+    EXPECT_EQ(a.value().holding.node.mem_mb, 0u);
+    g_env["SLURM_MEM_PER_CPU"] = "1000";
+    EXPECT_EQ(allocation_from_env(fake_env).value().holding.node.mem_mb, 2000u);
+    g_env["SLURM_MEM_PER_NODE"] = "6000";
+    EXPECT_EQ(allocation_from_env(fake_env).value().holding.node.mem_mb, 6000u);
+    for (auto [name, bad] : std::vector<std::pair<std::string, std::string>>{
+             {"SLURM_GPUS_ON_NODE", "2x"},
+             {"SLURM_JOB_NUM_NODES", "four"},
+             {"SLURM_JOB_CPUS_PER_NODE", "4(x3"},
+             {"SLURM_JOB_CPUS_PER_NODE", "4(x0)"},
+             {"SLURM_JOB_CPUS_PER_NODE", "-1"},
+             {"SLURM_MEM_PER_NODE", "1G"}}) {
+        auto keep = g_env[name];
+        g_env[name] = bad;
+        auto r = allocation_from_env(fake_env);
+        ASSERT_FALSE(r) << name << "=" << bad;
+        EXPECT_NE(r.error().find(name), std::string::npos) << r.error();
+        g_env[name] = keep;
+    }
     g_env.clear();
+}
+
+TEST(SlurmCounts, ExpandAndCompress) {
+    EXPECT_EQ(expand_counts("2(x3),1", 16, "X").value(), (std::vector<std::uint32_t>{2, 2, 2, 1}));
+    EXPECT_EQ(expand_counts("72", 16, "X").value(), (std::vector<std::uint32_t>{72}));
+    EXPECT_EQ(compress_counts(expand_counts("2(x3),1,4(x2)", 16, "X").value()), "2(x3),1,4(x2)");
+    for (const char *bad : {"", ",", "2,", "2(x)", "2(x3", "(x3)", "2(y3)", "2(x17)", "a", "2(x9),1(x9)"}) {
+        auto r = expand_counts(bad, 16, "SLURM_JOB_CPUS_PER_NODE");
+        ASSERT_FALSE(r) << bad;
+        EXPECT_NE(r.error().find("SLURM_JOB_CPUS_PER_NODE"), std::string::npos) << r.error();
+    }
 }
 
 TEST(LaunchPlan, TaskUnits) {
@@ -217,17 +267,68 @@ TEST(LaunchPlan, SrunCommandLine) {
     EXPECT_EQ(shell_join({"a b", "it's", "plain-1"}), "'a b' 'it'\\''s' plain-1");
 }
 
-TEST(LaunchPlan, UnitNodes) {
-    Allocation a;
-    a.nodes = 4;
-    a.capacity_ranks = 16;  // 4 ranks per node
-    EXPECT_EQ(unit_nodes(1, a), 1u);
-    EXPECT_EQ(unit_nodes(4, a), 1u);
-    EXPECT_EQ(unit_nodes(6, a), 2u);
-    EXPECT_EQ(unit_nodes(64, a), 4u);  // never more than the allocation
-    a.capacity_ranks = 2;              // fewer ranks than nodes: one per node
-    EXPECT_EQ(unit_nodes(3, a), 3u);
-    EXPECT_EQ(unit_nodes(1, Allocation{}), 0u);
+// Capacities worked out by hand.
+TEST(JobCapacity, RanksAndUnits) {
+    // 4 nodes of 4 asked ranks: units of 1 and 4 on one node, of 6 on 2 nodes.
+    JobHolding j{4, 4, 0, {8, 0, 0}};
+    Capacity c = job_capacity(1, j);
+    EXPECT_EQ(c.ranks_per_node, 4u);
+    EXPECT_EQ(c.ranks, 16u);
+    EXPECT_EQ(c.units, 16u);
+    EXPECT_EQ(c.units_per_node, 4u);
+    EXPECT_EQ(c.nodes_per_unit, 1u);
+    EXPECT_EQ(c.basis, "--ntasks-per-node=4");
+    c = job_capacity(4, j);
+    EXPECT_EQ(c.units, 4u);
+    EXPECT_EQ(c.units_per_node, 1u);
+    c = job_capacity(6, j);
+    EXPECT_EQ(c.nodes_per_unit, 2u);
+    EXPECT_EQ(c.units, 2u);
+    c = job_capacity(3, j);  // 3 of 4 ranks a node used: one unit a node
+    EXPECT_EQ(c.units, 4u);
+    EXPECT_EQ(c.units_per_node, 1u);
+    EXPECT_EQ(job_capacity(64, j).units, 0u);  // more than the whole job
+    // -n3 on 2 nodes: 2 ranks on one, 1 on the other; never more units than ranks.
+    c = job_capacity(1, JobHolding{2, 0, 3, {1, 0, 0}});
+    EXPECT_EQ(c.ranks_per_node, 2u);
+    EXPECT_EQ(c.units, 3u);
+    EXPECT_EQ(c.basis, "--ntasks=3 on 2 nodes");
+    // Nothing asked: GPUs, capped by CPUs; CPUs; or one a node.
+    EXPECT_EQ(job_capacity(1, JobHolding{2, 0, 0, {8, 4, 0}}).ranks_per_node, 4u);
+    c = job_capacity(1, JobHolding{2, 0, 0, {1, 2, 0}});
+    EXPECT_EQ(c.ranks_per_node, 1u);
+    EXPECT_NE(c.basis.find("a rank needs a CPU of its own"), std::string::npos) << c.basis;
+    EXPECT_EQ(job_capacity(1, JobHolding{2, 0, 0, {6, 0, 0}}).ranks_per_node, 6u);
+    c = job_capacity(1, JobHolding{3, 0, 0, {}});
+    EXPECT_EQ(c.ranks_per_node, 1u);
+    EXPECT_EQ(c.units, 3u);
+    // Outside a job: nothing known.
+    EXPECT_EQ(job_capacity(1, JobHolding{}).ranks_per_node, 0u);
+    EXPECT_EQ(job_capacity(1, JobHolding{}).nodes_per_unit, 0u);
+    EXPECT_EQ(capacity_text(job_capacity(1, JobHolding{2, 0, 0, {2, 0, 0}}), 2, 1),
+              "2 nodes run 4 ranks at once (2 CPUs a node): 4 units of 1 rank, 2 a node");
+}
+
+TEST(JobCapacity, GrowShapeRunsTheUnitsAtOnce) {
+    // 2 units a node: 3 units need 2 nodes of 2 tasks.
+    Capacity c = job_capacity(1, JobHolding{2, 2, 0, {2, 0, 0}});
+    GrowShape g = grow_shape(3, 1, c);
+    EXPECT_EQ(g.nodes, 2u);
+    EXPECT_EQ(g.tasks_per_node, 2u);
+    // A unit a node, units of 2 ranks.
+    c = job_capacity(2, JobHolding{2, 2, 0, {2, 0, 0}});
+    g = grow_shape(2, 2, c);
+    EXPECT_EQ(g.nodes, 2u);
+    EXPECT_EQ(g.tasks_per_node, 2u);
+    // Units of 3 over nodes of 2: 2 nodes a unit, 2 tasks a node at most.
+    c = job_capacity(3, JobHolding{4, 2, 0, {2, 0, 0}});
+    g = grow_shape(2, 3, c);
+    EXPECT_EQ(g.nodes, 4u);
+    EXPECT_EQ(g.tasks_per_node, 2u);
+    // Nothing known: a node a unit.
+    g = grow_shape(2, 3, Capacity{});
+    EXPECT_EQ(g.nodes, 2u);
+    EXPECT_EQ(g.tasks_per_node, 0u);
 }
 
 TEST(LaunchBind, NodeAddrAndWildcards) {
@@ -366,7 +467,8 @@ TEST(LaunchSatellite, SbatchArgsAndScript) {
     s.main_job = 41;
     s.units = {6, 7};
     s.unit_size = 2;
-    s.unit_nodes = 1;
+    s.nodes = 2;
+    s.tasks_per_node = 2;
     s.partition = "gpu";
     s.tres_per_node = "gres:gpu:4";
     s.exclusive = true;
@@ -377,7 +479,8 @@ TEST(LaunchSatellite, SbatchArgsAndScript) {
     s.program = {"./train", "--data", "it's here"};
     EXPECT_EQ(satellite_job_name(41), "omni-sat-41");
     EXPECT_EQ(satellite_sbatch_args(s),
-              (std::vector<std::string>{"--job-name=omni-sat-41", "--nodes=2", "--ntasks=4", "--no-requeue", "--partition=gpu",
+              (std::vector<std::string>{"--job-name=omni-sat-41", "--nodes=2", "--ntasks=4", "--no-requeue",
+                                        "--ntasks-per-node=2", "--partition=gpu",
                                         "--gres=gpu:4", "--exclusive", "--qos=scavenger"}));
     const std::string script = satellite_script(s);
     EXPECT_EQ(script.rfind("#!/bin/sh\n", 0), 0u);
@@ -393,6 +496,7 @@ TEST(LaunchSatellite, SbatchArgsAndScript) {
     s.partition.clear();
     s.exclusive = false;
     s.sbatch_extra.clear();
+    s.tasks_per_node = 0;
     EXPECT_EQ(satellite_sbatch_args(s),
               (std::vector<std::string>{"--job-name=omni-sat-41", "--nodes=2", "--ntasks=4", "--no-requeue"}));
 }
@@ -508,28 +612,33 @@ TEST(LaunchExpansion, WhenSlurmCanExpand) {
 // Units that share a node: each unit's step asks for its share (launch/plan.h), worked out
 // by hand for nodes of 8 CPUs, 4 GPUs and 64000 MB holding 4 ranks each.
 TEST(StepShare, EachUnitGetsItsShareOfTheNode) {
-    Allocation a;
-    a.nodes = 2;
-    a.capacity_ranks = 8;
-    NodeShare node{8, 4, 64000};
-    EXPECT_EQ(step_share_args(1, a, node, {}),
+    JobHolding job{2, 4, 0, {8, 4, 64000}};
+    const NodeShare &node = job.node;
+    EXPECT_EQ(step_share_args(1, job_capacity(1, job), node, {}),
               (std::vector<std::string>{"--exact", "--cpus-per-task=2", "--gres=gpu:1", "--mem=16000M"}));
-    EXPECT_EQ(step_share_args(2, a, node, {}),
+    EXPECT_EQ(step_share_args(2, job_capacity(2, job), node, {}),
               (std::vector<std::string>{"--exact", "--cpus-per-task=2", "--gres=gpu:2", "--mem=32000M"}));
     // Units of whole nodes, or more: nothing of their own.
-    EXPECT_TRUE(step_share_args(4, a, node, {}).empty());
-    EXPECT_TRUE(step_share_args(8, a, node, {}).empty());
+    EXPECT_TRUE(step_share_args(4, job_capacity(4, job), node, {}).empty());
+    EXPECT_TRUE(step_share_args(8, job_capacity(8, job), node, {}).empty());
+    // 3 of 4 ranks a node: one unit a node, which has it alone.
+    EXPECT_TRUE(step_share_args(3, job_capacity(3, job), node, {}).empty());
+    const Capacity c = job_capacity(1, job);
     // No GPUs, or fewer GPUs than ranks (ranks would have to share one): no GRES request;
     // memory not tracked: no --mem.
-    EXPECT_EQ(step_share_args(1, a, NodeShare{8, 0, 0}, {}),
+    EXPECT_EQ(step_share_args(1, c, NodeShare{8, 0, 0}, {}),
               (std::vector<std::string>{"--exact", "--cpus-per-task=2"}));
-    EXPECT_EQ(step_share_args(1, a, NodeShare{8, 2, 0}, {}),
+    EXPECT_EQ(step_share_args(1, c, NodeShare{8, 2, 0}, {}),
               (std::vector<std::string>{"--exact", "--cpus-per-task=2"}));
     // Fewer CPUs than ranks: one each at least. Unknown CPUs: nothing.
-    EXPECT_EQ(step_share_args(1, a, NodeShare{2, 0, 0}, {})[1], "--cpus-per-task=1");
-    EXPECT_TRUE(step_share_args(1, a, NodeShare{0, 4, 0}, {}).empty());
+    EXPECT_EQ(step_share_args(1, c, NodeShare{2, 0, 0}, {})[1], "--cpus-per-task=1");
+    EXPECT_TRUE(step_share_args(1, c, NodeShare{0, 4, 0}, {}).empty());
     // The user's --srun-args size the steps: theirs win.
     for (const char *own : {"--exact", "--cpus-per-task=4", "-c4", "--gres=gpu:2", "--gpus-per-task=1", "--mem=1G"})
-        EXPECT_TRUE(step_share_args(1, a, node, {"--label", own}).empty()) << own;
-    EXPECT_FALSE(step_share_args(1, a, node, {"--cpu-bind=cores"}).empty());
+        EXPECT_TRUE(step_share_args(1, c, node, {"--label", own}).empty()) << own;
+    EXPECT_FALSE(step_share_args(1, c, node, {"--cpu-bind=cores"}).empty());
+    // Nothing asked, 2 GPUs and 2 CPUs a node: a rank per GPU, each with a CPU and a GPU.
+    JobHolding gpus{2, 0, 0, {2, 2, 0}};
+    EXPECT_EQ(step_share_args(1, job_capacity(1, gpus), gpus.node, {}),
+              (std::vector<std::string>{"--exact", "--cpus-per-task=1", "--gres=gpu:1"}));
 }
