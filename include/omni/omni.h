@@ -280,6 +280,28 @@ int omni_barrier(void);
  * initialised). */
 int omni_set_cuda_stream(void *stream);
 
+/* ---- The program's key/value store --------------------------------------------------
+ * For the program's own rendezvous in a generation (a torch.distributed process group of
+ * every generation, say): keys in the coordinator, behind the job secret, per generation (a
+ * generation's keys are dropped once a later one forms), under a prefix of their own so that
+ * they never meet libomni's. `generation` is omni_generation()'s value for the generation
+ * whose rendezvous this is (the coordinator refuses generations older than the current one).
+ * Keys: 1..251 characters of [A-Za-z0-9._:/@-]; values: at most 1 MiB. Thread-safe (a
+ * connection of its own, one call at a time). Not available standalone (OMNI_ESTATE): a
+ * single process needs no shared store. Errors: OMNI_EINVAL (key, sizes, timeout),
+ * OMNI_ESTATE (not initialised, standalone), OMNI_ECOMM (the coordinator refused or did not
+ * answer; a get or wait that timed out). */
+int omni_store_set(uint64_t generation, const char *key, const void *value, size_t length);
+/* Waits up to timeout_ms (0: not at all) for the key. *length receives the value's size;
+ * OMNI_ERANGE when capacity is below it (nothing written; ask again with room). */
+int omni_store_get(uint64_t generation, const char *key, void *buffer, size_t capacity, size_t *length,
+                   int64_t timeout_ms);
+/* Atomically adds `amount` (|amount| <= 2^62) to the key's value read as a decimal integer (0
+ * when absent), stores the sum as decimal text and returns it in *value (may be NULL). */
+int omni_store_add(uint64_t generation, const char *key, int64_t amount, int64_t *value);
+/* Waits up to timeout_ms for all `count` keys (1..4096) to exist. */
+int omni_store_wait(uint64_t generation, const char *const *keys, size_t count, int64_t timeout_ms);
+
 /* ---- The stand-alone sample ledger ---------------------------------------------------- */
 
 typedef struct omni_ledger omni_ledger;

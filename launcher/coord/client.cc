@@ -204,4 +204,19 @@ Status CoordinatorClient::kv_wait(std::uint64_t generation, const std::vector<st
     return Status::success();
 }
 
+Result<std::int64_t> CoordinatorClient::kv_add(std::uint64_t generation, const std::string &key,
+                                               std::int64_t amount, std::int64_t timeout_ms) {
+    Request r;
+    r.op = Op::KvAdd;
+    r.generation = generation;
+    r.keys = {key};
+    r.amount = amount;
+    auto rep = call(std::move(r), timeout_ms);
+    if (!rep) return Error{rep.error()};
+    const auto &body = rep.value().body;
+    auto it = body.find("value");
+    if (it == body.end() || !it->is_number_integer()) return make_error("kv_add: the reply holds no integer value");
+    return it->get<std::int64_t>();
+}
+
 }  // namespace omni::launcher

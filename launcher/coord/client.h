@@ -54,6 +54,9 @@ public:
                                std::int64_t wait_ms);
     Status kv_wait(std::uint64_t generation, const std::vector<std::string> &keys,
                    std::int64_t wait_ms);
+    // Adds `amount` to the key's integer value (0 when absent) and returns the new value.
+    Result<std::int64_t> kv_add(std::uint64_t generation, const std::string &key, std::int64_t amount,
+                                std::int64_t timeout_ms);
 
 private:
     struct Impl;

@@ -318,6 +318,24 @@ struct Coordinator::Impl {
             if (st) wake_kv(r.generation, r.keys.front());
             return;
         }
+        case Op::KvAdd: {
+            if (auto st = check_kv_generation(r.generation); !st) return reply_status(st);
+            std::int64_t value = 0;
+            if (const std::string *cur = kv.get(r.generation, r.keys.front())) {
+                auto v = parse_kv_integer(*cur);
+                if (!v) return send(routing, error_reply(r.rid, "key '" + r.keys.front() + "': " + v.error()));
+                value = v.value();
+            }
+            if ((r.amount > 0 && value > kMaxKvAdd - r.amount) || (r.amount < 0 && value < -kMaxKvAdd - r.amount))
+                return send(routing, error_reply(r.rid, "key '" + r.keys.front() + "': the sum leaves +-" +
+                                                            std::to_string(kMaxKvAdd)));
+            value += r.amount;
+            auto st = kv.set(r.generation, r.keys.front(), std::to_string(value));
+            if (!st) return reply_status(st);
+            send(routing, ok_reply(r.rid, {{"value", value}}));
+            wake_kv(r.generation, r.keys.front());
+            return;
+        }
         case Op::KvGet:
         case Op::KvWait: {
             if (auto st = check_kv_generation(r.generation); !st) return reply_status(st);

@@ -31,6 +31,7 @@ const std::vector<OpSpec> &op_specs() {
         {Op::KvSet, "kv_set", {"generation", "key"}},
         {Op::KvGet, "kv_get", {"generation", "key", "timeout_ms"}},
         {Op::KvWait, "kv_wait", {"generation", "keys", "timeout_ms"}},
+        {Op::KvAdd, "kv_add", {"generation", "key", "amount"}},
         {Op::Checkpoint, "checkpoint", {"step", "?location"}},
     };
     return specs;
@@ -80,6 +81,19 @@ Status check_kv_key(std::string_view key) {
         if (!ok) return make_error("key: only letters, digits and . _ : / @ - are allowed");
     }
     return Status::success();
+}
+
+Result<std::int64_t> parse_kv_integer(std::string_view value) {
+    const bool neg = !value.empty() && value.front() == '-';
+    std::string_view digits = neg ? value.substr(1) : value;
+    if (digits.empty() || digits.size() > 19 ||
+        !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+        return make_error("holds a value that is not a decimal integer, so kv_add cannot add to it");
+    std::uint64_t mag = 0;
+    for (char c : digits) mag = mag * 10 + static_cast<std::uint64_t>(c - '0');
+    if (mag > static_cast<std::uint64_t>(kMaxKvAdd))
+        return make_error("holds an integer beyond +-" + std::to_string(kMaxKvAdd));
+    return neg ? -static_cast<std::int64_t>(mag) : static_cast<std::int64_t>(mag);
 }
 
 Result<Request> parse_request(std::string_view header, const std::string_view *value) {
@@ -160,6 +174,17 @@ Result<Request> parse_request(std::string_view header, const std::string_view *v
             if (!v) return fail(v.error());
             if (v.value() == 0) return fail("mp must be 1.." + std::to_string(kMaxUnitSizeRanks));
             r.batch.mp = static_cast<std::uint32_t>(v.value());
+        } else if (name == "amount") {
+            auto it = j.find(f);
+            if (it == j.end()) return fail("field 'amount' is missing");
+            if (!it->is_number_integer()) return fail("field 'amount' must be an integer");
+            const bool neg = it->is_number_unsigned() ? false : it->get<std::int64_t>() < 0;
+            const std::uint64_t mag = it->is_number_unsigned() ? it->get<std::uint64_t>()
+                                      : neg ? 0 - static_cast<std::uint64_t>(it->get<std::int64_t>())
+                                            : static_cast<std::uint64_t>(it->get<std::int64_t>());
+            if (mag > static_cast<std::uint64_t>(kMaxKvAdd))
+                return fail("field 'amount' is beyond +-" + std::to_string(kMaxKvAdd));
+            r.amount = neg ? -static_cast<std::int64_t>(mag) : static_cast<std::int64_t>(mag);
         } else if (name == "timeout_ms") {
             auto v = get_uint(j, f, kMaxWaitMs);
             if (!v) return fail(v.error());
@@ -277,6 +302,11 @@ std::string request_header(const Request &r) {
         j["generation"] = r.generation;
         j["keys"] = r.keys;
         j["timeout_ms"] = r.timeout_ms;
+        break;
+    case Op::KvAdd:
+        j["generation"] = r.generation;
+        j["key"] = r.keys.empty() ? std::string() : r.keys.front();
+        j["amount"] = r.amount;
         break;
     }
     return j.dump();

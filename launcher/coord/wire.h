@@ -18,6 +18,9 @@
 //   kv_set    generation, key  + value frame -> {}
 //   kv_get    generation, key, timeout_ms    -> {} + value frame (waits up to timeout_ms)
 //   kv_wait   generation, keys, timeout_ms   -> {} once all keys exist
+//   kv_add    generation, key, amount        -> {"value": V}: the key, read as a decimal
+//             integer (0 when absent), plus amount (a signed integer), stored back as
+//             decimal text, atomically (what a torch.distributed store's add needs)
 // Replies: {"v":1, "rid":N, "ok":true, ...} or {"v":1, "rid":N, "ok":false, "error":"..."}.
 // A decision: {"kind": "continue"|"reshaped"|"stop", "generation", "step", "reason", "rewind",
 // "lost": [member ids], "leaving_units": [unit ids], "joining_units": [unit ids],
@@ -47,8 +50,9 @@ constexpr std::size_t kMaxKeyLength = 256;
 constexpr std::size_t kMaxWaitKeys = 4096;
 constexpr std::int64_t kMaxWaitMs = 24LL * 3600 * 1000;
 constexpr std::size_t kSecretHexLength = 64;
+constexpr std::int64_t kMaxKvAdd = std::int64_t(1) << 62;  // |amount| and |value| of kv_add
 
-enum class Op { Join, Boundary, Lost, Ready, Reshape, Stop, Status, KvSet, KvGet, KvWait, Checkpoint };
+enum class Op { Join, Boundary, Lost, Ready, Reshape, Stop, Status, KvSet, KvGet, KvWait, KvAdd, Checkpoint };
 const char *to_string(Op op);
 
 struct Request {
@@ -69,6 +73,7 @@ struct Request {
     std::string reason;             // stop
     std::vector<std::string> keys;  // kv_set/kv_get: one key; kv_wait: 1..kMaxWaitKeys
     std::int64_t timeout_ms = 0;    // kv_get, kv_wait
+    std::int64_t amount = 0;        // kv_add: |amount| <= kMaxKvAdd
     std::string value;              // kv_set: the second frame
 };
 
@@ -77,6 +82,8 @@ constexpr std::size_t kMaxLocationLength = 1024;
 
 // KV keys: 1..256 characters from [A-Za-z0-9._:/@-].
 Status check_kv_key(std::string_view key);
+// A value as kv_add reads it: a decimal integer, optionally negative, within +-kMaxKvAdd.
+Result<std::int64_t> parse_kv_integer(std::string_view value);
 
 // Parses and validates a request. `value` is the second frame (nullptr when there is none).
 Result<Request> parse_request(std::string_view header, const std::string_view *value);

@@ -6,12 +6,14 @@
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "common/c_status.h"
+#include "coord/client.h"
 #include "coord/wire.h"
 #include "runtime/ledger.h"
 #include "runtime/runtime.h"
@@ -119,6 +121,56 @@ int comm_result(const omni::Status &st) {
 
 }  // namespace rt
 
+// The program's own key/value store (omni_store_*): a coordinator connection of its own, so
+// that any thread may use it (a torch.distributed process group calls its store from the
+// thread that builds it, and in later releases from its watchdog), one call at a time.
+namespace store {
+
+std::mutex mu;
+std::string endpoint, secret;  // empty: no coordinator (not initialised, or standalone)
+std::unique_ptr<omni::launcher::CoordinatorClient> client;
+
+// Under mu: the connection, or null with the error set.
+omni::launcher::CoordinatorClient *get(const char *fn) {
+    if (endpoint.empty()) {
+        fail(OMNI_ESTATE, std::string(fn) +
+                              ": no coordinator (omni_init has not been called, or the rank runs standalone; "
+                              "a standalone program needs no shared store)");
+        return nullptr;
+    }
+    if (!client) {
+        auto c = omni::launcher::CoordinatorClient::connect(endpoint, secret);
+        if (!c) {
+            fail(OMNI_ECOMM, std::string(fn) + ": " + c.error());
+            return nullptr;
+        }
+        client = std::move(c).value();
+    }
+    return client.get();
+}
+
+// "user/KEY", checked: the program's keys never meet libomni's own (Gloo's rendezvous).
+bool key_of(const char *fn, const char *key, std::string &out) {
+    if (!key) return fail(OMNI_EINVAL, std::string(fn) + ": key is NULL"), false;
+    out = std::string("user/") + key;
+    if (auto st = omni::launcher::check_kv_key(out); !st)
+        return fail(OMNI_EINVAL, std::string(fn) + ": key '" + std::string(key).substr(0, 64) + "': " + st.error() +
+                                     " (at most " + std::to_string(omni::launcher::kMaxKeyLength - 5) + ")"),
+               false;
+    return true;
+}
+
+constexpr std::int64_t kCallMs = 30000;  // a set or add the coordinator does not answer
+
+int timeout_of(const char *fn, std::int64_t timeout_ms) {
+    if (timeout_ms < 0 || timeout_ms > omni::launcher::kMaxWaitMs)
+        return fail(OMNI_EINVAL, std::string(fn) + ": timeout_ms " + std::to_string(timeout_ms) + " is outside 0.." +
+                                     std::to_string(omni::launcher::kMaxWaitMs));
+    return OMNI_OK;
+}
+
+}  // namespace store
+
 }  // namespace
 
 extern "C" {
@@ -139,6 +191,11 @@ int omni_init(void) {
         r.value()->keep_pmix(std::move(pmix).value());
         auto p = std::make_unique<rt::Process>();
         p->runtime = std::move(r).value();
+        if (!opts.value().standalone) {
+            std::lock_guard<std::mutex> lock(store::mu);
+            store::endpoint = opts.value().endpoint;
+            store::secret = opts.value().secret;
+        }
         rt::process = p.release();
         return int(OMNI_OK);
     });
@@ -146,6 +203,12 @@ int omni_init(void) {
 
 int omni_finalize(void) {
     return guarded([&] {
+        {
+            std::lock_guard<std::mutex> lock(store::mu);
+            store::client.reset();
+            store::endpoint.clear();
+            store::secret.clear();
+        }
         delete rt::process;
         rt::process = nullptr;
         return int(OMNI_OK);
@@ -594,6 +657,78 @@ int omni_reduce_scatter(const void *send, void *recv, size_t count, int dtype, i
     return omni_group_reduce_scatter(OMNI_GROUP_DP, send, recv, count, dtype, op);
 }
 int omni_barrier(void) { return omni_group_barrier(OMNI_GROUP_DP); }
+
+int omni_store_set(uint64_t generation, const char *key, const void *value, size_t length) {
+    return guarded([&] {
+        std::string k;
+        if (!store::key_of("omni_store_set", key, k)) return int(OMNI_EINVAL);
+        if (!value && length) return fail(OMNI_EINVAL, "omni_store_set: value is NULL");
+        if (length > omni::launcher::kMaxValueBytes)
+            return fail(OMNI_EINVAL, "omni_store_set: a value of " + std::to_string(length) + " bytes; at most " +
+                                         std::to_string(omni::launcher::kMaxValueBytes));
+        std::lock_guard<std::mutex> lock(store::mu);
+        auto *c = store::get("omni_store_set");
+        if (!c) return int(OMNI_ESTATE);
+        auto st = c->kv_set(generation, k, std::string(static_cast<const char *>(value), length), store::kCallMs);
+        return st ? int(OMNI_OK) : fail(OMNI_ECOMM, "omni_store_set: " + st.error());
+    });
+}
+
+int omni_store_get(uint64_t generation, const char *key, void *buffer, size_t capacity, size_t *length,
+                   int64_t timeout_ms) {
+    return guarded([&] {
+        std::string k;
+        if (!store::key_of("omni_store_get", key, k)) return int(OMNI_EINVAL);
+        if (!length) return fail(OMNI_EINVAL, "omni_store_get: length is NULL");
+        if (!buffer && capacity) return fail(OMNI_EINVAL, "omni_store_get: buffer is NULL");
+        if (int rc = store::timeout_of("omni_store_get", timeout_ms)) return rc;
+        std::lock_guard<std::mutex> lock(store::mu);
+        auto *c = store::get("omni_store_get");
+        if (!c) return int(OMNI_ESTATE);
+        auto v = c->kv_get(generation, k, timeout_ms);
+        if (!v) return fail(OMNI_ECOMM, "omni_store_get: " + v.error());
+        *length = v.value().size();
+        if (capacity < v.value().size())
+            return fail(OMNI_ERANGE, "omni_store_get: the value holds " + std::to_string(v.value().size()) +
+                                         " bytes, the buffer " + std::to_string(capacity));
+        if (!v.value().empty()) std::memcpy(buffer, v.value().data(), v.value().size());
+        return int(OMNI_OK);
+    });
+}
+
+int omni_store_add(uint64_t generation, const char *key, int64_t amount, int64_t *value) {
+    return guarded([&] {
+        std::string k;
+        if (!store::key_of("omni_store_add", key, k)) return int(OMNI_EINVAL);
+        if (amount > omni::launcher::kMaxKvAdd || amount < -omni::launcher::kMaxKvAdd)
+            return fail(OMNI_EINVAL, "omni_store_add: amount " + std::to_string(amount) + " is beyond +-" +
+                                         std::to_string(omni::launcher::kMaxKvAdd));
+        std::lock_guard<std::mutex> lock(store::mu);
+        auto *c = store::get("omni_store_add");
+        if (!c) return int(OMNI_ESTATE);
+        auto v = c->kv_add(generation, k, amount, store::kCallMs);
+        if (!v) return fail(OMNI_ECOMM, "omni_store_add: " + v.error());
+        if (value) *value = v.value();
+        return int(OMNI_OK);
+    });
+}
+
+int omni_store_wait(uint64_t generation, const char *const *keys, size_t count, int64_t timeout_ms) {
+    return guarded([&] {
+        if (!keys || count == 0 || count > omni::launcher::kMaxWaitKeys)
+            return fail(OMNI_EINVAL, "omni_store_wait: expected 1.." + std::to_string(omni::launcher::kMaxWaitKeys) +
+                                         " keys");
+        std::vector<std::string> ks(count);
+        for (size_t i = 0; i < count; ++i)
+            if (!store::key_of("omni_store_wait", keys[i], ks[i])) return int(OMNI_EINVAL);
+        if (int rc = store::timeout_of("omni_store_wait", timeout_ms)) return rc;
+        std::lock_guard<std::mutex> lock(store::mu);
+        auto *c = store::get("omni_store_wait");
+        if (!c) return int(OMNI_ESTATE);
+        auto st = c->kv_wait(generation, ks, timeout_ms);
+        return st ? int(OMNI_OK) : fail(OMNI_ECOMM, "omni_store_wait: " + st.error());
+    });
+}
 
 int omni_set_cuda_stream(void *stream) {
     return guarded([&] {

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <future>
@@ -372,6 +373,48 @@ TEST(Coordinator, KeyValueStore) {
     ASSERT_TRUE(got) << got.error();
     EXPECT_EQ(got.value(), "late");
     EXPECT_TRUE(b->kv_wait(1, {"rank_0", "rank_1"}, 0));
+}
+
+// kv_add: what torch.distributed's store-based barrier counts with (omni.torch.Store).
+TEST(Coordinator, KeyValueAdd) {
+    auto c = start(1, 1, 1);
+    ASSERT_TRUE(c);
+    auto a = client(*c), b = client(*c);
+    auto v = a->kv_add(1, "count", 1, 3000);
+    ASSERT_TRUE(v) << v.error();
+    EXPECT_EQ(v.value(), 1);
+    EXPECT_EQ(b->kv_add(1, "count", 1, 3000).value(), 2);
+    EXPECT_EQ(a->kv_add(1, "count", 0, 3000).value(), 2);
+    EXPECT_EQ(b->kv_add(1, "count", -5, 3000).value(), -3);
+    // The sum is stored as decimal text, readable with kv_get.
+    EXPECT_EQ(b->kv_get(1, "count", 0).value(), "-3");
+    // Concurrent adds from several clients are each counted once.
+    std::vector<std::unique_ptr<CoordinatorClient>> clients;
+    for (int i = 0; i < 4; ++i) clients.push_back(client(*c));
+    std::vector<std::future<Result<std::int64_t>>> adds;
+    for (int i = 0; i < 4; ++i)
+        adds.push_back(std::async(std::launch::async, [&, i] { return clients[i]->kv_add(1, "race", 1, 3000); }));
+    std::vector<std::int64_t> seen;
+    for (auto &f : adds) seen.push_back(f.get().value());
+    std::sort(seen.begin(), seen.end());
+    EXPECT_EQ(seen, (std::vector<std::int64_t>{1, 2, 3, 4}));
+    // A blocked get is answered by an add.
+    auto pending = std::async(std::launch::async, [&] { return b->kv_get(1, "later", 5000); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ASSERT_TRUE(a->kv_add(1, "later", 7, 3000));
+    EXPECT_EQ(pending.get().value(), "7");
+    // A value that is no integer, and a sum beyond +-2^62, are refused; the value stays.
+    ASSERT_TRUE(a->kv_set(1, "text", "abc", 3000));
+    auto bad = a->kv_add(1, "text", 1, 3000);
+    ASSERT_FALSE(bad);
+    EXPECT_NE(bad.error().find("not a decimal integer"), std::string::npos) << bad.error();
+    ASSERT_TRUE(a->kv_add(1, "big", kMaxKvAdd, 3000));
+    auto over = a->kv_add(1, "big", 1, 3000);
+    ASSERT_FALSE(over);
+    EXPECT_NE(over.error().find("the sum leaves"), std::string::npos) << over.error();
+    EXPECT_EQ(a->kv_add(1, "big", 0, 3000).value(), kMaxKvAdd);
+    // Generations outside the open ones are refused, as for kv_set.
+    EXPECT_FALSE(a->kv_add(5, "count", 1, 3000));
 }
 
 // Deferred kv requests are bounded (CoordinatorConfig::max_waiters): one over the bound is

@@ -78,6 +78,16 @@ TEST(Wire, RoundTripThroughRequestHeader) {
     ASSERT_TRUE(gb) << gb.error();
     EXPECT_EQ(gb.value().keys, std::vector<std::string>{"rank_2"});
     EXPECT_EQ(gb.value().generation, 3u);
+    Request add;
+    add.op = Op::KvAdd;
+    add.generation = 4;
+    add.keys = {"barrier:1"};
+    add.amount = -3;
+    auto ab = parse(request_header(add));
+    ASSERT_TRUE(ab) << ab.error();
+    EXPECT_EQ(ab.value().op, Op::KvAdd);
+    EXPECT_EQ(ab.value().amount, -3);
+    EXPECT_EQ(ab.value().keys, std::vector<std::string>{"barrier:1"});
     Request y;
     y.op = Op::Ready;
     y.id = "u1s0-77@node2";
@@ -125,6 +135,19 @@ TEST(Wire, RejectsMalformedRequests) {
     for (std::size_t i = 0; i <= kMaxWaitKeys; ++i) many += (i ? ",\"k\"" : "\"k\"");
     err(many + "]}");
     err(R"({"v":1,"op":"stop","rid":1,"reason":""})");
+    EXPECT_NE(err(R"({"v":1,"op":"kv_add","rid":1,"generation":1,"key":"k","amount":1.5})").find("integer"),
+              std::string::npos);
+    EXPECT_NE(err(R"({"v":1,"op":"kv_add","rid":1,"generation":1,"key":"k","amount":4611686018427387905})")
+                  .find("beyond"),
+              std::string::npos);
+    EXPECT_NE(err(R"({"v":1,"op":"kv_add","rid":1,"generation":1,"key":"k","amount":-4611686018427387905})")
+                  .find("beyond"),
+              std::string::npos);
+    EXPECT_NE(err(R"({"v":1,"op":"kv_add","rid":1,"generation":1,"key":"k"})").find("amount"), std::string::npos);
+    EXPECT_EQ(parse_kv_integer("-42").value(), -42);
+    EXPECT_EQ(parse_kv_integer("007").value(), 7);
+    for (const char *bad : {"", "-", "4x", " 4", "+4", "99999999999999999999", "4611686018427387905"})
+        EXPECT_FALSE(parse_kv_integer(bad)) << bad;
     // kv_set needs its value frame; other ops must not have one.
     EXPECT_NE(err(R"({"v":1,"op":"kv_set","rid":1,"generation":1,"key":"k"})").find("value frame"),
               std::string::npos);

@@ -1,0 +1,536 @@
+"""omni.torch: a PyTorch training loop on slurm-omni, elastic in its data-parallel size.
+
+A plain loop changes by a few lines (omni-python(3), PYTORCH):
+
+    import omni.torch as ot
+    job = ot.Job(model, optimizer, scheduler, dataset_size=len(data),
+                 global_batch=64, micro_batch=8, seed=1, ckpt="ckpt", ckpt_every=20)
+    for step in job.steps(1000):
+        for idx in job.micro_batches():             # this rank's samples, from the ledger
+            x, y = collate(data, idx)
+            job.backward(loss_fn(model(x), y))       # a mean over the micro-batch
+        job.step()                                   # average, optimizer, scheduler, boundary
+
+The job owns the model, optimizer and scheduler: it resumes from the newest checkpoint,
+averages the gradients over the data-parallel group (bucketed, in parameter order, divided
+by the global batch), steps the optimizer and scheduler, and meets the job's other ranks at
+the step boundary. There it reshapes: ranks that join receive the parameters, optimizer
+and scheduler state and the step from the survivors (never from disk); after a loss the
+survivors rewind to the last checkpoint. Every generation gets a torch.distributed process
+group (Gloo on CPU, NCCL on GPU) whose rendezvous goes through the job's coordinator, so
+torch.distributed collectives work in every generation (job.process_group, or the default
+group).
+
+exact=True makes the loss bitwise the same for every DP size and resize history: each
+micro-batch's gradient is turned into 64-bit fixed point (multiples of 2**-40) and summed
+as integers, and the intra-op thread count is fixed (torch.set_num_threads). Its cost: an
+int64 accumulator per parameter (2x the float32 parameters' memory) and a conversion per
+micro-batch.
+"""
+
+import datetime
+import json
+import os
+import struct
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+import omni
+
+#: Fixed-point scale of exact mode: gradients are rounded to multiples of 2**-FIXED_BITS.
+FIXED_BITS = 40
+#: Largest gradient element exact mode takes (the int64 sum of every micro-batch stays far
+#: below 2**63 for up to 2**20 micro-batches a step).
+FIXED_LIMIT = 2.0 ** 2
+
+
+class Store(dist.Store):
+    """A torch.distributed store in the job's coordinator, for one generation, behind the job
+    secret (omni_store_* in libomni(3)). Keys are hex-encoded: torch's keys may hold any
+    character, the coordinator's only [A-Za-z0-9._:/@-]."""
+
+    def __init__(self, generation, timeout=datetime.timedelta(seconds=300)):
+        super().__init__()
+        self._generation = int(generation)
+        self._timeout_ms = int(timeout.total_seconds() * 1000)
+
+    @staticmethod
+    def _key(key):
+        return (key.encode() if isinstance(key, str) else bytes(key)).hex()
+
+    def set(self, key, value):
+        omni.store_set(self._generation, self._key(key), value.encode() if isinstance(value, str) else bytes(value))
+
+    def get(self, key):
+        return omni.store_get(self._generation, self._key(key), self._timeout_ms)
+
+    def add(self, key, amount):
+        return omni.store_add(self._generation, self._key(key), int(amount))
+
+    def wait(self, keys, timeout=None):
+        ms = self._timeout_ms if timeout is None else int(timeout.total_seconds() * 1000)
+        omni.store_wait(self._generation, [self._key(k) for k in keys], ms)
+
+    def check(self, keys):
+        for k in keys:
+            try:
+                omni.store_get(self._generation, self._key(k), 0)
+            except omni.CommError:
+                return False
+        return True
+
+    def set_timeout(self, timeout):
+        self._timeout_ms = int(timeout.total_seconds() * 1000)
+
+
+def _micro_seed(seed, step, micro):
+    """The RNG seed of global micro-batch `micro` of optimizer step `step` (0-based): the same
+    whatever the DP size, so dropout and friends draw the same numbers in every layout."""
+    x = (int(seed) * 0x9E3779B97F4A7C15 + (int(step) << 20) + int(micro)) & 0xFFFFFFFFFFFFFFFF
+    x ^= x >> 31
+    x = (x * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    return x ^ (x >> 29)
+
+
+class Job:
+    """The elastic training job of this rank (see the module's text).
+
+    dataset_size, global_batch, micro_batch, seed: the ledger's (libomni(3)): each step
+    consumes global_batch samples of a per-epoch permutation of range(dataset_size), every
+    sample once per epoch, split over the data-parallel ranks in micro-batches of
+    micro_batch. ckpt: the checkpoint root (None: none); ckpt_every: steps between
+    checkpoints (0: only at the job's end and when it is stopped); exact: see the module.
+    backend: "gloo" or "nccl" for the process groups (default: nccl when the model is on a
+    GPU). threads: the intra-op thread count exact mode fixes (default 1). balance, cost:
+    grouped reordering (omni.data_balance): a policy name and cost(index, step) -> int.
+    bucket_mb: the gradient buckets' size.
+    """
+
+    def __init__(self, model, optimizer, scheduler=None, *, dataset_size, global_batch, micro_batch, seed=0,
+                 ckpt=None, ckpt_every=0, exact=False, backend=None, threads=1, balance=None, cost=None,
+                 bucket_mb=25, timeout=datetime.timedelta(seconds=300)):
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError("Job(): model: expected a torch.nn.Module, got a %s" % type(model).__name__)
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError("Job(): optimizer: expected a torch.optim.Optimizer, got a %s" % type(optimizer).__name__)
+        if ckpt_every < 0:
+            raise ValueError("Job(): ckpt_every: %r is negative; expected steps between checkpoints, or 0" % ckpt_every)
+        self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+        self.global_batch, self.micro_batch, self.seed = int(global_batch), int(micro_batch), int(seed)
+        self.ckpt, self.ckpt_every, self.exact = ckpt, int(ckpt_every), bool(exact)
+        self.timeout = timeout
+        self._params = [p for p in model.parameters() if p.requires_grad]
+        if not self._params:
+            raise ValueError("Job(): the model has no parameter that requires a gradient")
+        self._device = self._params[0].device
+        self.backend = backend or ("nccl" if self._device.type == "cuda" else "gloo")
+        if self.exact:
+            torch.set_num_threads(int(threads))
+        self._bucket_elems = max(1, int(bucket_mb * (1 << 20)) // 4)
+        self.process_group = None
+        self.last_loss = None
+        self._loss_acc = None
+        self._acc = None
+        self._micro = None
+        self._stopped = False
+        self.events = []          # (step, kind, world) of every change this rank saw
+
+        omni.init()
+        omni.data_configure(dataset_size, self.seed, self.global_batch, self.micro_batch)
+        if balance:
+            omni.data_balance(balance, cost)
+        self.step_count, rewind = omni.start()
+        joined = self.step_count > 0 and not rewind
+        self._new_group()
+        if joined:
+            self._receive_state()
+            self.events.append((self.step_count, "joined", self.world))
+        else:
+            # A fresh start or a rewind: the newest checkpoint, else rank 0's model for all.
+            if not (self.ckpt and self._load_latest()):
+                self._broadcast_state(model_only=True)
+            self.events.append((self.step_count, "rewind" if rewind else "start", self.world))
+
+    # ---- who we are -------------------------------------------------------------------------
+    @property
+    def rank(self):
+        return omni.group_info(omni.DP)[0]
+
+    @property
+    def world(self):
+        return omni.group_info(omni.DP)[1]
+
+    @property
+    def grad_accum(self):
+        return omni.data_grad_accum()
+
+    # ---- the loop -----------------------------------------------------------------------------
+    def steps(self, total):
+        """Yields the number of each optimizer step to run (1-based), until `total` steps are
+        done or the job stops or this rank leaves; a rewind goes back to the checkpoint's."""
+        while not self._stopped and self.step_count < total:
+            yield self.step_count + 1
+        if not self._stopped:
+            if self.ckpt and not (self.ckpt_every and self.step_count % self.ckpt_every == 0):
+                self.save()
+            self._finish()
+
+    def micro_batches(self):
+        """This rank's sample indices (a list of ints) of each micro-batch of the step. The
+        RNG is seeded per global micro-batch before each one (see _micro_seed)."""
+        ga = omni.data_grad_accum()
+        for micro in range(ga):
+            idx = omni.data_micro_batch(micro).tolist()
+            self._micro = len(idx)
+            torch.manual_seed(_micro_seed(self.seed, self.step_count, self.rank * ga + micro) & 0x7FFFFFFFFFFFFFFF)
+            yield idx
+        self._micro = None
+
+    def backward(self, loss):
+        """Backward of one micro-batch's loss, a mean over its samples: scaled by its share of
+        the global batch, so that the sum over micro-batches and ranks is the batch's mean."""
+        if self._micro is None:
+            raise omni.StateError("Job.backward(): call it inside the loop over job.micro_batches()")
+        scale = self._micro / self.global_batch
+        if self.exact:
+            for p in self._params:
+                p.grad = None
+        (loss * scale).backward()
+        value = float(loss.detach()) * scale
+        if self.exact:
+            self._fixed_accumulate()
+            self._loss_acc = (self._loss_acc or 0) + int(round(value * 2.0 ** FIXED_BITS))
+        else:
+            self._loss_acc = (self._loss_acc or 0.0) + value
+
+    def step(self):
+        """The end of an optimizer step: gradients averaged over the DP group, the optimizer
+        and scheduler stepped, the boundary met. Returns the boundary's decision kind."""
+        self._average_gradients()
+        self.optimizer.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step_count += 1
+        if self.ckpt and self.ckpt_every and self.step_count % self.ckpt_every == 0:
+            self.save()
+        return self._boundary()
+
+    # ---- gradients ----------------------------------------------------------------------------
+    def _fixed_accumulate(self):
+        if self._acc is None:
+            self._acc = [torch.zeros(p.numel(), dtype=torch.int64, device=p.device) for p in self._params]
+        for p, acc in zip(self._params, self._acc):
+            if p.grad is None:
+                continue
+            g = p.grad.detach().reshape(-1).to(torch.float64)
+            if bool((g.abs() > FIXED_LIMIT).any()):
+                raise omni.InvalidArgument("exact mode: a gradient element of %s exceeds %g; exact mode takes "
+                                           "|g| <= %g (scale the loss down)" % (self._name(p), float(g.abs().max()),
+                                                                                FIXED_LIMIT))
+            acc += torch.round(g * 2.0 ** FIXED_BITS).to(torch.int64)
+            p.grad = None
+
+    def _name(self, p):
+        for n, q in self.model.named_parameters():
+            if q is p:
+                return n
+        return "a parameter"
+
+    def _average_gradients(self):
+        loss = self._loss_acc if self._loss_acc is not None else (0 if self.exact else 0.0)
+        self._loss_acc = None
+        if self.exact:
+            acc = self._acc or [torch.zeros(p.numel(), dtype=torch.int64, device=p.device) for p in self._params]
+            flat = torch.cat(acc + [torch.tensor([loss], dtype=torch.int64, device=self._device)])
+            for lo in range(0, flat.numel(), self._bucket_elems):
+                dist.all_reduce(flat[lo:lo + self._bucket_elems], group=self.process_group)
+            off = 0
+            for p, a in zip(self._params, acc):
+                n = p.numel()
+                p.grad = (flat[off:off + n].to(torch.float64) / 2.0 ** FIXED_BITS).to(p.dtype).view_as(p)
+                off += n
+                a.zero_()
+            self.last_loss = float(flat[-1]) / 2.0 ** FIXED_BITS
+            return
+        grads = []
+        for p in self._params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            grads.append(p.grad.reshape(-1))
+        flat = torch.cat(grads + [torch.tensor([loss], dtype=grads[0].dtype, device=self._device)])
+        for lo in range(0, flat.numel(), self._bucket_elems):
+            omni.allreduce(flat[lo:lo + self._bucket_elems], op="sum")
+        off = 0
+        for p in self._params:
+            n = p.numel()
+            p.grad.copy_(flat[off:off + n].view_as(p))
+            off += n
+        self.last_loss = float(flat[-1])
+
+    # ---- boundaries -------------------------------------------------------------------------
+    def _boundary(self):
+        d = omni.boundary(self.step_count)
+        kind = omni.KIND_NAMES[d.kind]
+        if d.kind == omni.CONTINUE:
+            return kind
+        self.events.append((self.step_count, kind, d.world))
+        if d.kind == omni.RESHAPED:
+            self._new_group()
+            if d.units_joined:
+                self._broadcast_state()
+        elif d.kind == omni.REWIND:
+            self._new_group()
+            if not (self.ckpt and self._load_latest()):
+                raise omni.StateError("Job: ranks were lost at step %d and there is no checkpoint to rewind to "
+                                      "(give ckpt= and ckpt_every=)" % self.step_count)
+        elif d.kind == omni.STOP:
+            if self.ckpt:
+                self.save()
+            self._finish()
+        elif d.kind == omni.LEFT:
+            self._finish()
+        return kind
+
+    def _new_group(self):
+        """The process group of the current generation, as the default group too."""
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        rank, size = omni.group_info(omni.DP)
+        store = dist.HashStore() if omni.standalone() else Store(omni.generation(), self.timeout)
+        dist.init_process_group(self.backend, store=store, rank=rank, world_size=size, timeout=self.timeout)
+        self.process_group = dist.group.WORLD
+
+    def _finish(self):
+        if self._stopped:
+            return
+        self._stopped = True
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        self.process_group = None
+        omni.finalize()
+
+    # ---- state hand-off -----------------------------------------------------------------------
+    def state(self):
+        """Everything a rank needs to go on: model, optimizer, scheduler, step."""
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+                "step": self.step_count}
+
+    def _apply(self, state, model_only=False):
+        self.model.load_state_dict(state["model"])
+        if model_only:
+            return
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.scheduler is not None and state["scheduler"] is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
+        self.step_count = state["step"]
+
+    def _broadcast_state(self, model_only=False):
+        """Rank 0 (a survivor: joiners get new, higher unit ids) sends its state to every rank
+        of the new group; the others load it. As JSON and raw tensor bytes, never pickle:
+        what arrives over the network does not run code."""
+        dev = self._device if self.backend == "nccl" else torch.device("cpu")
+        blob = pack_state(self.state()) if self.rank == 0 else b""
+        size = torch.tensor([len(blob)], dtype=torch.int64, device=dev)
+        dist.broadcast(size, src=0, group=self.process_group)
+        data = (torch.frombuffer(bytearray(blob), dtype=torch.uint8).to(dev) if self.rank == 0
+                else torch.empty(int(size.item()), dtype=torch.uint8, device=dev))
+        dist.broadcast(data, src=0, group=self.process_group)
+        if self.rank != 0:
+            self._apply(unpack_state(data.cpu().numpy().tobytes()), model_only)
+
+    def _receive_state(self):
+        self._broadcast_state()
+
+    # ---- checkpoints --------------------------------------------------------------------------
+    def save(self):
+        """Writes a checkpoint of the step (DP rank 0 writes, every rank waits), readable by
+        omni-ckpt, h5py and omni.ckpt.load_state_dict; returns its path on rank 0."""
+        path = None
+        if self.rank == 0:
+            path = save_checkpoint(self.ckpt, self.step_count, self.state(), omni.data_save(),
+                                   generation=omni.generation(), world=self.world, seed=self.seed)
+            if not omni.standalone():
+                omni.checkpoint_done(self.step_count, path)
+        dist.barrier(group=self.process_group)
+        return path
+
+    def _load_latest(self):
+        try:
+            r = omni.CheckpointReader(self.ckpt, latest=True)
+        except omni.CheckpointError:
+            return False
+        state, ledger = read_checkpoint(r, self.model, self.optimizer, self.scheduler)
+        self._apply(state)
+        omni.data_load(ledger)
+        return True
+
+
+# ---- the hand-off format ---------------------------------------------------------------------
+# A state (Job.state()) as bytes: an 8-byte length, a JSON header where every tensor is
+# {"__tensor__": [dtype, shape, offset, nbytes]}, then the tensors' raw bytes.
+
+_TORCH_DTYPES = {str(d): d for d in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
+                                     torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool)}
+
+
+def pack_state(state):
+    chunks, offset = [], 0
+
+    def enc(v):
+        nonlocal offset
+        if torch.is_tensor(v):
+            t = v.detach().cpu().contiguous()
+            if str(t.dtype) not in _TORCH_DTYPES:
+                raise TypeError("hand-off: a tensor of %s cannot travel" % t.dtype)
+            raw = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+            chunks.append(raw)
+            entry = {"__tensor__": [str(t.dtype), list(t.shape), offset, len(raw)]}
+            offset += len(raw)
+            return entry
+        if isinstance(v, dict):
+            return {"__dict__": [[enc(k), enc(x)] for k, x in v.items()]}
+        if isinstance(v, (list, tuple)):
+            return {"__list__" if isinstance(v, list) else "__tuple__": [enc(x) for x in v]}
+        if v is None or isinstance(v, (bool, int, float, str)):
+            return v
+        raise TypeError("hand-off: a %s in the training state cannot travel (expected tensors, numbers, strings, "
+                        "lists and dicts)" % type(v).__name__)
+
+    header = json.dumps(enc(state)).encode()
+    return struct.pack("<Q", len(header)) + header + b"".join(chunks)
+
+
+def unpack_state(blob):
+    (n,) = struct.unpack_from("<Q", blob, 0)
+    body = memoryview(blob)[8 + n:]
+
+    def dec(v):
+        if isinstance(v, dict):
+            if "__tensor__" in v:
+                dtype, shape, off, nbytes = v["__tensor__"]
+                t = torch.frombuffer(bytearray(body[off:off + nbytes]), dtype=torch.uint8) if nbytes else \
+                    torch.zeros(0, dtype=torch.uint8)
+                return t.view(_TORCH_DTYPES[dtype]).reshape(shape)
+            if "__dict__" in v:
+                return {dec(k): dec(x) for k, x in v["__dict__"]}
+            if "__list__" in v:
+                return [dec(x) for x in v["__list__"]]
+            if "__tuple__" in v:
+                return tuple(dec(x) for x in v["__tuple__"])
+        return v
+
+    return dec(json.loads(bytes(blob[8:8 + n]).decode()))
+
+
+# ---- the checkpoint format -------------------------------------------------------------------
+# Tensors by their state_dict names: "model/<key>", "optimizer/state/<index>/<key>"; opaque
+# state as uint8 tensors of JSON text: "optimizer/meta" (param_groups, the state's other values
+# and every tensor's shape), "scheduler" (its state_dict), "ledger" (omni.data_save's). JSON,
+# not pickle: loading a checkpoint never runs code from it. Meta: step, seed.
+
+_DTYPES = {torch.float32: None, torch.bfloat16: None, torch.float16: None, torch.int64: None, torch.uint8: None}
+
+
+def _host(t, name):
+    t = t.detach().cpu().contiguous()
+    if t.dtype not in _DTYPES:
+        raise TypeError("checkpoint: %s is %s; slurm-omni checkpoints hold float32, bfloat16, float16, int64 and "
+                        "uint8 tensors" % (name, t.dtype))
+    return t.reshape(1) if t.dim() == 0 else t
+
+
+def _bytes_tensor(b):
+    return torch.frombuffer(bytearray(b), dtype=torch.uint8) if b else torch.zeros(0, dtype=torch.uint8)
+
+
+def save_checkpoint(root, step, state, ledger, generation=0, world=1, seed=0):
+    w = omni.CheckpointWriter(root, step, 0, attempt=str(generation))
+    shapes = {}
+
+    def add(name, t):
+        shapes[name] = list(t.shape)
+        t = _host(t, name)
+        if t.numel() == 0:
+            return
+        w.add_tensor(name, t)
+
+    for k, v in state["model"].items():
+        add("model/" + k, v)
+    opt = state["optimizer"]
+    other = {}
+    for idx, s in opt["state"].items():
+        for k, v in s.items():
+            if torch.is_tensor(v):
+                add("optimizer/state/%d/%s" % (idx, k), v)
+            else:
+                other["%d/%s" % (idx, k)] = v
+    meta = {"param_groups": opt["param_groups"], "other": other, "shapes": shapes}
+    w.add_tensor("optimizer/meta", _bytes_tensor(json.dumps(meta).encode()))
+    if state.get("scheduler") is not None:
+        try:
+            text = json.dumps(state["scheduler"])
+        except TypeError as e:
+            raise TypeError("checkpoint: the scheduler's state_dict is not JSON data (%s); slurm-omni checkpoints "
+                            "keep opaque state as JSON" % e) from None
+        w.add_tensor("scheduler", _bytes_tensor(text.encode()))
+    w.add_tensor("ledger", _bytes_tensor(ledger.encode()))
+    w.add_rank_state(0, struct.pack("<Q", step))
+    w.finish()
+    return omni.commit(root, 1, attempt=str(generation),
+                       meta={"step": step, "generation": generation, "world_size": world, "seed": seed})
+
+
+def _read(r, name, dtype_names):
+    a = r.read(name)
+    if dtype_names.get(name) == "bfloat16":
+        return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(a.copy())
+
+
+def read_checkpoint(r, model, optimizer, scheduler):
+    names = {n: dt for n, dt, _ in r.tensors()}
+    meta = json.loads(bytes(r.read("optimizer/meta")).decode())
+    shapes = meta["shapes"]
+
+    def tensor(name):
+        if name not in names:  # an empty tensor is not stored
+            return torch.zeros(shapes[name])
+        return _read(r, name, names).reshape(shapes[name])
+
+    model_sd = {}
+    for k, v in model.state_dict().items():
+        name = "model/" + k
+        if name not in shapes:
+            raise omni.CheckpointError("checkpoint: it holds no %s (the model differs from the checkpoint's)" % name)
+        model_sd[k] = tensor(name).to(v.dtype)
+    opt_state = {}
+    for name in shapes:
+        if name.startswith("optimizer/state/"):
+            idx, key = name[len("optimizer/state/"):].split("/", 1)
+            opt_state.setdefault(int(idx), {})[key] = tensor(name)
+    for key, v in meta["other"].items():
+        idx, k = key.split("/", 1)
+        opt_state.setdefault(int(idx), {})[k] = v
+    step = r.meta()["step"]
+    state = {"model": model_sd, "optimizer": {"state": opt_state, "param_groups": meta["param_groups"]},
+             "scheduler": json.loads(bytes(r.read("scheduler")).decode()) if "scheduler" in names else None,
+             "step": step}
+    return state, bytes(r.read("ledger")).decode()
+
+
+def load_state_dict(path):
+    """The model's state_dict from a slurm-omni checkpoint (a checkpoint directory, or a root
+    whose newest checkpoint is read), for a plain PyTorch program: {key: tensor}."""
+    r = omni.CheckpointReader(path, latest=os.path.lexists(os.path.join(path, "latest")))
+    names = {n: dt for n, dt, _ in r.tensors()}
+    shapes = json.loads(bytes(r.read("optimizer/meta")).decode())["shapes"] if "optimizer/meta" in names else {}
+    out = {}
+    for n in names:
+        if n.startswith("model/"):
+            t = _read(r, n, names)
+            out[n[len("model/"):]] = t.reshape(shapes[n]) if n in shapes else t
+    return out

@@ -1,0 +1,119 @@
+"""The omni module across processes: real Gloo ranks under a real coordinator
+(runtime_coord_serve, from libomni's tests), no Slurm. Two cases:
+ - shrink: 2 units, a planned reshape to 1: unit 1 gets LEFT, unit 0 RESHAPED, then STOP;
+ - grow: 2 units, a planned reshape to 3: a third process joins at a boundary and receives
+   the parameters (as the survivors hold them at that step, not its own zeros) and its
+   optimizer-state shard.
+Checked from the ranks' own logs, against what holds independently of libomni's code: a
+sum of (rank + 1) over n ranks is n(n+1)/2; an allgather of ranks is 0..n-1; the broadcast
+value is root 0's; every step's samples over all ranks are B distinct indices and no index
+repeats within the epoch; each optimizer-state shard holds its own global positions after
+every re-partition; every rank's parameters equal the step count."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SERVE = os.environ.get("OMNI_COORD_SERVE", "")
+B = 12
+
+
+def clean_env(extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMNI_", "PMIX_", "SLURM_"))}
+    env.update(extra)
+    return env
+
+
+def read(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+@unittest.skipUnless(SERVE and os.access(SERVE, os.X_OK),
+                     "runtime_coord_serve is not built (make -C launcher check builds it; set OMNI_COORD_SERVE)")
+class Ranks(unittest.TestCase):
+    def run_job(self, units, target, joiners=0):
+        d = tempfile.mkdtemp(prefix="omni-py-ranks.")
+        self.addCleanup(shutil.rmtree, d, True)
+        job = os.path.join(d, "job")
+        os.mkdir(job, 0o700)
+        serve = subprocess.Popen([SERVE, job, str(units), str(target), "90"], stdout=subprocess.PIPE, text=True)
+        self.assertTrue(serve.stdout.readline().startswith("tcp://"))
+        procs, logs = [], []
+
+        def spawn(unit):
+            path = os.path.join(d, "rank-%d.jsonl" % unit)
+            env = clean_env({"OMNI_JOB_DIR": job, "OMNI_UNIT_ID": str(unit), "OMNI_UNIT_SLOT": "0",
+                             "OMNI_UNIT_SIZE": "1", "OMNI_JOIN_TIMEOUT_MS": "30000", "OMNI_GLOO_HOST": "127.0.0.1"})
+            procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "rank_worker.py"), path], env=env))
+            logs.append(path)
+
+        for u in range(units):
+            spawn(u)
+        seen = []
+        for line in serve.stdout:
+            seen.append(line.strip())
+            if joiners and line.startswith("generation 1 "):
+                for j in range(joiners):
+                    spawn(units + j)
+        serve.stdout.close()
+        self.assertEqual(serve.wait(timeout=120), 0, seen)
+        for p in procs:
+            self.assertEqual(p.wait(timeout=60), 0)
+        return [read(p) for p in logs], seen
+
+    def check_common(self, ranks):
+        steps = {}
+        for events in ranks:
+            for e in events:
+                if e["event"] != "step":
+                    continue
+                n = e["world"]
+                self.assertEqual(e["total"], n * (n + 1) / 2, e)
+                self.assertEqual(e["gathered"], [float(r) for r in range(n)], e)
+                self.assertEqual(e["bcast"], 100.0, e)
+                self.assertEqual(e["scattered"], [float(n)] * 2, e)
+                self.assertEqual(e["param"], float(e["step"]), e)
+                self.assertEqual(e["shard"], [float(e["shard_begin"] + i) for i in range(len(e["shard"]))], e)
+                steps.setdefault(e["step"], []).extend(i for micro in e["samples"] for i in micro)
+        everything = []
+        for step, samples in sorted(steps.items()):
+            self.assertEqual(len(samples), B, step)
+            self.assertEqual(len(set(samples)), B, step)
+            everything.extend(samples)
+        self.assertEqual(len(everything), len(set(everything)), "a sample repeated within the epoch")
+        closed = [e["error"] for events in ranks for e in events if e["event"] == "closed"]
+        self.assertEqual(len(closed), len(ranks))
+        self.assertTrue(all(c.startswith("rank(): ") for c in closed), closed)
+        return steps
+
+    def test_shrink(self):
+        ranks, seen = self.run_job(2, 1)
+        self.assertIn("generation 2 world 1", seen)
+        kinds = [[e["kind"] for e in events if e["event"] == "boundary"] for events in ranks]
+        self.assertEqual(kinds[1][-1], "left")
+        self.assertIn("reshaped", kinds[0])
+        self.assertEqual(kinds[0][-1], "stop")
+        self.check_common(ranks)
+
+    def test_grow(self):
+        ranks, seen = self.run_job(2, 3, joiners=1)
+        self.assertIn("generation 2 world 3", seen)
+        start = [e for e in ranks[2] if e["event"] == "start"][0]
+        self.assertGreater(start["step"], 0)
+        # The joiner's parameters are the survivors' at the step it joined (they add 1 a step
+        # from zeros), not the zeros it registered.
+        self.assertEqual(start["params"], [float(start["step"])] * 10)
+        self.assertFalse(start["rewind"])
+        self.assertEqual(start["shard"], [float(start["shard_begin"] + i) for i in range(len(start["shard"]))])
+        self.check_common(ranks)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

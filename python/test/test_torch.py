@@ -1,0 +1,139 @@
+"""omni.torch across processes: a small PyTorch training (torch_worker.py) in exact mode,
+real Gloo ranks under a real coordinator (runtime_coord_serve), no Slurm; compared with the
+same training run alone in one process (world 1, no coordinator):
+ - grown 2 -> 3 at a boundary: the joiner's parameters equal the survivors' at that step
+   (sent by them, as the hash shows), and every step's loss is bitwise the lone run's;
+ - shrunk 2 -> 1: the same, bitwise;
+ - every step's samples over all ranks are the lone run's, as sets;
+ - a checkpoint written by the job loads in a plain process (omni.torch.load_state_dict)
+   equal to the model that wrote it, and omni-ckpt verify accepts it."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SERVE = os.environ.get("OMNI_COORD_SERVE", "")
+BUILD = os.environ.get("OMNI_TOP_BUILDDIR") or os.path.join(HERE, "..", "..", "build")
+STEPS = 40
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+
+def clean_env(extra=None):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMNI_", "PMIX_", "SLURM_"))}
+    env.update(extra or {})
+    return env
+
+
+def read(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+@unittest.skipIf(torch is None, "python3-torch is not installed (scripts/install-deps installs it)")
+class Torch(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="omni-py-torch.")
+        cls.ckpt = os.path.join(cls.dir, "solo-ckpt")
+        out = os.path.join(cls.dir, "solo.jsonl")
+        subprocess.run([sys.executable, os.path.join(HERE, "torch_worker.py"), out, str(STEPS), "1", cls.ckpt, "10"],
+                       env=clean_env(), check=True, timeout=300)
+        cls.solo = {e["step"]: e for e in read(out) if e["event"] == "step"}
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def run_job(self, units, target, joiners=0):
+        d = tempfile.mkdtemp(dir=self.dir)
+        job = os.path.join(d, "job")
+        os.mkdir(job, 0o700)
+        serve = subprocess.Popen([SERVE, job, str(units), str(target), "120"], stdout=subprocess.PIPE, text=True)
+        self.assertTrue(serve.stdout.readline().startswith("tcp://"))
+        procs, logs = [], []
+
+        def spawn(unit):
+            path = os.path.join(d, "rank-%d.jsonl" % unit)
+            env = clean_env({"OMNI_JOB_DIR": job, "OMNI_UNIT_ID": str(unit), "OMNI_UNIT_SLOT": "0",
+                             "OMNI_UNIT_SIZE": "1", "OMNI_JOIN_TIMEOUT_MS": "60000", "OMNI_GLOO_HOST": "127.0.0.1"})
+            procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "torch_worker.py"), path, str(STEPS), "1",
+                                           "-", "0", "0.05"], env=env))
+            logs.append(path)
+
+        for u in range(units):
+            spawn(u)
+        seen = []
+        for line in serve.stdout:
+            seen.append(line.strip())
+            if joiners and line.startswith("generation 1 "):
+                for j in range(joiners):
+                    spawn(units + j)
+        serve.stdout.close()
+        self.assertEqual(serve.wait(timeout=180), 0, seen)
+        for p in procs:
+            self.assertEqual(p.wait(timeout=120), 0)
+        return [read(p) for p in logs], seen
+
+    def check_bitwise(self, ranks):
+        by_step = {}
+        for events in ranks:
+            for e in events:
+                if e["event"] == "step":
+                    by_step.setdefault(e["step"], []).append(e)
+        self.assertTrue(by_step)
+        for step, es in sorted(by_step.items()):
+            ref = self.solo[step]
+            for e in es:
+                self.assertEqual(e["loss"], ref["loss"], "step %d: loss %s, alone %s" % (step, e["loss"], ref["loss"]))
+                self.assertEqual(e["params"], ref["params"], "step %d" % step)
+                self.assertEqual(e["lr"], ref["lr"], "step %d" % step)
+            samples = sorted(i for e in es for i in e["samples"])
+            self.assertEqual(samples, sorted(ref["samples"]), "step %d" % step)
+        return by_step
+
+    @unittest.skipUnless(SERVE and os.access(SERVE, os.X_OK), "runtime_coord_serve is not built")
+    def test_grow_bitwise(self):
+        ranks, seen = self.run_job(2, 3, joiners=1)
+        self.assertIn("generation 2 world 3", seen)
+        start = [e for e in ranks[2] if e["event"] == "start"][0]
+        self.assertEqual(start["how"], "joined")
+        self.assertGreater(start["step"], 0)
+        # The joiner holds, before its first step, the parameters every rank had after that step.
+        self.assertEqual(start["params"], self.solo[start["step"]]["params"])
+        self.check_bitwise(ranks)
+
+    @unittest.skipUnless(SERVE and os.access(SERVE, os.X_OK), "runtime_coord_serve is not built")
+    def test_shrink_bitwise(self):
+        ranks, seen = self.run_job(2, 1)
+        self.assertIn("generation 2 world 1", seen)
+        self.assertEqual([e for e in ranks[1] if e["event"] == "step"][-1]["kind"], "left")
+        self.check_bitwise(ranks)
+
+    def test_checkpoint_loads_in_a_plain_process(self):
+        import omni.torch as ot
+        sd = ot.load_state_dict(self.ckpt)
+        self.assertEqual(sorted(sd), ["0.bias", "0.weight", "3.bias", "3.weight"])
+        # The lone run's checkpoint of its last step holds the parameters its hash names.
+        import hashlib
+        h = hashlib.sha256()
+        for k in ["0.weight", "0.bias", "3.weight", "3.bias"]:
+            h.update(sd[k].numpy().tobytes())
+        self.assertEqual(h.hexdigest()[:16], self.solo[STEPS]["params"])
+        tool = os.path.join(BUILD, "ckpt", "omni-ckpt")
+        if os.access(tool, os.X_OK):
+            out = subprocess.run([tool, "verify", os.path.realpath(os.path.join(self.ckpt, "latest"))],
+                                 capture_output=True, text=True)
+            self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,58 @@
+"""One rank of a small PyTorch training under omni.torch, for test_torch.py: an MLP with
+dropout on synthetic data made from the sample index (the same on every machine), AdamW
+with a warmup schedule. Writes a JSON line per optimizer step to argv[1]: the step, the loss
+(as float.hex, for bitwise comparison), the world, and a hash of the parameters; and one
+line at the start (how it began, and the parameters' hash then).
+Usage: torch_worker.py OUT STEPS EXACT(0|1) [CKPT_DIR [CKPT_EVERY [PACE_S]]]"""
+
+import hashlib
+import json
+import math
+import sys
+import time
+
+import torch
+
+import omni.torch as ot
+
+out = open(sys.argv[1], "w")
+steps, exact = int(sys.argv[2]), sys.argv[3] == "1"
+ckpt = sys.argv[4] if len(sys.argv) > 4 and sys.argv[4] != "-" else None
+ckpt_every = int(sys.argv[5]) if len(sys.argv) > 5 else 0
+pace = float(sys.argv[6]) if len(sys.argv) > 6 else 0.0
+
+
+def sample(i):
+    x = torch.tensor([math.sin(i * 0.37 + k) for k in range(8)], dtype=torch.float32)
+    return x, x[:4].sum().reshape(1) * 0.5 - x[4:].prod().reshape(1)
+
+
+def phash(model):
+    h = hashlib.sha256()
+    for p in model.parameters():
+        h.update(p.detach().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+torch.manual_seed(5)
+model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Dropout(0.1), torch.nn.Linear(32, 1))
+opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 5))
+job = ot.Job(model, opt, sched, dataset_size=96, global_batch=12, micro_batch=2, seed=3, ckpt=ckpt,
+             ckpt_every=ckpt_every, exact=exact)
+out.write(json.dumps({"event": "start", "step": job.step_count, "world": job.world, "params": phash(model),
+                      "how": job.events[0][1]}) + "\n")
+out.flush()
+for step in job.steps(steps):
+    samples = []
+    for idx in job.micro_batches():
+        xs, ys = zip(*(sample(i) for i in idx))
+        loss = torch.nn.functional.mse_loss(model(torch.stack(xs)), torch.stack(ys))
+        job.backward(loss)
+        samples.extend(idx)
+    world, lr = job.world, sched.get_last_lr()[0]
+    kind = job.step()
+    out.write(json.dumps({"event": "step", "step": step, "loss": job.last_loss.hex(), "lr": lr, "world": world,
+                          "params": phash(model), "samples": samples, "kind": kind}) + "\n")
+    out.flush()
+    time.sleep(pace)
