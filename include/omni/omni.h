@@ -58,7 +58,9 @@ const char *omni_last_error(void);
 /* The *_FORCE_INT values are not dtypes or operations. They make every int a value of the
  * type, so that a wrong value from a caller is refused with OMNI_EINVAL instead of being
  * undefined behaviour inside the library, which is C++. */
-typedef enum omni_dtype { OMNI_FP32 = 0, OMNI_BF16 = 1, OMNI_DTYPE_FORCE_INT = 0x7fffffff } omni_dtype;
+/* OMNI_INT64: 64-bit integers, for exact sums (fixed-point gradients, counters): the reductions
+ * take OMNI_SUM only (wrapping on overflow is the caller's to prevent). */
+typedef enum omni_dtype { OMNI_FP32 = 0, OMNI_BF16 = 1, OMNI_INT64 = 2, OMNI_DTYPE_FORCE_INT = 0x7fffffff } omni_dtype;
 typedef enum omni_reduce_op { OMNI_SUM = 0, OMNI_AVG = 1, OMNI_REDUCE_OP_FORCE_INT = 0x7fffffff } omni_reduce_op;
 
 typedef enum omni_decision_kind {

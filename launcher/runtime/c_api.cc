@@ -89,6 +89,10 @@ int comm_of(Runtime *r, int group, const char *fn, omni::launcher::Communicator 
         *out = group == OMNI_GROUP_DP ? &r->comm() : group == OMNI_GROUP_MP ? &r->mp_comm() : &r->world_comm();
         return OMNI_OK;
     }
+    if (r->collectives_abandoned())
+        return fail(OMNI_ECOMM, std::string(fn) + ": a collective of generation " + std::to_string(r->generation()) +
+                                    " failed on this rank; omni_boundary says what the job does now (OMNI_REWIND "
+                                    "after a lost rank)");
     return fail(OMNI_ESTATE, std::string(fn) +
                                  (r->started() ? ": this rank left the job at a planned shrink (OMNI_LEFT) "
                                                  "and has no communicator"
@@ -99,6 +103,7 @@ int comm_of(Runtime *r, int group, const char *fn, omni::launcher::Communicator 
 bool dtype_of(int t, omni::launcher::DType &out) {
     if (t == OMNI_FP32) out = omni::launcher::DType::fp32;
     else if (t == OMNI_BF16) out = omni::launcher::DType::bf16;
+    else if (t == OMNI_INT64) out = omni::launcher::DType::i64;
     else return false;
     return true;
 }
@@ -115,8 +120,11 @@ int fault_code(const Runtime &r) {
     return r.last_fault() == omni::launcher::Fault::usage ? OMNI_EINVAL : OMNI_ECOMM;
 }
 
-int comm_result(const omni::Status &st) {
-    return st ? int(OMNI_OK) : fail(OMNI_ECOMM, st.error());
+int comm_result(Runtime *r, const omni::Status &st) {
+    if (st) return OMNI_OK;
+    // With NCCL the DP collectives are NCCL's, which the rewind aborts; only Gloo is closed.
+    if (!r->nccl_backend()) r->abandon_collectives();
+    return fail(OMNI_ECOMM, st.error());
 }
 
 }  // namespace rt
@@ -579,10 +587,12 @@ int omni_group_allreduce(int group, void *buffer, size_t count, int dtype, int o
         if (!rt::dtype_of(dtype, t) || !rt::op_of(op, o))
             return fail(OMNI_EINVAL, "omni_allreduce: unknown dtype " + std::to_string(dtype) +
                                          " or op " + std::to_string(op));
+        if (t == omni::launcher::DType::i64 && o != omni::launcher::ReduceOp::sum)
+            return fail(OMNI_EINVAL, "omni_allreduce: OMNI_INT64 takes OMNI_SUM only");
         if (!buffer && count) return fail(OMNI_EINVAL, "omni_allreduce: buffer is NULL");
         omni::launcher::Communicator *c = nullptr;
         if (int rc = rt::comm_of(r, group, "omni_allreduce", &c); rc != OMNI_OK) return rc;
-        return rt::comm_result(c->allreduce(buffer, count, t, o));
+        return rt::comm_result(r, c->allreduce(buffer, count, t, o));
     });
 }
 
@@ -599,7 +609,7 @@ int omni_group_broadcast(int group, void *buffer, size_t count, int dtype, uint3
         if (root >= static_cast<std::uint32_t>(c->size()))
             return fail(OMNI_EINVAL, "omni_broadcast: root " + std::to_string(root) +
                                          " is not a rank of the group's " + std::to_string(c->size()));
-        return rt::comm_result(c->broadcast(buffer, count, t, static_cast<int>(root)));
+        return rt::comm_result(r, c->broadcast(buffer, count, t, static_cast<int>(root)));
     });
 }
 
@@ -613,7 +623,7 @@ int omni_group_allgather(int group, const void *send, void *recv, size_t count, 
         if ((!send || !recv) && count) return fail(OMNI_EINVAL, "omni_allgather: NULL buffer");
         omni::launcher::Communicator *c = nullptr;
         if (int rc = rt::comm_of(r, group, "omni_allgather", &c); rc != OMNI_OK) return rc;
-        return rt::comm_result(c->allgather(send, recv, count, t));
+        return rt::comm_result(r, c->allgather(send, recv, count, t));
     });
 }
 
@@ -626,10 +636,12 @@ int omni_group_reduce_scatter(int group, const void *send, void *recv, size_t co
         if (!rt::dtype_of(dtype, t) || !rt::op_of(op, o))
             return fail(OMNI_EINVAL, "omni_reduce_scatter: unknown dtype " +
                                          std::to_string(dtype) + " or op " + std::to_string(op));
+        if (t == omni::launcher::DType::i64 && o != omni::launcher::ReduceOp::sum)
+            return fail(OMNI_EINVAL, "omni_reduce_scatter: OMNI_INT64 takes OMNI_SUM only");
         if ((!send || !recv) && count) return fail(OMNI_EINVAL, "omni_reduce_scatter: NULL buffer");
         omni::launcher::Communicator *c = nullptr;
         if (int rc = rt::comm_of(r, group, "omni_reduce_scatter", &c); rc != OMNI_OK) return rc;
-        return rt::comm_result(c->reduce_scatter(send, recv, count, t, o));
+        return rt::comm_result(r, c->reduce_scatter(send, recv, count, t, o));
     });
 }
 
@@ -639,7 +651,7 @@ int omni_group_barrier(int group) {
         if (!r) return int(OMNI_ESTATE);
         omni::launcher::Communicator *c = nullptr;
         if (int rc = rt::comm_of(r, group, "omni_barrier", &c); rc != OMNI_OK) return rc;
-        return rt::comm_result(c->barrier());
+        return rt::comm_result(r, c->barrier());
     });
 }
 

@@ -282,8 +282,21 @@ Error Runtime::usage_error(std::string message) {
     return Error{std::move(message)};
 }
 
+void Runtime::abandon_collectives() {
+    if (opts_.standalone || (!control_ && !dp_control_)) return;
+    log_info("generation " + std::to_string(generation_) +
+             ": a collective failed; closing this rank's connections of the generation");
+    sp_.clear();
+    dp_control_.reset();
+    control_.reset();
+    dp_store_.reset();
+    store_.reset();
+    abandoned_ = true;
+}
+
 Status Runtime::adopt(const Decision &d, std::uint32_t new_rank,
                       std::optional<Result<Connection>> prebuilt, bool nccl_grow) {
+    abandoned_ = false;
     // The old NCCL communicator lives until the new one exists: a grow is made from it.
     auto g = groups_of(d.next, opts_.unit, opts_.slot, opts_.mp);
     if (!g) return Error{g.error()};

@@ -146,8 +146,18 @@ public:
     // that is not a power of two dividing dp_size(), or before start() (usage); the
     // rendezvous failing (a peer fault, last_fault()).
     Result<Communicator *> sp_comm(std::uint32_t degree);
-    // False only for a joiner between an early return of create() and start().
+    // False for a joiner between an early return of create() and start(), and after
+    // abandon_collectives().
     bool has_comm() const { return nccl_ || control_; }
+    // After a collective of this generation failed (a peer died or timed out): closes this
+    // rank's Gloo connections of the generation at once, so that ranks still waiting on this
+    // one in a collective fail too and reach the boundary, instead of waiting there until the
+    // boundary timeout declares them lost as well (a ring allreduce tells only the dead
+    // rank's neighbours). The boundary's REWIND builds the next generation's. The MP group
+    // (the unit's own, for its life) and NCCL (aborted at the rewind) are left as they are.
+    void abandon_collectives();
+    bool collectives_abandoned() const { return abandoned_; }
+    bool nccl_backend() const { return nccl_ != nullptr; }
     // NCCL: comm()'s operations go on the trainer's CUDA stream (a cudaStream_t on
     // OMNI_CUDA_DEVICE), in this and every later generation; null: the communicator's own.
     // With Gloo or a single rank only null is valid (host buffers need no stream).
@@ -279,6 +289,7 @@ private:
     const PmixSession *pmix_view_ = nullptr;  // create()'s, for connect_mp()
     std::unique_ptr<CoordinatorClient> client_;
     std::unique_ptr<CoordinatorStore> store_;
+    bool abandoned_ = false;                 // abandon_collectives() in this generation
     std::unique_ptr<Communicator> control_;  // Gloo (or solo): hand-off and host collectives
     std::unique_ptr<Communicator> nccl_;     // OMNI_COMM_BACKEND=nccl: the trainer's (DP group)
     std::unique_ptr<CoordinatorStore> dp_store_;

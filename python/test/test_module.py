@@ -70,6 +70,11 @@ class B_Standalone(unittest.TestCase):
         np.testing.assert_array_equal(recv, a)
         omni.broadcast(a, root=0)
         omni.barrier()
+        big = np.array([2**40 + 1, -7], dtype=np.int64)
+        omni.allreduce(big)
+        np.testing.assert_array_equal(big, [2**40 + 1, -7])
+        with self.assertRaisesRegex(omni.InvalidArgument, "OMNI_INT64 takes OMNI_SUM only"):
+            omni.allreduce(big, op="avg")
         bf = np.array([0x3F80, 0x4000], dtype=np.uint16)  # bfloat16 1.0 and 2.0
         omni.allreduce(bf, dtype="bf16")
         np.testing.assert_array_equal(bf, [0x3F80, 0x4000])

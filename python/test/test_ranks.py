@@ -21,7 +21,7 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SERVE = os.environ.get("OMNI_COORD_SERVE", "")
-B = 12
+B = 24
 
 
 def clean_env(extra):
@@ -38,7 +38,7 @@ def read(path):
 @unittest.skipUnless(SERVE and os.access(SERVE, os.X_OK),
                      "runtime_coord_serve is not built (make -C launcher check builds it; set OMNI_COORD_SERVE)")
 class Ranks(unittest.TestCase):
-    def run_job(self, units, target, joiners=0):
+    def run_job(self, units, target, joiners=0, extra_env=None, per_unit_env=None, serve_stops=True):
         d = tempfile.mkdtemp(prefix="omni-py-ranks.")
         self.addCleanup(shutil.rmtree, d, True)
         job = os.path.join(d, "job")
@@ -51,12 +51,20 @@ class Ranks(unittest.TestCase):
             path = os.path.join(d, "rank-%d.jsonl" % unit)
             env = clean_env({"OMNI_JOB_DIR": job, "OMNI_UNIT_ID": str(unit), "OMNI_UNIT_SLOT": "0",
                              "OMNI_UNIT_SIZE": "1", "OMNI_JOIN_TIMEOUT_MS": "30000", "OMNI_GLOO_HOST": "127.0.0.1"})
+            env.update(extra_env or {})
+            env.update((per_unit_env or {}).get(unit, {}))
             procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "rank_worker.py"), path], env=env))
             logs.append(path)
 
         for u in range(units):
             spawn(u)
         seen = []
+        if not serve_stops:
+            codes = [p.wait(timeout=120) for p in procs]
+            serve.kill()
+            serve.wait()
+            serve.stdout.close()
+            return [read(p) for p in logs], codes
         for line in serve.stdout:
             seen.append(line.strip())
             if joiners and line.startswith("generation 1 "):
@@ -76,6 +84,7 @@ class Ranks(unittest.TestCase):
                     continue
                 n = e["world"]
                 self.assertEqual(e["total"], n * (n + 1) / 2, e)
+                self.assertEqual(e["exact"], n * 2**40 + n * (n - 1) // 2, e)
                 self.assertEqual(e["gathered"], [float(r) for r in range(n)], e)
                 self.assertEqual(e["bcast"], 100.0, e)
                 self.assertEqual(e["scattered"], [float(n)] * 2, e)
@@ -101,6 +110,23 @@ class Ranks(unittest.TestCase):
         self.assertIn("reshaped", kinds[0])
         self.assertEqual(kinds[0][-1], "stop")
         self.check_common(ranks)
+
+    def test_lost_rank_fails_every_collective_at_once(self):
+        # 4 ranks; unit 3 dies before its first collective. Units 0, 1 and 2 wait in an
+        # allreduce: the failure must reach all of them well before the 60 s collective
+        # timeout (libomni closes a failed rank's connections, so a rank waiting on it fails
+        # too: a ring tells only the dead rank's neighbours), and they rewind together at the
+        # boundary as the 3 survivors. Without that, unit 1 (no neighbour of unit 3) waits
+        # until the boundary timeout has declared it lost as well.
+        ranks, codes = self.run_job(4, 4, extra_env={"OMNI_TEST_EXPECT_LOSS": "1"},
+                                    per_unit_env={3: {"OMNI_TEST_DIE_AT": "1"}}, serve_stops=False)
+        self.assertEqual(codes[:3], [0, 0, 0])
+        for events in ranks[:3]:
+            err = [e for e in events if e["event"] == "comm-error"]
+            self.assertEqual(len(err), 1, events)
+            self.assertLess(err[0]["seconds"], 10, err)
+            b = [e for e in events if e["event"] == "boundary"][0]
+            self.assertEqual((b["kind"], b["world"]), ("rewind", 3), events)
 
     def test_grow(self):
         ranks, seen = self.run_job(2, 3, joiners=1)
