@@ -25,6 +25,7 @@
 #include "buffer.h"
 #include "omni/ckpt.h"
 #include "omni/omni.h"
+#include "workload/workload.h"
 
 namespace py = pybind11;
 using omni::python::Buffer;
@@ -85,14 +86,16 @@ std::int64_t g_stream = -1;
 // The libomni dtype of a buffer for a collective: float32 or bfloat16 (a numpy uint16 array
 // only with dtype="bf16", numpy having no bfloat16).
 int collective_dtype(const Buffer &b, const std::optional<std::string> &dtype) {
-    if (dtype && *dtype != "fp32" && *dtype != "bf16")
-        throw py::value_error("dtype '" + *dtype + "': expected 'fp32' or 'bf16'");
+    if (dtype && *dtype != "fp32" && *dtype != "bf16" && *dtype != "int64")
+        throw py::value_error("dtype '" + *dtype + "': expected 'fp32', 'bf16' or 'int64'");
     if (b.dtype() == Dtype::F32 && (!dtype || *dtype == "fp32")) return OMNI_FP32;
+    if (b.dtype() == Dtype::I64 && (!dtype || *dtype == "int64")) return OMNI_INT64;
     if ((b.dtype() == Dtype::BF16 && (!dtype || *dtype == "bf16")) || (b.dtype() == Dtype::U16 && dtype && *dtype == "bf16"))
         return OMNI_BF16;
     throw py::type_error(b.what() + ": " + omni::python::dtype_name(b.dtype()) +
                          (dtype ? " with dtype='" + *dtype + "'" : std::string()) +
-                         "; expected float32, or bfloat16 (a torch.bfloat16 tensor, or numpy uint16 with dtype='bf16')");
+                         "; expected float32, int64, or bfloat16 (a torch.bfloat16 tensor, or numpy uint16 with "
+                         "dtype='bf16')");
 }
 
 int reduce_op(const std::string &op) {
@@ -740,6 +743,50 @@ py::tuple reader_rank_state(Reader &r, py::handle rank) {
     return py::make_tuple(py::bytes(rng.data(), rng_bytes), consumed);
 }
 
+// ---- synthetic workloads ---------------------------------------------------------------------
+
+// omni-workload(5): a sample's modality and length as a pure function of (seed, index, step).
+struct Workload {
+    omni::workload::Workload w;
+};
+
+std::unique_ptr<Workload> workload_load(const std::string &path_or_preset) {
+    auto w = omni::workload::Workload::load(path_or_preset);
+    if (!w) {
+        PyErr_SetString(g_invalid, ("Workload(): " + w.error()).c_str());
+        throw py::error_already_set();
+    }
+    return std::make_unique<Workload>(Workload{std::move(w).value()});
+}
+
+py::list workload_modalities(const Workload &w) {
+    py::list out;
+    for (const auto &m : w.w.modalities()) {
+        py::dict d;
+        d["name"] = m.name;
+        d["unit"] = m.unit;
+        d["mean_length"] = m.length.mean();
+        d["tokens_per_unit"] = m.tokens_per_unit;
+        d["encoder_cost_per_unit"] = m.encoder_cost_per_unit;
+        out.append(d);
+    }
+    return out;
+}
+
+py::tuple workload_sample(const Workload &w, py::handle seed, py::handle index, py::handle step) {
+    auto s = w.w.sample(to_u64(seed, "seed", 0, UINT64_MAX), to_u64(index, "index", 0, UINT64_MAX),
+                        to_u64(step, "step", 0, UINT64_MAX));
+    return py::make_tuple(s.modality, s.length);
+}
+
+std::uint64_t workload_cost(const Workload &w, py::handle seed, py::handle index, py::handle step,
+                            const std::string &kind) {
+    auto k = omni::workload::parse_cost_kind(kind);
+    if (!k) throw py::value_error("cost(): " + k.error());
+    return w.w.cost(to_u64(seed, "seed", 0, UINT64_MAX), to_u64(index, "index", 0, UINT64_MAX),
+                    to_u64(step, "step", 0, UINT64_MAX), k.value());
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_omni, m) {
@@ -907,6 +954,16 @@ PYBIND11_MODULE(_omni, m) {
             check(omni_ledger_load(text.data(), text.size(), &l->h), "Ledger.load()");
             return l;
         }, py::arg("text"));
+
+    // Synthetic workloads.
+    py::class_<Workload>(m, "Workload", "A synthetic multimodal workload (omni-workload(5)): a preset or a file.")
+        .def(py::init(&workload_load), py::arg("path_or_preset"))
+        .def_static("presets", &omni::workload::Workload::presets)
+        .def("modalities", &workload_modalities)
+        .def("sample", &workload_sample, py::arg("seed"), py::arg("index"), py::arg("step"),
+             "(modality index, length in its unit) of sample `index` as step `step` consumes it.")
+        .def("cost", &workload_cost, py::arg("seed"), py::arg("index"), py::arg("step"), py::arg("kind") = "tokens")
+        .def("to_json", [](const Workload &w) { return w.w.to_json(); });
 
     // Checkpoints.
     py::class_<Writer>(m, "CheckpointWriter", "One rank's shard of a checkpoint (omni_ckpt_writer_*).")

@@ -44,6 +44,7 @@ from omni._omni import (  # noqa: F401  (the public API)
     InvalidArgument,
     Ledger,
     StateError,
+    Workload,
     allgather,
     allreduce,
     backend,

@@ -29,8 +29,11 @@ micro-batch.
 """
 
 import datetime
+import fcntl
+import gc
 import json
 import os
+import socket
 import struct
 
 import numpy as np
@@ -85,6 +88,55 @@ class Store(dist.Store):
         self._timeout_ms = int(timeout.total_seconds() * 1000)
 
 
+def _local_address():
+    """The IPv4 address this rank's traffic to the coordinator leaves from, as libomni's own
+    Gloo transport uses it (OMNI_GLOO_HOST, else the route to the coordinator), or None."""
+    if os.environ.get("OMNI_GLOO_HOST"):
+        return os.environ["OMNI_GLOO_HOST"]
+    endpoint = os.environ.get("OMNI_COORD_ADDR")
+    if not endpoint and os.environ.get("OMNI_JOB_DIR"):
+        try:
+            with open(os.path.join(os.environ["OMNI_JOB_DIR"], "coordinator")) as f:
+                endpoint = f.read().strip()
+        except OSError:
+            return None
+    if not endpoint or not endpoint.startswith("tcp://"):
+        return None
+    host, _, port = endpoint[len("tcp://"):].rpartition(":")
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((host, int(port)))
+            return s.getsockname()[0]
+    except (OSError, ValueError):
+        return None
+
+
+def _interface_of(address):
+    """The network interface holding `address` (Linux), or None."""
+    for _, name in socket.if_nameindex():
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            try:
+                raw = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))  # SIOCGIFADDR
+            except OSError:
+                continue
+            if socket.inet_ntoa(raw[20:24]) == address:
+                return name
+    return None
+
+
+def _bind_collectives():
+    """torch's Gloo and NCCL pick an interface by the hostname, which need not resolve on a
+    cluster (and falls back to loopback, which no other host reaches): point them at the
+    interface libomni uses, unless the user chose one (GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME)."""
+    if os.environ.get("GLOO_SOCKET_IFNAME") and os.environ.get("NCCL_SOCKET_IFNAME"):
+        return
+    address = _local_address()
+    name = _interface_of(address) if address else None
+    if name:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", name)
+        os.environ.setdefault("NCCL_SOCKET_IFNAME", name)
+
+
 def _micro_seed(seed, step, micro):
     """The RNG seed of global micro-batch `micro` of optimizer step `step` (0-based): the same
     whatever the DP size, so dropout and friends draw the same numbers in every layout."""
@@ -131,13 +183,18 @@ class Job:
         self._bucket_elems = max(1, int(bucket_mb * (1 << 20)) // 4)
         self.process_group = None
         self.last_loss = None
+        self.last_rank = None     # this rank's DP rank when the job ended (None: it left)
         self._loss_acc = None
         self._acc = None
         self._micro = None
+        self._failed = None       # the exception of a collective that failed in this step
+        self.dropped = False      # the last step() dropped its step (a peer died in it)
         self._stopped = False
         self.events = []          # (step, kind, world) of every change this rank saw
 
         omni.init()
+        if not omni.standalone():
+            _bind_collectives()
         omni.data_configure(dataset_size, self.seed, self.global_batch, self.micro_batch)
         if balance:
             omni.data_balance(balance, cost)
@@ -205,18 +262,44 @@ class Job:
         else:
             self._loss_acc = (self._loss_acc or 0.0) + value
 
+    def all_reduce(self, tensor):
+        """A sum over this generation's DP group, in place, for the loop's own figures: a
+        contiguous float32, bfloat16 or int64 tensor (omni.allreduce). Should a peer die in
+        it, the failure is not raised: job.step() then recovers as from a failure of its own
+        collectives. Returns the tensor."""
+        if self._failed is None:
+            try:
+                omni.allreduce(tensor, op="sum")
+            except omni.CommError as e:
+                self._failed = e
+        return tensor
+
     def step(self):
         """The end of an optimizer step: gradients averaged over the DP group, the optimizer
-        and scheduler stepped, the boundary met. Returns the boundary's decision kind."""
-        self._average_gradients()
+        and scheduler stepped, the boundary met. Returns the boundary's decision kind. When a
+        peer died during the step (a collective failed), the step is dropped and the job
+        recovers: the survivors meet at the boundary, which answers REWIND, and go back to
+        the last checkpoint; steps() then yields the steps after it again."""
+        if self._failed is None:
+            try:
+                self._average_gradients()
+            except omni.CommError as e:
+                self._failed = e
+        self.dropped = self._failed is not None
+        if self.dropped:
+            return self._recover()
         self.optimizer.step()
         if self.scheduler is not None:
             self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step_count += 1
-        if self.ckpt and self.ckpt_every and self.step_count % self.ckpt_every == 0:
+        # The checkpoint after the boundary, which commits the step to the ledger: a
+        # checkpoint of step N holds the ledger of N steps.
+        kind = self._boundary()
+        if (kind in ("continue", "reshaped") and self.ckpt and self.ckpt_every and
+                self.step_count % self.ckpt_every == 0):
             self.save()
-        return self._boundary()
+        return kind
 
     # ---- gradients ----------------------------------------------------------------------------
     def _fixed_accumulate(self):
@@ -246,7 +329,7 @@ class Job:
             acc = self._acc or [torch.zeros(p.numel(), dtype=torch.int64, device=p.device) for p in self._params]
             flat = torch.cat(acc + [torch.tensor([loss], dtype=torch.int64, device=self._device)])
             for lo in range(0, flat.numel(), self._bucket_elems):
-                dist.all_reduce(flat[lo:lo + self._bucket_elems], group=self.process_group)
+                omni.allreduce(flat[lo:lo + self._bucket_elems], op="sum")
             off = 0
             for p, a in zip(self._params, acc):
                 n = p.numel()
@@ -291,25 +374,59 @@ class Job:
                 self.save()
             self._finish()
         elif d.kind == omni.LEFT:
-            self._finish()
+            self._finish(left=True)
         return kind
+
+    def _recover(self):
+        """After a failed collective: the step's work is dropped, and the boundary of the step
+        being trained tells what the job does (REWIND after a loss; STOP when too few are
+        left)."""
+        failure, self._failed = self._failed, None
+        # The generation's torch.distributed group goes too: a collective of the loop's own
+        # still waiting on this rank fails instead of waiting out the group's timeout.
+        self._close_group()
+        self._loss_acc = None
+        self.optimizer.zero_grad(set_to_none=True)
+        for a in self._acc or []:
+            a.zero_()
+        if omni.standalone():
+            raise omni.CommError("Job.step(): a collective failed in a standalone run: %s" % failure)
+        d = omni.boundary(self.step_count + 1)
+        if d.kind not in (omni.REWIND, omni.STOP, omni.LEFT):
+            raise omni.CommError("Job.step(): a collective failed (%s) and the coordinator answered %s, not rewind"
+                                 % (failure, omni.KIND_NAMES[d.kind]))
+        self.events.append((self.step_count, omni.KIND_NAMES[d.kind], d.world))
+        if d.kind == omni.REWIND:
+            self._new_group()
+            if not (self.ckpt and self._load_latest()):
+                raise omni.StateError("Job: ranks were lost at step %d and there is no checkpoint to rewind to "
+                                      "(give ckpt= and ckpt_every=)" % (self.step_count + 1))
+        else:
+            self._finish(left=d.kind == omni.LEFT)
+        return omni.KIND_NAMES[d.kind]
+
+    def _close_group(self):
+        """Destroys the generation's group. No reference may outlive it: a group object still
+        held keeps its connections open, and peers waiting on them then wait out the timeout."""
+        self.process_group = None
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        gc.collect()
 
     def _new_group(self):
         """The process group of the current generation, as the default group too."""
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        self._close_group()
         rank, size = omni.group_info(omni.DP)
         store = dist.HashStore() if omni.standalone() else Store(omni.generation(), self.timeout)
         dist.init_process_group(self.backend, store=store, rank=rank, world_size=size, timeout=self.timeout)
         self.process_group = dist.group.WORLD
 
-    def _finish(self):
+    def _finish(self, left=False):
         if self._stopped:
             return
         self._stopped = True
-        if dist.is_initialized():
-            dist.destroy_process_group()
-        self.process_group = None
+        self.last_rank = None if left else omni.group_info(omni.DP)[0]
+        self._close_group()
         omni.finalize()
 
     # ---- state hand-off -----------------------------------------------------------------------

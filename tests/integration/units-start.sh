@@ -33,14 +33,18 @@ echo "launch-exit \$?"
 EOS
 chmod +x job.sh
 
-# srun_left JOB: the srun processes of JOB still alive (srun runs on this machine, as every
-# node does; the hosts differ only by network namespace).
+# srun_left JOB: the srun processes of JOB of this cluster still alive (srun runs on this
+# machine, as every node does; the hosts differ only by network namespace; another test's
+# cluster may have a job of the same number).
+cluster_name=$(scontrol show config | sed -n 's/^ClusterName *= *//p')
 srun_left() {
-  local f pid
+  local f pid env
   for f in /proc/[0-9]*/environ; do
     pid=${f#/proc/}; pid=${pid%/environ}
     [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = srun ] || continue
-    tr '\0' '\n' 2>/dev/null <"$f" | grep -qx "SLURM_JOB_ID=$1" && proc_alive "$pid" && echo "$pid"
+    env=$(tr '\0' '\n' 2>/dev/null <"$f") || continue
+    grep -qx "SLURM_JOB_ID=$1" <<<"$env" && grep -qx "SLURM_CLUSTER_NAME=$cluster_name" <<<"$env" &&
+      proc_alive "$pid" && echo "$pid"
   done
   return 0
 }

@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# A PyTorch loop made elastic by omni.torch, on the local cluster (four hosts): the example
+# python/examples/train_torch.py (a small multimodal model on the paper workload) in exact
+# mode, under omni-launch with Debian's python3 and the build tree's omni package.
+#  1. static: 4 units of one rank on 4 nodes, 40 steps, a checkpoint every 20;
+#  2. elastic: the same job, shrunk by `scontrol update NumNodes=2` at step 8 (graceful with
+#     job_submit/omni: units leave at a boundary) and grown back by `omni-ctl grow --units 4`
+#     at step 18 (a satellite job on the freed nodes, whose ranks receive parameters,
+#     optimizer and scheduler state from the survivors): per-step loss, LR and the step's
+#     samples bitwise the static run's, every sample once per epoch (as sets), worlds
+#     4 -> 2 -> 4;
+#  3. a rank killed with SIGKILL at step 14: only it is lost (the others leave their failed
+#     collectives at once, well before the boundary timeout), the survivors rewind to the
+#     checkpoint of step 10 and finish at DP 3 bitwise equal to the static run;
+#  4. the static run's checkpoint of step 20 (written at DP 4) resumes at DP 2 and at DP 3,
+#     steps 21..40 bitwise the static run's;
+#  5. the model the static run saved with torch.save equals what omni.torch.load_state_dict
+#     reads from its last checkpoint, in a plain Python process.
+# Without the hand-off (joiners keeping their own initial parameters) part 2 fails at the
+# first step after the grow; without exact mode the losses differ from the first resize.
+. "$(dirname "$0")/lib.sh"
+train_commands
+py=/usr/bin/python3
+example=$top_src/python/examples/train_torch.py
+pkg=$top_build/python/pkg
+[ -f "$pkg/omni/_omni.so" ] || skip "the Python module is not built (configure found no Python headers or pybind11)"
+"$py" -c 'import torch' 2>/dev/null || skip "Debian's python3-torch is not installed (scripts/install-deps installs it)"
+[ -f "$top_build/job_submit/.libs/job_submit_omni.so" ] ||
+  skip "job_submit/omni is not built (configure without --with-slurm-source): the scontrol shrink would not be graceful"
+cluster_acquire 4 0 netns
+cd "$work"
+export PYTHONPATH=$pkg LD_LIBRARY_PATH=$top_build/launcher/.libs:$top_build/ckpt/.libs
+# 20 steps per epoch (480 / 24); B = 24 with b = 2 allows DP 1, 2, 3, 4 (GA 12, 6, 4, 3).
+train="--exact --steps 40 --dataset-size 480 --global-batch 24 --micro-batch 2 --warmup 5"
+run_torch() {  # run_torch NAME SBATCH-OPTIONS -- LAUNCH-OPTIONS -- TRAIN-OPTIONS (an sbatch --wait)
+  local name=$1
+  shift
+  local sb=() la=()
+  while [ "$1" != -- ]; do sb+=("$1"); shift; done
+  shift
+  while [ "$1" != -- ]; do la+=("$1"); shift; done
+  shift
+  printf '#!/bin/bash\nexec %q %s -- %q %q %s\n' "$launch" "${la[*]}" "$py" "$example" "$*" >"$name.sh"
+  chmod +x "$name.sh"
+  timeout 300 sbatch --wait "${sb[@]}" -t 5 -o "$work/$name.out" "$name.sh" >/dev/null ||
+    { tail -30 "$work/$name.out" >&2; fail "the $name job failed"; }
+}
+# compare REFERENCE RUN FIRST LAST: steps FIRST..LAST of RUN are REFERENCE's, bitwise.
+compare() {
+  "$py" - "$@" <<'PY' || fail "$2 differs from $1 (above)"
+import json, sys
+ref = {m["step"]: m for m in map(json.loads, open(sys.argv[1]))}
+run = [json.loads(l) for l in open(sys.argv[2])]
+first, last = int(sys.argv[3]), int(sys.argv[4])
+assert [m["step"] for m in run] == list(range(first, last + 1)), [m["step"] for m in run]
+for m in run:
+    r = ref[m["step"]]
+    for k in ("loss", "lr", "step_samples"):
+        assert m[k] == r[k], (m["step"], k, m[k], r[k])
+print("ok: steps %d..%d bitwise, worlds %s" % (first, last, sorted({m["world"] for m in run})))
+PY
+}
+
+# worlds METRICS: the world sizes the run trained at, as they changed.
+worlds() {
+  "$py" -c 'import json, sys
+w = [json.loads(l)["world"] for l in open(sys.argv[1])]
+print(" ".join(str(x) for i, x in enumerate(w) if i == 0 or w[i - 1] != x))' "$1"
+}
+
+# 1. The static reference.
+run_torch static -N4 --ntasks-per-node=1 -- --units 4 -- $train --metrics "$work/static.jsonl" \
+  --ckpt "$work/static-ckpt" --ckpt-every 20 --save-model "$work/static-model.pt"
+expect_eq "static steps" "$(grep -c '"step"' static.jsonl)" 40
+
+# 2. Shrunk by scontrol, grown by omni-ctl.
+mkdir -p samples
+cat >elastic.sh <<EOS
+#!/bin/bash
+set -u
+export PYTHONPATH=$PYTHONPATH LD_LIBRARY_PATH=$LD_LIBRARY_PATH
+"$launch" --events "$work/elastic-events.jsonl" -- "$py" "$example" $train --pace-ms 150 \
+  --metrics "$work/elastic.jsonl" --sample-log "$work/samples" &
+pid=\$!
+units_are() {
+  for _ in \$(seq 300); do
+    "$ctl" status --json 2>/dev/null | grep -q "^  \"units\": \$1,\$" && return 0
+    sleep 0.1
+  done
+  echo "never had \$1 units"; return 1
+}
+"$at_step" "$work/elastic.jsonl" 8 120 || exit 11
+scontrol update JobId=\$SLURM_JOB_ID NumNodes=2 || exit 12
+units_are 2 || exit 13
+"$at_step" "$work/elastic.jsonl" 18 120 || exit 14
+"$ctl" grow --units 4 --wait 120 || exit 15
+units_are 4 || exit 16
+wait \$pid
+rc=\$?
+echo "launch-exit \$rc"
+exit \$rc
+EOS
+chmod +x elastic.sh
+job=$(timeout 400 sbatch --wait --parsable -N4 --ntasks-per-node=1 --omni-elastic=1:4 -t 6 -o "$work/elastic.out" elastic.sh) ||
+  { tail -40 "$work/elastic.out" >&2; fail "the elastic job failed"; }
+grep -E 'world [0-9]+ -> [0-9]+|launch-exit' elastic.out || true  # for the reader; the checks follow
+expect_eq "job ${job%%;*} state" "$(job_state "${job%%;*}")" COMPLETED
+"$py" "$top_src/tests/integration/same-steps.py" static.jsonl elastic.jsonl 40 || fail "the elastic run differs from the static one"
+"$py" "$top_src/tests/integration/exactly-once.py" samples 480 20 40 || fail "samples of the elastic run (above)"
+expect_eq "worlds" "$(worlds elastic.jsonl)" "4 2 4"
+
+# 3. A rank killed: rewind to the checkpoint of step 10, then bitwise the static run.
+cat >lost.sh <<EOS
+#!/bin/bash
+set -u
+export PYTHONPATH=$PYTHONPATH LD_LIBRARY_PATH=$LD_LIBRARY_PATH
+"$launch" --boundary-timeout 20 -- "$py" "$example" $train --pace-ms 100 --ckpt "$work/lost-ckpt" --ckpt-every 10 \
+  --metrics "$work/lost-all.jsonl" &
+pid=\$!
+"$at_step" "$work/lost-all.jsonl" 14 120 || exit 11
+victim=\$("$rank_pids" 3 train_torch.py | head -n1)
+[ -n "\$victim" ] || { echo "no rank of unit 3"; exit 12; }
+kill -9 "\$victim"
+wait \$pid
+rc=\$?
+echo "launch-exit \$rc"
+exit \$rc
+EOS
+chmod +x lost.sh
+timeout 400 sbatch --wait -N4 --ntasks-per-node=1 --omni-elastic=1:4 -t 6 -o "$work/lost.out" lost.sh >/dev/null ||
+  { tail -40 "$work/lost.out" >&2; fail "the job that lost a rank failed"; }
+grep -q "(lost" lost.out || fail "omni-launch saw no lost rank"
+# The metrics hold steps 11..14 twice: keep each step's last line (the retrained one).
+"$py" -c 'import json,sys
+last = {}
+for l in open(sys.argv[1]): last[json.loads(l)["step"]] = l
+open(sys.argv[2], "w").writelines(last[s] for s in sorted(last))
+seen = [json.loads(l)["step"] for l in open(sys.argv[1])]
+assert seen.count(11) == 2, seen' lost-all.jsonl lost.jsonl || fail "the run did not rewind to step 10"
+"$py" "$top_src/tests/integration/same-steps.py" static.jsonl lost.jsonl 40 || fail "the rewound run differs from the static one"
+# Only the killed rank is lost: the others leave their failed collectives at once (omni.torch
+# closes the group), so none of them misses the boundary and is declared lost by its timeout.
+expect_eq "worlds after the loss" "$(worlds lost.jsonl)" "4 3"
+
+# 4. The checkpoint of step 20, written at DP 4, resumed at DP 2 and DP 3.
+for d in 2 3; do
+  mkdir -p "resume$d"
+  cp -a "$(readlink -f static-ckpt/step-0000000020)" "resume$d/"
+  ln -s step-0000000020 "resume$d/latest"
+  run_torch "resume$d" -N$d --ntasks-per-node=1 -- --units $d -- $train --ckpt "$work/resume$d" \
+    --metrics "$work/resume$d.jsonl"
+  compare static.jsonl "resume$d.jsonl" 21 40
+done
+
+# 5. The static run's model, read back in a plain process.
+"$py" - "$work/static-model.pt" "$work/static-ckpt" <<'PY' || fail "load_state_dict differs from the saved model"
+import sys, torch
+import omni.torch as ot
+saved, loaded = torch.load(sys.argv[1]), ot.load_state_dict(sys.argv[2])
+assert sorted(saved) == sorted(loaded), (sorted(saved), sorted(loaded))
+for k in saved:
+    assert torch.equal(saved[k], loaded[k]), k
+print("ok: load_state_dict gives the model's %d tensors bitwise" % len(saved))
+PY
+note "ok: PyTorch exact mode: 4 -> 2 -> 4 and a lost rank bitwise the static run; DP 4 checkpoint resumed at DP 2, 3"
