@@ -10,71 +10,22 @@ value is root 0's; every step's samples over all ranks are B distinct indices an
 repeats within the epoch; each optimizer-state shard holds its own global positions after
 every re-partition; every rank's parameters equal the step count."""
 
-import json
-import os
 import shutil
-import subprocess
-import sys
 import tempfile
-import time
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SERVE = os.environ.get("OMNI_COORD_SERVE", "")
+import coord_job
+
 B = 24
 
 
-def clean_env(extra):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMNI_", "PMIX_", "SLURM_"))}
-    env.update(extra)
-    return env
-
-
-def read(path):
-    with open(path) as f:
-        return [json.loads(line) for line in f]
-
-
-@unittest.skipUnless(SERVE and os.access(SERVE, os.X_OK),
+@unittest.skipUnless(coord_job.serve_built(),
                      "runtime_coord_serve is not built (make -C launcher check builds it; set OMNI_COORD_SERVE)")
 class Ranks(unittest.TestCase):
-    def run_job(self, units, target, joiners=0, extra_env=None, per_unit_env=None, serve_stops=True):
+    def run_job(self, units, target, **kw):
         d = tempfile.mkdtemp(prefix="omni-py-ranks.")
         self.addCleanup(shutil.rmtree, d, True)
-        job = os.path.join(d, "job")
-        os.mkdir(job, 0o700)
-        serve = subprocess.Popen([SERVE, job, str(units), str(target), "90"], stdout=subprocess.PIPE, text=True)
-        self.assertTrue(serve.stdout.readline().startswith("tcp://"))
-        procs, logs = [], []
-
-        def spawn(unit):
-            path = os.path.join(d, "rank-%d.jsonl" % unit)
-            env = clean_env({"OMNI_JOB_DIR": job, "OMNI_UNIT_ID": str(unit), "OMNI_UNIT_SLOT": "0",
-                             "OMNI_UNIT_SIZE": "1", "OMNI_JOIN_TIMEOUT_MS": "30000", "OMNI_GLOO_HOST": "127.0.0.1"})
-            env.update(extra_env or {})
-            env.update((per_unit_env or {}).get(unit, {}))
-            procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "rank_worker.py"), path], env=env))
-            logs.append(path)
-
-        for u in range(units):
-            spawn(u)
-        seen = []
-        if not serve_stops:
-            codes = [p.wait(timeout=120) for p in procs]
-            serve.kill()
-            serve.wait()
-            serve.stdout.close()
-            return [read(p) for p in logs], codes
-        for line in serve.stdout:
-            seen.append(line.strip())
-            if joiners and line.startswith("generation 1 "):
-                for j in range(joiners):
-                    spawn(units + j)
-        serve.stdout.close()
-        self.assertEqual(serve.wait(timeout=120), 0, seen)
-        for p in procs:
-            self.assertEqual(p.wait(timeout=60), 0)
-        return [read(p) for p in logs], seen
+        return coord_job.run_job(self, d, "rank_worker.py", [], units, target, seconds=90, **kw)
 
     def check_common(self, ranks):
         steps = {}

@@ -8,7 +8,6 @@ same training run alone in one process (world 1, no coordinator):
  - a checkpoint written by the job loads in a plain process (omni.torch.load_state_dict)
    equal to the model that wrote it, and omni-ckpt verify accepts it."""
 
-import json
 import os
 import shutil
 import subprocess
@@ -16,8 +15,9 @@ import sys
 import tempfile
 import unittest
 
+import coord_job
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-SERVE = os.environ.get("OMNI_COORD_SERVE", "")
 BUILD = os.environ.get("OMNI_TOP_BUILDDIR") or os.path.join(HERE, "..", "..", "build")
 STEPS = 40
 
@@ -25,17 +25,6 @@ try:
     import torch
 except ImportError:
     torch = None
-
-
-def clean_env(extra=None):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMNI_", "PMIX_", "SLURM_"))}
-    env.update(extra or {})
-    return env
-
-
-def read(path):
-    with open(path) as f:
-        return [json.loads(line) for line in f]
 
 
 @unittest.skipIf(torch is None, "python3-torch is not installed (scripts/install-deps installs it)")
@@ -46,8 +35,8 @@ class Torch(unittest.TestCase):
         cls.ckpt = os.path.join(cls.dir, "solo-ckpt")
         out = os.path.join(cls.dir, "solo.jsonl")
         subprocess.run([sys.executable, os.path.join(HERE, "torch_worker.py"), out, str(STEPS), "1", cls.ckpt, "10"],
-                       env=clean_env(), check=True, timeout=300)
-        cls.solo = {e["step"]: e for e in read(out) if e["event"] == "step"}
+                       env=coord_job.clean_env(), check=True, timeout=300)
+        cls.solo = {e["step"]: e for e in coord_job.read(out) if e["event"] == "step"}
 
     @classmethod
     def tearDownClass(cls):
@@ -55,33 +44,8 @@ class Torch(unittest.TestCase):
 
     def run_job(self, units, target, joiners=0):
         d = tempfile.mkdtemp(dir=self.dir)
-        job = os.path.join(d, "job")
-        os.mkdir(job, 0o700)
-        serve = subprocess.Popen([SERVE, job, str(units), str(target), "120"], stdout=subprocess.PIPE, text=True)
-        self.assertTrue(serve.stdout.readline().startswith("tcp://"))
-        procs, logs = [], []
-
-        def spawn(unit):
-            path = os.path.join(d, "rank-%d.jsonl" % unit)
-            env = clean_env({"OMNI_JOB_DIR": job, "OMNI_UNIT_ID": str(unit), "OMNI_UNIT_SLOT": "0",
-                             "OMNI_UNIT_SIZE": "1", "OMNI_JOIN_TIMEOUT_MS": "60000", "OMNI_GLOO_HOST": "127.0.0.1"})
-            procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "torch_worker.py"), path, str(STEPS), "1",
-                                           "-", "0", "0.05"], env=env))
-            logs.append(path)
-
-        for u in range(units):
-            spawn(u)
-        seen = []
-        for line in serve.stdout:
-            seen.append(line.strip())
-            if joiners and line.startswith("generation 1 "):
-                for j in range(joiners):
-                    spawn(units + j)
-        serve.stdout.close()
-        self.assertEqual(serve.wait(timeout=180), 0, seen)
-        for p in procs:
-            self.assertEqual(p.wait(timeout=120), 0)
-        return [read(p) for p in logs], seen
+        return coord_job.run_job(self, d, "torch_worker.py", [str(STEPS), "1", "-", "0", "0.05"], units, target,
+                                 joiners=joiners)
 
     def check_bitwise(self, ranks):
         by_step = {}
@@ -100,7 +64,7 @@ class Torch(unittest.TestCase):
             self.assertEqual(samples, sorted(ref["samples"]), "step %d" % step)
         return by_step
 
-    @unittest.skipUnless(SERVE and os.access(SERVE, os.X_OK), "runtime_coord_serve is not built")
+    @unittest.skipUnless(coord_job.serve_built(), "runtime_coord_serve is not built")
     def test_grow_bitwise(self):
         ranks, seen = self.run_job(2, 3, joiners=1)
         self.assertIn("generation 2 world 3", seen)
@@ -111,7 +75,7 @@ class Torch(unittest.TestCase):
         self.assertEqual(start["params"], self.solo[start["step"]]["params"])
         self.check_bitwise(ranks)
 
-    @unittest.skipUnless(SERVE and os.access(SERVE, os.X_OK), "runtime_coord_serve is not built")
+    @unittest.skipUnless(coord_job.serve_built(), "runtime_coord_serve is not built")
     def test_shrink_bitwise(self):
         ranks, seen = self.run_job(2, 1)
         self.assertIn("generation 2 world 1", seen)

@@ -1,0 +1,70 @@
+"""A job without Slurm for the Python tests: runtime_coord_serve (libomni's test coordinator)
+and single-rank units as processes of this machine, each running a worker script that
+writes JSON lines. Shared by test_ranks.py and test_torch.py."""
+
+import json
+import os
+import subprocess
+import sys
+
+SERVE = os.environ.get("OMNI_COORD_SERVE", "")
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def serve_built():
+    return bool(SERVE) and os.access(SERVE, os.X_OK)
+
+
+def clean_env(extra=None):
+    """This process's environment without OMNI_*, PMIX_* and SLURM_* (no job around it)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMNI_", "PMIX_", "SLURM_"))}
+    env.update(extra or {})
+    return env
+
+
+def read(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+def run_job(test, d, worker, args, units, target, joiners=0, extra_env=None, per_unit_env=None,
+            serve_stops=True, seconds=120):
+    """Runs UNITS ranks of `worker` (its argv: the log path, then `args`) under a coordinator in
+    directory `d` that reshapes to `target` units once the job forms, then stops it; `joiners`
+    more ranks are started once generation 1 exists. Returns (each rank's log lines, the
+    coordinator's lines). With serve_stops False the coordinator is killed once the ranks
+    have exited, and their exit codes come back instead of its lines."""
+    job = os.path.join(d, "job")
+    os.mkdir(job, 0o700)
+    serve = subprocess.Popen([SERVE, job, str(units), str(target), str(seconds)], stdout=subprocess.PIPE, text=True)
+    test.assertTrue(serve.stdout.readline().startswith("tcp://"))
+    procs, logs = [], []
+
+    def spawn(unit):
+        path = os.path.join(d, "rank-%d.jsonl" % unit)
+        env = clean_env({"OMNI_JOB_DIR": job, "OMNI_UNIT_ID": str(unit), "OMNI_UNIT_SLOT": "0", "OMNI_UNIT_SIZE": "1",
+                         "OMNI_JOIN_TIMEOUT_MS": "60000", "OMNI_GLOO_HOST": "127.0.0.1"})
+        env.update(extra_env or {})
+        env.update((per_unit_env or {}).get(unit, {}))
+        procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, worker), path] + list(args), env=env))
+        logs.append(path)
+
+    for u in range(units):
+        spawn(u)
+    if not serve_stops:
+        codes = [p.wait(timeout=seconds) for p in procs]
+        serve.kill()
+        serve.wait()
+        serve.stdout.close()
+        return [read(p) for p in logs], codes
+    seen = []
+    for line in serve.stdout:
+        seen.append(line.strip())
+        if joiners and line.startswith("generation 1 "):
+            for j in range(joiners):
+                spawn(units + j)
+    serve.stdout.close()
+    test.assertEqual(serve.wait(timeout=seconds + 60), 0, seen)
+    for p in procs:
+        test.assertEqual(p.wait(timeout=seconds), 0)
+    return [read(p) for p in logs], seen
