@@ -33,6 +33,7 @@ import fcntl
 import gc
 import json
 import os
+import signal
 import socket
 import struct
 
@@ -192,6 +193,13 @@ class Job:
         self._stopped = False
         self.events = []          # (step, kind, world) of every change this rank saw
 
+        # SIGTERM (Slurm preempting or cancelling the job with a grace time) stops the job at
+        # the next boundary with a checkpoint there. Handled here, before omni.init(), so
+        # that libomni leaves it to us: a thread torch started earlier (its intra-op pool)
+        # could otherwise take the signal's default action and kill the process.
+        self._sigterm = False
+        if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, self._on_sigterm)
         omni.init()
         if not omni.standalone():
             _bind_collectives()
@@ -262,6 +270,9 @@ class Job:
         else:
             self._loss_acc = (self._loss_acc or 0.0) + value
 
+    def _on_sigterm(self, signum, frame):
+        self._sigterm = True
+
     def all_reduce(self, tensor):
         """A sum over this generation's DP group, in place, for the loop's own figures: a
         contiguous float32, bfloat16 or int64 tensor (omni.allreduce). Should a peer die in
@@ -293,6 +304,14 @@ class Job:
             self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step_count += 1
+        if self._sigterm:
+            self._sigterm = False
+            if omni.standalone():
+                if self.ckpt:
+                    self.save()
+                self._finish()
+                return "stop"
+            omni.request_stop("SIGTERM to rank %d" % self.rank)
         # The checkpoint after the boundary, which commits the step to the ledger: a
         # checkpoint of step N holds the ledger of N steps.
         kind = self._boundary()

@@ -2,10 +2,10 @@
 # A PyTorch loop made elastic by omni.torch, on the local cluster (four hosts): the example
 # python/examples/train_torch.py (a small multimodal model on the paper workload) in exact
 # mode, under omni-launch with Debian's python3 and the build tree's omni package.
-#  1. static: 4 units of one rank on 4 nodes, 40 steps, a checkpoint every 20;
-#  2. elastic: the same job, shrunk by `scontrol update NumNodes=2` at step 8 (graceful with
+#  1. static: 4 units of one rank on 4 nodes, 60 steps, a checkpoint every 20;
+#  2. elastic: the same job, shrunk by `scontrol update NumNodes=2` at step 6 (graceful with
 #     job_submit/omni: units leave at a boundary) and grown back by `omni-ctl grow --units 4`
-#     at step 18 (a satellite job on the freed nodes, whose ranks receive parameters,
+#     once it has 2 units (a satellite job on the freed nodes, whose ranks receive parameters,
 #     optimizer and scheduler state from the survivors): per-step loss, LR and the step's
 #     samples bitwise the static run's, every sample once per epoch (as sets), worlds
 #     4 -> 2 -> 4;
@@ -13,9 +13,11 @@
 #     collectives at once, well before the boundary timeout), the survivors rewind to the
 #     checkpoint of step 10 and finish at DP 3 bitwise equal to the static run;
 #  4. the static run's checkpoint of step 20 (written at DP 4) resumes at DP 2 and at DP 3,
-#     steps 21..40 bitwise the static run's;
+#     steps 21..60 bitwise the static run's;
 #  5. the model the static run saved with torch.save equals what omni.torch.load_state_dict
-#     reads from its last checkpoint, in a plain Python process.
+#     reads from its last checkpoint, in a plain Python process;
+#  6. preempted at step 15 (PreemptMode=REQUEUE): every rank stops at one boundary with a
+#     checkpoint there, and the requeued job resumes from it, each step once, bitwise.
 # Without the hand-off (joiners keeping their own initial parameters) part 2 fails at the
 # first step after the grow; without exact mode the losses differ from the first resize.
 . "$(dirname "$0")/lib.sh"
@@ -31,7 +33,7 @@ cluster_acquire 4 0 netns
 cd "$work"
 export PYTHONPATH=$pkg LD_LIBRARY_PATH=$top_build/launcher/.libs:$top_build/ckpt/.libs
 # 20 steps per epoch (480 / 24); B = 24 with b = 2 allows DP 1, 2, 3, 4 (GA 12, 6, 4, 3).
-train="--exact --steps 40 --dataset-size 480 --global-batch 24 --micro-batch 2 --warmup 5"
+train="--exact --steps 60 --dataset-size 480 --global-batch 24 --micro-batch 2 --warmup 5"
 run_torch() {  # run_torch NAME SBATCH-OPTIONS -- LAUNCH-OPTIONS -- TRAIN-OPTIONS (an sbatch --wait)
   local name=$1
   shift
@@ -71,7 +73,7 @@ print(" ".join(str(x) for i, x in enumerate(w) if i == 0 or w[i - 1] != x))' "$1
 # 1. The static reference.
 run_torch static -N4 --ntasks-per-node=1 -- --units 4 -- $train --metrics "$work/static.jsonl" \
   --ckpt "$work/static-ckpt" --ckpt-every 20 --save-model "$work/static-model.pt"
-expect_eq "static steps" "$(grep -c '"step"' static.jsonl)" 40
+expect_eq "static steps" "$(grep -c '"step"' static.jsonl)" 60
 
 # 2. Shrunk by scontrol, grown by omni-ctl.
 mkdir -p samples
@@ -79,7 +81,7 @@ cat >elastic.sh <<EOS
 #!/bin/bash
 set -u
 export PYTHONPATH=$PYTHONPATH LD_LIBRARY_PATH=$LD_LIBRARY_PATH
-"$launch" --events "$work/elastic-events.jsonl" -- "$py" "$example" $train --pace-ms 150 \
+"$launch" --events "$work/elastic-events.jsonl" -- "$py" "$example" $train --pace-ms 250 \
   --metrics "$work/elastic.jsonl" --sample-log "$work/samples" &
 pid=\$!
 units_are() {
@@ -89,10 +91,9 @@ units_are() {
   done
   echo "never had \$1 units"; return 1
 }
-"$at_step" "$work/elastic.jsonl" 8 120 || exit 11
+"$at_step" "$work/elastic.jsonl" 6 120 || exit 11
 scontrol update JobId=\$SLURM_JOB_ID NumNodes=2 || exit 12
 units_are 2 || exit 13
-"$at_step" "$work/elastic.jsonl" 18 120 || exit 14
 "$ctl" grow --units 4 --wait 120 || exit 15
 units_are 4 || exit 16
 wait \$pid
@@ -105,8 +106,8 @@ job=$(timeout 400 sbatch --wait --parsable -N4 --ntasks-per-node=1 --omni-elasti
   { tail -40 "$work/elastic.out" >&2; fail "the elastic job failed"; }
 grep -E 'world [0-9]+ -> [0-9]+|launch-exit' elastic.out || true  # for the reader; the checks follow
 expect_eq "job ${job%%;*} state" "$(job_state "${job%%;*}")" COMPLETED
-"$py" "$top_src/tests/integration/same-steps.py" static.jsonl elastic.jsonl 40 || fail "the elastic run differs from the static one"
-"$py" "$top_src/tests/integration/exactly-once.py" samples 480 20 40 || fail "samples of the elastic run (above)"
+"$py" "$top_src/tests/integration/same-steps.py" static.jsonl elastic.jsonl 60 || fail "the elastic run differs from the static one"
+"$py" "$top_src/tests/integration/exactly-once.py" samples 480 20 60 || fail "samples of the elastic run (above)"
 expect_eq "worlds" "$(worlds elastic.jsonl)" "4 2 4"
 
 # 3. A rank killed: rewind to the checkpoint of step 10, then bitwise the static run.
@@ -137,7 +138,7 @@ for l in open(sys.argv[1]): last[json.loads(l)["step"]] = l
 open(sys.argv[2], "w").writelines(last[s] for s in sorted(last))
 seen = [json.loads(l)["step"] for l in open(sys.argv[1])]
 assert seen.count(11) == 2, seen' lost-all.jsonl lost.jsonl || fail "the run did not rewind to step 10"
-"$py" "$top_src/tests/integration/same-steps.py" static.jsonl lost.jsonl 40 || fail "the rewound run differs from the static one"
+"$py" "$top_src/tests/integration/same-steps.py" static.jsonl lost.jsonl 60 || fail "the rewound run differs from the static one"
 # Only the killed rank is lost: the others leave their failed collectives at once (omni.torch
 # closes the group), so none of them misses the boundary and is declared lost by its timeout.
 expect_eq "worlds after the loss" "$(worlds lost.jsonl)" "4 3"
@@ -149,8 +150,36 @@ for d in 2 3; do
   ln -s step-0000000020 "resume$d/latest"
   run_torch "resume$d" -N$d --ntasks-per-node=1 -- --units $d -- $train --ckpt "$work/resume$d" \
     --metrics "$work/resume$d.jsonl"
-  compare static.jsonl "resume$d.jsonl" 21 40
+  compare static.jsonl "resume$d.jsonl" 21 60
 done
+
+# 6. Preempted (the partition scavenger, PreemptMode=REQUEUE) at step 15 and requeued: the
+#    ranks take the SIGTERM at the next boundary, every one stops there with a checkpoint of
+#    that step, and the second run resumes from it; together the static run, each step once.
+cat >pre.sh <<EOS
+#!/bin/bash
+set -u
+export PYTHONPATH=$PYTHONPATH LD_LIBRARY_PATH=$LD_LIBRARY_PATH
+echo "run \${SLURM_RESTART_COUNT:-0}"
+"$launch" -- "$py" "$example" $train --pace-ms 150 --ckpt "$work/pre-ckpt" --ckpt-every 10 --metrics "$work/pre.jsonl" &
+pid=\$!
+if [ "\${SLURM_RESTART_COUNT:-0}" = 0 ]; then
+  "$at_step" "$work/pre.jsonl" 15 120 || exit 11
+  sbatch --parsable -p omni -w "\$SLURM_JOB_NODELIST" -N4 --exclusive -t 2 -o /dev/null --wrap 'sleep 3'
+fi
+wait \$pid
+rc=\$?
+echo "launch-exit \$rc"
+exit \$rc
+EOS
+chmod +x pre.sh
+job=$(timeout 400 sbatch --wait --parsable -p scavenger --requeue --open-mode=append -N4 --ntasks-per-node=1 \
+  --exclusive -t 6 -o "$work/pre.out" pre.sh) || { tail -40 "$work/pre.out" >&2; fail "the preempted job failed"; }
+job=${job%%;*}
+expect_eq "runs of the batch script" "$(grep -c '^run ' pre.out)" 2
+expect_eq "job $job state" "$(job_state "$job")" COMPLETED
+grep -q 'SIGTERM to rank' pre.out || fail "the ranks did not stop for the SIGTERM"
+"$py" "$top_src/tests/integration/same-steps.py" static.jsonl pre.jsonl 60 || fail "the preempted run differs from the static one"
 
 # 5. The static run's model, read back in a plain process.
 "$py" - "$work/static-model.pt" "$work/static-ckpt" <<'PY' || fail "load_state_dict differs from the saved model"
@@ -162,4 +191,4 @@ for k in saved:
     assert torch.equal(saved[k], loaded[k]), k
 print("ok: load_state_dict gives the model's %d tensors bitwise" % len(saved))
 PY
-note "ok: PyTorch exact mode: 4 -> 2 -> 4 and a lost rank bitwise the static run; DP 4 checkpoint resumed at DP 2, 3"
+note "ok: PyTorch exact mode: 4 -> 2 -> 4, a lost rank, preemption and DP 4 -> 2, 3 resumes bitwise the static run"
