@@ -28,6 +28,7 @@ int64 accumulator per parameter (2x the float32 parameters' memory) and a conver
 micro-batch.
 """
 
+import contextlib
 import datetime
 import fcntl
 import gc
@@ -87,6 +88,13 @@ class Store(dist.Store):
 
     def set_timeout(self, timeout):
         self._timeout_ms = int(timeout.total_seconds() * 1000)
+
+
+def _is_comm_failure(e):
+    """Whether a RuntimeError from torch.distributed is a peer's failure (a closed or reset
+    connection, a timeout) rather than a mistake of the loop's."""
+    text = str(e).lower()
+    return any(w in text for w in ("connection", "gloo", "nccl", "timed out", "timeout", "peer"))
 
 
 def _local_address():
@@ -158,18 +166,23 @@ class Job:
     backend: "gloo" or "nccl" for the process groups (default: nccl when the model is on a
     GPU). threads: the intra-op thread count exact mode fixes (default 1). balance, cost:
     grouped reordering (omni.data_balance): a policy name and cost(index, step) -> int.
-    bucket_mb: the gradient buckets' size.
+    bucket_mb: the gradient buckets' size. ddp: wrap the model in DistributedDataParallel on
+    every generation's group; the loop then calls job.module(x) (this generation's wrapper)
+    instead of model(x), and DDP averages the gradients (float only: not with exact).
     """
 
     def __init__(self, model, optimizer, scheduler=None, *, dataset_size, global_batch, micro_batch, seed=0,
                  ckpt=None, ckpt_every=0, exact=False, backend=None, threads=1, balance=None, cost=None,
-                 bucket_mb=25, timeout=datetime.timedelta(seconds=300)):
+                 bucket_mb=25, ddp=False, timeout=datetime.timedelta(seconds=300)):
         if not isinstance(model, torch.nn.Module):
             raise TypeError("Job(): model: expected a torch.nn.Module, got a %s" % type(model).__name__)
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError("Job(): optimizer: expected a torch.optim.Optimizer, got a %s" % type(optimizer).__name__)
         if ckpt_every < 0:
             raise ValueError("Job(): ckpt_every: %r is negative; expected steps between checkpoints, or 0" % ckpt_every)
+        if ddp and exact:
+            raise ValueError("Job(): ddp=True and exact=True do not go together: DistributedDataParallel sums "
+                             "gradients in floating point, in an order that depends on the DP size")
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.global_batch, self.micro_batch, self.seed = int(global_batch), int(micro_batch), int(seed)
         self.ckpt, self.ckpt_every, self.exact = ckpt, int(ckpt_every), bool(exact)
@@ -183,6 +196,8 @@ class Job:
             torch.set_num_threads(int(threads))
         self._bucket_elems = max(1, int(bucket_mb * (1 << 20)) // 4)
         self.process_group = None
+        self._ddp = bool(ddp)
+        self.module = model       # what the loop calls: the model, or this generation's DDP wrapper
         self.last_loss = None
         self.last_rank = None     # this rank's DP rank when the job ended (None: it left)
         self._loss_acc = None
@@ -250,7 +265,10 @@ class Job:
             idx = omni.data_micro_batch(micro).tolist()
             self._micro = len(idx)
             torch.manual_seed(_micro_seed(self.seed, self.step_count, self.rank * ga + micro) & 0x7FFFFFFFFFFFFFFF)
-            yield idx
+            # DDP reduces at the last micro-batch's backward only.
+            quiet = self._ddp and micro < ga - 1 and self.module is not self.model
+            with (self.module.no_sync() if quiet else contextlib.nullcontext()):
+                yield idx
         self._micro = None
 
     def backward(self, loss):
@@ -262,7 +280,17 @@ class Job:
         if self.exact:
             for p in self._params:
                 p.grad = None
-        (loss * scale).backward()
+        if self._ddp:
+            # DDP averages over the ranks: its mean of these is the global batch's mean.
+            try:
+                (loss * scale * self.world).backward()
+            except RuntimeError as e:  # DDP's allreduce inside the backward: a peer died
+                if self._failed is None and dist.is_initialized() and _is_comm_failure(e):
+                    self._failed = e
+                    return
+                raise
+        else:
+            (loss * scale).backward()
         value = float(loss.detach()) * scale
         if self.exact:
             self._fixed_accumulate()
@@ -344,6 +372,11 @@ class Job:
     def _average_gradients(self):
         loss = self._loss_acc if self._loss_acc is not None else (0 if self.exact else 0.0)
         self._loss_acc = None
+        if self._ddp:
+            t = torch.tensor([loss], dtype=torch.float32)
+            omni.allreduce(t, op="sum")
+            self.last_loss = float(t[0])
+            return
         if self.exact:
             acc = self._acc or [torch.zeros(p.numel(), dtype=torch.int64, device=p.device) for p in self._params]
             flat = torch.cat(acc + [torch.tensor([loss], dtype=torch.int64, device=self._device)])
@@ -428,6 +461,7 @@ class Job:
         """Destroys the generation's group. No reference may outlive it: a group object still
         held keeps its connections open, and peers waiting on them then wait out the timeout."""
         self.process_group = None
+        self.module = self.model
         if dist.is_initialized():
             dist.destroy_process_group()
         gc.collect()
@@ -439,6 +473,12 @@ class Job:
         store = dist.HashStore() if omni.standalone() else Store(omni.generation(), self.timeout)
         dist.init_process_group(self.backend, store=store, rank=rank, world_size=size, timeout=self.timeout)
         self.process_group = dist.group.WORLD
+        if self._ddp:
+            # Wrapped again on every generation's group (its constructor sends rank 0's
+            # parameters to all, which the hand-off would do too).
+            ids = [self._device.index] if self._device.type == "cuda" else None
+            self.module = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=ids,
+                                                                    process_group=self.process_group)
 
     def _finish(self, left=False):
         if self._stopped:

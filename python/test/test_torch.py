@@ -82,6 +82,28 @@ class Torch(unittest.TestCase):
         self.assertEqual([e for e in ranks[1] if e["event"] == "step"][-1]["kind"], "left")
         self.check_bitwise(ranks)
 
+    @unittest.skipUnless(coord_job.serve_built(), "runtime_coord_serve is not built")
+    def test_ddp_grow(self):
+        # DistributedDataParallel, wrapped again on each generation's group (job.module):
+        # 2 -> 3 with a joiner. Float, so no bitwise comparison with the lone run: every rank
+        # holds the same parameters after every step, the joiner's before its first step
+        # are the survivors' after that step, and the loss falls as the lone run's does.
+        d = tempfile.mkdtemp(dir=self.dir)
+        ranks, seen = coord_job.run_job(self, d, "torch_worker.py", [str(STEPS), "ddp", "-", "0", "0.05"], 2, 3,
+                                        joiners=1)
+        self.assertIn("generation 2 world 3", seen)
+        by_step = {}
+        for events in ranks:
+            for e in events:
+                if e["event"] == "step":
+                    by_step.setdefault(e["step"], set()).add(e["params"])
+        self.assertTrue(all(len(h) == 1 for h in by_step.values()), by_step)
+        start = [e for e in ranks[2] if e["event"] == "start"][0]
+        self.assertEqual(start["how"], "joined")
+        self.assertEqual({start["params"]}, by_step[start["step"]])
+        losses = [float.fromhex(e["loss"]) for e in ranks[0] if e["event"] == "step"]
+        self.assertLess(losses[-1], losses[0])
+
     def test_checkpoint_loads_in_a_plain_process(self):
         import omni.torch as ot
         sd = ot.load_state_dict(self.ckpt)

@@ -3,7 +3,8 @@ dropout on synthetic data made from the sample index (the same on every machine)
 with a warmup schedule. Writes a JSON line per optimizer step to argv[1]: the step, the loss
 (as float.hex, for bitwise comparison), the world, and a hash of the parameters; and one
 line at the start (how it began, and the parameters' hash then).
-Usage: torch_worker.py OUT STEPS EXACT(0|1) [CKPT_DIR [CKPT_EVERY [PACE_S]]]"""
+Usage: torch_worker.py OUT STEPS MODE [CKPT_DIR [CKPT_EVERY [PACE_S]]]; MODE 1: exact, 0: float,
+ddp: float through DistributedDataParallel (job.module)."""
 
 import hashlib
 import json
@@ -16,7 +17,7 @@ import torch
 import omni.torch as ot
 
 out = open(sys.argv[1], "w")
-steps, exact = int(sys.argv[2]), sys.argv[3] == "1"
+steps, exact, ddp = int(sys.argv[2]), sys.argv[3] == "1", sys.argv[3] == "ddp"
 ckpt = sys.argv[4] if len(sys.argv) > 4 and sys.argv[4] != "-" else None
 ckpt_every = int(sys.argv[5]) if len(sys.argv) > 5 else 0
 pace = float(sys.argv[6]) if len(sys.argv) > 6 else 0.0
@@ -39,7 +40,7 @@ model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Dr
 opt = torch.optim.AdamW(model.parameters(), lr=0.01)
 sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 5))
 job = ot.Job(model, opt, sched, dataset_size=96, global_batch=12, micro_batch=2, seed=3, ckpt=ckpt,
-             ckpt_every=ckpt_every, exact=exact)
+             ckpt_every=ckpt_every, exact=exact, ddp=ddp)
 out.write(json.dumps({"event": "start", "step": job.step_count, "world": job.world, "params": phash(model),
                       "how": job.events[0][1]}) + "\n")
 out.flush()
@@ -47,7 +48,7 @@ for step in job.steps(steps):
     samples = []
     for idx in job.micro_batches():
         xs, ys = zip(*(sample(i) for i in idx))
-        loss = torch.nn.functional.mse_loss(model(torch.stack(xs)), torch.stack(ys))
+        loss = torch.nn.functional.mse_loss(job.module(torch.stack(xs)), torch.stack(ys))
         job.backward(loss)
         samples.extend(idx)
     world, lr = job.world, sched.get_last_lr()[0]
