@@ -51,6 +51,7 @@ def options(argv):
     p.add_argument("--pace-ms", type=float, default=0, help="sleep this long in every step, as if computing")
     p.add_argument("--metrics", help="JSONL file, one line per step (written by DP rank 0)")
     p.add_argument("--sample-log", help="directory: each rank's sample indices per step")
+    p.add_argument("--timestamps", action="store_true", help="add the wall-clock time_ms to every metrics line")
     p.add_argument("--save-model", help="at the end, torch.save the model's state_dict to this file (DP rank 0)")
     p.add_argument("--exact", action="store_true", help="bitwise the same loss for every DP size (omni-python(3))")
     p.add_argument("--workload", default="paper", help="a preset (%s) or a file" % ", ".join(omni.Workload.presets()))
@@ -143,9 +144,11 @@ def main(argv):
         job.step()
         if o.metrics and first and not job.dropped:
             metrics = metrics or open(o.metrics, "a")
-            metrics.write(json.dumps({"step": step, "loss": job.last_loss, "lr": lr, "world": world,
-                                      "generation": generation, "samples": step * o.global_batch,
-                                      "step_samples": sums.tolist()}) + "\n")
+            line = {"step": step, "loss": job.last_loss, "lr": lr, "world": world, "generation": generation,
+                    "samples": step * o.global_batch, "step_samples": sums.tolist()}
+            if o.timestamps:
+                line["time_ms"] = int(time.time() * 1000)
+            metrics.write(json.dumps(line) + "\n")
             metrics.flush()
     if o.save_model and job.last_rank == 0:
         torch.save(model.state_dict(), o.save_model)

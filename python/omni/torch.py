@@ -169,11 +169,13 @@ class Job:
     bucket_mb: the gradient buckets' size. ddp: wrap the model in DistributedDataParallel on
     every generation's group; the loop then calls job.module(x) (this generation's wrapper)
     instead of model(x), and DDP averages the gradients (float only: not with exact).
+    ckpt_incremental: each checkpoint after the first writes only what changed since the
+    newest one (found by hashing, or named by job.unchanged).
     """
 
     def __init__(self, model, optimizer, scheduler=None, *, dataset_size, global_batch, micro_batch, seed=0,
                  ckpt=None, ckpt_every=0, exact=False, backend=None, threads=1, balance=None, cost=None,
-                 bucket_mb=25, ddp=False, timeout=datetime.timedelta(seconds=300)):
+                 bucket_mb=25, ddp=False, ckpt_incremental=False, timeout=datetime.timedelta(seconds=300)):
         if not isinstance(model, torch.nn.Module):
             raise TypeError("Job(): model: expected a torch.nn.Module, got a %s" % type(model).__name__)
         if not isinstance(optimizer, torch.optim.Optimizer):
@@ -186,6 +188,11 @@ class Job:
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.global_batch, self.micro_batch, self.seed = int(global_batch), int(micro_batch), int(seed)
         self.ckpt, self.ckpt_every, self.exact = ckpt, int(ckpt_every), bool(exact)
+        self.incremental = bool(ckpt_incremental)
+        #: Names of model tensors (state_dict keys) the caller knows have not changed since the
+        #: last checkpoint (a frozen encoder): an incremental checkpoint references them
+        #: without comparing them.
+        self.unchanged = set()
         self.timeout = timeout
         self._params = [p for p in model.parameters() if p.requires_grad]
         if not self._params:
@@ -525,10 +532,18 @@ class Job:
     def save(self):
         """Writes a checkpoint of the step (DP rank 0 writes, every rank waits), readable by
         omni-ckpt, h5py and omni.ckpt.load_state_dict; returns its path on rank 0."""
+        unknown = sorted(self.unchanged - set(self.model.state_dict()))
+        if unknown:
+            raise ValueError("Job.save(): job.unchanged names %s, which the model's state_dict does not hold" %
+                             ", ".join(unknown[:5]))
         path = None
         if self.rank == 0:
+            base = None
+            if self.incremental and os.path.lexists(os.path.join(self.ckpt, "latest")):
+                base = os.path.realpath(os.path.join(self.ckpt, "latest"))
             path = save_checkpoint(self.ckpt, self.step_count, self.state(), omni.data_save(),
-                                   generation=omni.generation(), world=self.world, seed=self.seed)
+                                   generation=omni.generation(), world=self.world, seed=self.seed, base=base,
+                                   unchanged={"model/" + k for k in self.unchanged})
             if not omni.standalone():
                 omni.checkpoint_done(self.step_count, path)
         dist.barrier(group=self.process_group)
@@ -623,8 +638,12 @@ def _bytes_tensor(b):
     return torch.frombuffer(bytearray(b), dtype=torch.uint8) if b else torch.zeros(0, dtype=torch.uint8)
 
 
-def save_checkpoint(root, step, state, ledger, generation=0, world=1, seed=0):
-    w = omni.CheckpointWriter(root, step, 0, attempt=str(generation))
+def save_checkpoint(root, step, state, ledger, generation=0, world=1, seed=0, base=None, unchanged=()):
+    """Writes and commits a checkpoint of `state` (Job.state()) as one writer. With `base` (an
+    earlier checkpoint of the root) it is incremental: a tensor equal to the base's is
+    referenced, not written; the tensors named in `unchanged` ("model/KEY") are referenced
+    without being compared (the caller knows they did not change)."""
+    w = omni.CheckpointWriter(root, step, 0, attempt=str(generation), base=base)
     shapes = {}
 
     def add(name, t):
@@ -632,7 +651,7 @@ def save_checkpoint(root, step, state, ledger, generation=0, world=1, seed=0):
         t = _host(t, name)
         if t.numel() == 0:
             return
-        w.add_tensor(name, t)
+        w.add_tensor(name, t, change="unchanged" if base and name in unchanged else "detect")
 
     for k, v in state["model"].items():
         add("model/" + k, v)

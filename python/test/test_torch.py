@@ -104,6 +104,47 @@ class Torch(unittest.TestCase):
         losses = [float.fromhex(e["loss"]) for e in ranks[0] if e["event"] == "step"]
         self.assertLess(losses[-1], losses[0])
 
+    def test_incremental_checkpoints(self):
+        # A model whose first layer is frozen, checkpointed every 2 steps incrementally with
+        # that layer named unchanged: the later checkpoints reference the earlier ones, verify,
+        # and load_state_dict gives the final model, frozen layer included.
+        d = tempfile.mkdtemp(dir=self.dir)
+        script = """
+import hashlib, sys, torch
+import omni.torch as ot
+torch.manual_seed(5)
+model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
+for p in model[0].parameters():
+    p.requires_grad_(False)
+opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=0.01)
+job = ot.Job(model, opt, dataset_size=48, global_batch=8, micro_batch=2, seed=1, ckpt=sys.argv[1], ckpt_every=2,
+             ckpt_incremental=True)
+job.unchanged = {"0.weight", "0.bias"}
+for step in job.steps(6):
+    for idx in job.micro_batches():
+        x = torch.stack([torch.full((8,), float(i % 7)) for i in idx])
+        job.backward(model(x).square().mean())
+    job.step()
+torch.save(model.state_dict(), sys.argv[1] + "/../model.pt")
+"""
+        root = os.path.join(d, "ckpt")
+        subprocess.run([sys.executable, "-c", script, root], env=coord_job.clean_env(), check=True, timeout=120)
+        import omni.torch as ot
+        saved, loaded = torch.load(os.path.join(d, "model.pt")), ot.load_state_dict(root)
+        self.assertEqual(sorted(saved), sorted(loaded))
+        for k in saved:
+            self.assertTrue(torch.equal(saved[k], loaded[k]), k)
+        tool = os.path.join(BUILD, "ckpt", "omni-ckpt")
+        if os.access(tool, os.X_OK):
+            ls = subprocess.run([tool, "ls", root], capture_output=True, text=True)
+            self.assertEqual(ls.returncode, 0, ls.stderr)
+            rows = [l.split() for l in ls.stdout.splitlines()[1:]]
+            self.assertEqual([r[1] for r in rows], ["2", "4", "6"], ls.stdout)
+            self.assertTrue(all(len(r) > 5 for r in rows[1:]), "no references to earlier checkpoints:\n" + ls.stdout)
+            out = subprocess.run([tool, "verify", os.path.realpath(os.path.join(root, "latest"))],
+                                 capture_output=True, text=True)
+            self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+
     def test_checkpoint_loads_in_a_plain_process(self):
         import omni.torch as ot
         sd = ot.load_state_dict(self.ckpt)
