@@ -104,6 +104,25 @@ class Torch(unittest.TestCase):
         losses = [float.fromhex(e["loss"]) for e in ranks[0] if e["event"] == "step"]
         self.assertLess(losses[-1], losses[0])
 
+    @unittest.skipUnless(coord_job.serve_built(), "runtime_coord_serve is not built")
+    def test_ddp_gradient_is_the_batch_mean(self):
+        # 2 ranks with SGD, through DDP and through the job's own sum: the same losses up to
+        # float reordering. A DDP gradient of the wrong scale (the loss not multiplied back
+        # by the DP size before DDP's mean) halves every update here, which moves the loss
+        # by far more than the 1e-4 relative that reordering a few float sums can.
+        runs = {}
+        for mode in ("0", "ddp"):
+            d = tempfile.mkdtemp(dir=self.dir)
+            ranks, codes = coord_job.run_job(self, d, "torch_worker.py", ["12", mode, "-", "0", "0"], 2, 2,
+                                             extra_env={"OMNI_TEST_SGD": "1"}, serve_stops=False)
+            self.assertEqual(codes, [0, 0])
+            runs[mode] = [float.fromhex(e["loss"]) for e in ranks[0] if e["event"] == "step"]
+        self.assertEqual(len(runs["0"]), 12)
+        self.assertEqual(len(runs["ddp"]), 12)
+        self.assertGreater(abs(runs["0"][-1] - runs["0"][0]), 1e-3 * abs(runs["0"][0]))  # SGD moves the loss
+        for a, b in zip(runs["0"], runs["ddp"]):
+            self.assertLess(abs(a - b), 1e-4 * abs(a), (runs["0"], runs["ddp"]))
+
     def test_incremental_checkpoints(self):
         # A model whose first layer is frozen, checkpointed every 2 steps incrementally with
         # that layer named unchanged: the later checkpoints reference the earlier ones, verify,

@@ -9,6 +9,7 @@ ddp: float through DistributedDataParallel (job.module)."""
 import hashlib
 import json
 import math
+import os
 import sys
 import time
 
@@ -37,7 +38,10 @@ def phash(model):
 
 torch.manual_seed(5)
 model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Dropout(0.1), torch.nn.Linear(32, 1))
-opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+# OMNI_TEST_SGD=1: plain SGD, whose update is linear in the gradient (a gradient of the wrong
+# scale shows in the loss, where AdamW would normalise it away).
+opt = (torch.optim.SGD(model.parameters(), lr=0.05) if os.environ.get("OMNI_TEST_SGD")
+       else torch.optim.AdamW(model.parameters(), lr=0.01))
 sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 5))
 job = ot.Job(model, opt, sched, dataset_size=96, global_batch=12, micro_batch=2, seed=3, ckpt=ckpt,
              ckpt_every=ckpt_every, exact=exact, ddp=ddp)
