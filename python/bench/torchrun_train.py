@@ -9,7 +9,6 @@ Usage: torchrun ... torchrun_train.py --steps N --ckpt FILE --ckpt-every K --met
 import argparse
 import contextlib
 import json
-import math
 import os
 import sys
 import time
@@ -18,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
-from train_torch import Data, Model  # noqa: E402
+from train_torch import Data, training  # noqa: E402
 
 
 def main():
@@ -39,12 +38,7 @@ def main():
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    torch.manual_seed(o.seed)
-    model = Model()
-    opt = torch.optim.AdamW(model.parameters(), lr=o.lr, weight_decay=0.01)
-    warm, total = o.warmup, o.steps
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: (s + 1) / warm if s < warm else 0.5 * (1 + math.cos(math.pi * min(1.0, (s - warm) / max(1, total - warm)))))
+    model, opt, sched = training(o)
     step = 0
     if os.path.exists(o.ckpt):
         state = torch.load(o.ckpt)

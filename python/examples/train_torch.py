@@ -105,14 +105,20 @@ class Data:
         return kind, x, y
 
 
-def main(argv):
-    o = options(argv)
+def training(o):
+    """The model, AdamW and its warmup + cosine schedule, initialised from --seed."""
     torch.manual_seed(o.seed)
     model = Model()
     opt = torch.optim.AdamW(model.parameters(), lr=o.lr, weight_decay=0.01)
     warm, total = o.warmup, o.steps
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: (s + 1) / warm if s < warm else 0.5 * (1 + math.cos(math.pi * min(1.0, (s - warm) / max(1, total - warm)))))
+    return model, opt, sched
+
+
+def main(argv):
+    o = options(argv)
+    model, opt, sched = training(o)
     data = Data(o)
     cost = None
     if o.balance:
