@@ -234,6 +234,9 @@ class Job:
         if joined:
             self._receive_state()
             self.events.append((self.step_count, "joined", self.world))
+            # The survivors checkpoint after the boundary this rank joined at, when that step
+            # is due one; the save's barrier takes every rank of the new group, this one too.
+            self._checkpoint_due("reshaped")
         else:
             # A fresh start or a rewind: the newest checkpoint, else rank 0's model for all.
             if not (self.ckpt and self._load_latest()):
@@ -350,10 +353,13 @@ class Job:
         # The checkpoint after the boundary, which commits the step to the ledger: a
         # checkpoint of step N holds the ledger of N steps.
         kind = self._boundary()
+        self._checkpoint_due(kind)
+        return kind
+
+    def _checkpoint_due(self, kind):
         if (kind in ("continue", "reshaped") and self.ckpt and self.ckpt_every and
                 self.step_count % self.ckpt_every == 0):
             self.save()
-        return kind
 
     # ---- gradients ----------------------------------------------------------------------------
     def _fixed_accumulate(self):
