@@ -116,16 +116,32 @@ def training(o):
     return model, opt, sched
 
 
-def main(argv):
+def setup(argv):
+    """The model, optimizer, scheduler, the Job's keyword arguments and the loss of one
+    micro-batch (sample indices idx at optimizer step `step`), from the command line; and
+    the options. A replay of a run (python/test/float_replay.py) builds the same with it."""
     o = options(argv)
     model, opt, sched = training(o)
     data = Data(o)
     cost = None
     if o.balance:
         cost = lambda i, step: data.w.cost(o.seed, i, step, "tokens")  # noqa: E731
-    job = ot.Job(model, opt, sched, dataset_size=o.dataset_size, global_batch=o.global_batch,
-                 micro_batch=o.micro_batch, seed=o.seed, ckpt=o.ckpt, ckpt_every=o.ckpt_every, exact=o.exact,
-                 balance=o.balance, cost=cost)
+    kwargs = dict(dataset_size=o.dataset_size, global_batch=o.global_batch, micro_batch=o.micro_batch, seed=o.seed,
+                  ckpt=o.ckpt, ckpt_every=o.ckpt_every, exact=o.exact, balance=o.balance, cost=cost)
+
+    def micro_loss(idx, step):
+        loss = 0
+        for i in idx:
+            kind, x, y = data(i, step - 1)
+            loss = loss + torch.nn.functional.mse_loss(model(kind, x), y)
+        return loss / len(idx)
+
+    return model, opt, sched, kwargs, micro_loss, o
+
+
+def main(argv):
+    model, opt, sched, kwargs, micro_loss, o = setup(argv)
+    job = ot.Job(model, opt, sched, **kwargs)
     metrics = None  # opened by whichever rank is DP rank 0 when a step ends
     samples_log = None
     if o.sample_log:
@@ -133,11 +149,7 @@ def main(argv):
     for step in job.steps(o.steps):
         mine = []
         for idx in job.micro_batches():
-            loss = 0
-            for i in idx:
-                kind, x, y = data(i, step - 1)
-                loss = loss + torch.nn.functional.mse_loss(model(kind, x), y)
-            job.backward(loss / len(idx))
+            job.backward(micro_loss(idx, step))
             mine.extend(idx)
         lr, world, generation, first = sched.get_last_lr()[0], job.world, omni.generation(), job.rank == 0
         sums = torch.tensor([len(mine), sum(mine), sum(i * i for i in mine)], dtype=torch.int64)

@@ -6,8 +6,11 @@ same training run alone in one process (world 1, no coordinator):
  - shrunk 2 -> 1: the same, bitwise;
  - every step's samples over all ranks are the lone run's, as sets;
  - a checkpoint written by the job loads in a plain process (omni.torch.load_state_dict)
-   equal to the model that wrote it, and omni-ckpt verify accepts it."""
+   equal to the model that wrote it, and omni-ckpt verify accepts it;
+ - omni-ckpt reshard rewrites a checkpoint for 3 writers, and a run resumed from it is
+   bitwise the lone run."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -81,6 +84,39 @@ class Torch(unittest.TestCase):
         self.assertIn("generation 2 world 1", seen)
         self.assertEqual([e for e in ranks[1] if e["event"] == "step"][-1]["kind"], "left")
         self.check_bitwise(ranks)
+
+    @unittest.skipUnless(coord_job.serve_built(), "runtime_coord_serve is not built")
+    def test_float_within_derived_bound(self):
+        # Float mode, grown 2 -> 3 and checkpointed every step: float_replay.py recomputes
+        # every step from the run's state before it as one static process and holds the
+        # loss, AdamW's moments and the parameters to the bound derived there. The same
+        # check rejects the run once one step's loss is moved by a relative 1e-5.
+        d = tempfile.mkdtemp(dir=self.dir)
+        root = os.path.join(d, "ckpt")
+        ranks, seen = coord_job.run_job(self, d, "torch_worker.py", [str(STEPS), "0", root, "1", "0.05"], 2, 3,
+                                        joiners=1)
+        self.assertIn("generation 2 world 3", seen)
+        worlds = {e["world"] for e in ranks[0] if e["event"] == "step"}
+        self.assertEqual(worlds, {2, 3})
+        metrics = os.path.join(d, "rank-0.jsonl")
+        replay = [sys.executable, os.path.join(HERE, "float_replay.py"), "--trainer",
+                  os.path.join(HERE, "torch_worker.py"), "--ckpt", root]
+        out = subprocess.run(replay + ["--metrics", metrics, "--", "0"], env=coord_job.clean_env(),
+                             capture_output=True, text=True, timeout=300)
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        last = max(e["step"] for e in ranks[0] if e["event"] == "step")
+        self.assertIn("float_replay: %d steps within the derived bounds" % last, out.stdout)
+        moved = os.path.join(d, "moved.jsonl")
+        with open(metrics) as f, open(moved, "w") as g:
+            for line in f:
+                e = json.loads(line)
+                if e.get("step") == 7:
+                    e["loss"] = (float.fromhex(e["loss"]) * (1 + 1e-5)).hex()
+                g.write(json.dumps(e) + "\n")
+        out = subprocess.run(replay + ["--metrics", moved, "--steps", "8", "--", "0"], env=coord_job.clean_env(),
+                             capture_output=True, text=True, timeout=300)
+        self.assertEqual(out.returncode, 1, out.stdout + out.stderr)
+        self.assertIn("step 7: loss", out.stderr)
 
     @unittest.skipUnless(coord_job.serve_built(), "runtime_coord_serve is not built")
     def test_ddp_grow(self):
@@ -163,6 +199,36 @@ torch.save(model.state_dict(), sys.argv[1] + "/../model.pt")
             out = subprocess.run([tool, "verify", os.path.realpath(os.path.join(root, "latest"))],
                                  capture_output=True, text=True)
             self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+
+    def test_resharded_checkpoint_resumes(self):
+        # omni-ckpt reshard rewrites the lone run's checkpoint of step 20 for 3 writers: it
+        # verifies, lists, and a run resumed from it gives steps 21..40 bitwise the lone run's.
+        tool = os.path.join(BUILD, "ckpt", "omni-ckpt")
+        if not os.access(tool, os.X_OK):
+            self.skipTest("omni-ckpt is not built in %s" % BUILD)
+        d = tempfile.mkdtemp(dir=self.dir)
+        root = os.path.join(d, "ckpt")
+        src = os.path.join(self.ckpt, "step-0000000020")
+        subprocess.run([tool, "reshard", src, "--dp", "3", "-o", os.path.join(root, "step-0000000020")],
+                       check=True, capture_output=True, timeout=60)
+        show = subprocess.run([tool, "show", os.path.join(root, "step-0000000020")], capture_output=True, text=True)
+        self.assertEqual(show.returncode, 0, show.stderr)
+        self.assertRegex(show.stdout, r"(?m)^writers +3$")
+        self.assertIn("shard-00002.h5", show.stdout)
+        out = subprocess.run([tool, "verify", os.path.join(root, "step-0000000020")], capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        ls = subprocess.run([tool, "ls", root], capture_output=True, text=True)
+        self.assertEqual([l.split()[1] for l in ls.stdout.splitlines()[1:]], ["20"], ls.stdout)
+        log = os.path.join(d, "resumed.jsonl")
+        subprocess.run([sys.executable, os.path.join(HERE, "torch_worker.py"), log, str(STEPS), "1", root, "0"],
+                       env=coord_job.clean_env(), check=True, timeout=300)
+        events = coord_job.read(log)
+        self.assertEqual(events[0]["step"], 20)
+        steps = [e for e in events if e["event"] == "step"]
+        self.assertEqual([e["step"] for e in steps], list(range(21, STEPS + 1)))
+        for e in steps:
+            ref = self.solo[e["step"]]
+            self.assertEqual((e["loss"], e["params"]), (ref["loss"], ref["params"]), "step %d" % e["step"])
 
     def test_checkpoint_loads_in_a_plain_process(self):
         import omni.torch as ot

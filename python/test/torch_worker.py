@@ -17,12 +17,6 @@ import torch
 
 import omni.torch as ot
 
-out = open(sys.argv[1], "w")
-steps, exact, ddp = int(sys.argv[2]), sys.argv[3] == "1", sys.argv[3] == "ddp"
-ckpt = sys.argv[4] if len(sys.argv) > 4 and sys.argv[4] != "-" else None
-ckpt_every = int(sys.argv[5]) if len(sys.argv) > 5 else 0
-pace = float(sys.argv[6]) if len(sys.argv) > 6 else 0.0
-
 
 def sample(i):
     x = torch.tensor([math.sin(i * 0.37 + k) for k in range(8)], dtype=torch.float32)
@@ -36,28 +30,54 @@ def phash(model):
     return h.hexdigest()[:16]
 
 
-torch.manual_seed(5)
-model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Dropout(0.1), torch.nn.Linear(32, 1))
-# OMNI_TEST_SGD=1: plain SGD, whose update is linear in the gradient (a gradient of the wrong
-# scale shows in the loss, where AdamW would normalise it away).
-opt = (torch.optim.SGD(model.parameters(), lr=0.05) if os.environ.get("OMNI_TEST_SGD")
-       else torch.optim.AdamW(model.parameters(), lr=0.01))
-sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 5))
-job = ot.Job(model, opt, sched, dataset_size=96, global_batch=12, micro_batch=2, seed=3, ckpt=ckpt,
-             ckpt_every=ckpt_every, exact=exact, ddp=ddp)
-out.write(json.dumps({"event": "start", "step": job.step_count, "world": job.world, "params": phash(model),
-                      "how": job.events[0][1]}) + "\n")
-out.flush()
-for step in job.steps(steps):
-    samples = []
-    for idx in job.micro_batches():
+def setup(argv):
+    """setup([MODE]): the model, optimizer, scheduler, Job keyword arguments and micro-batch
+    loss (float_replay.py replays runs of this worker with them)."""
+    mode = argv[0] if argv else "1"
+    torch.set_num_threads(1)  # float mode too: the same bits on every rank (float_replay.py)
+    torch.manual_seed(5)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Dropout(0.1),
+                                torch.nn.Linear(32, 1))
+    # OMNI_TEST_SGD=1: plain SGD, whose update is linear in the gradient (a gradient of the wrong
+    # scale shows in the loss, where AdamW would normalise it away).
+    opt = (torch.optim.SGD(model.parameters(), lr=0.05) if os.environ.get("OMNI_TEST_SGD")
+           else torch.optim.AdamW(model.parameters(), lr=0.01))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 5))
+    kwargs = dict(dataset_size=96, global_batch=12, micro_batch=2, seed=3, exact=mode == "1", ddp=mode == "ddp")
+    holder = {"module": model}
+
+    def micro_loss(idx, step):
         xs, ys = zip(*(sample(i) for i in idx))
-        loss = torch.nn.functional.mse_loss(job.module(torch.stack(xs)), torch.stack(ys))
-        job.backward(loss)
-        samples.extend(idx)
-    world, lr = job.world, sched.get_last_lr()[0]
-    kind = job.step()
-    out.write(json.dumps({"event": "step", "step": step, "loss": job.last_loss.hex(), "lr": lr, "world": world,
-                          "params": phash(model), "samples": samples, "kind": kind}) + "\n")
+        return torch.nn.functional.mse_loss(holder["module"](torch.stack(xs)), torch.stack(ys))
+
+    return model, opt, sched, kwargs, micro_loss, holder
+
+
+def main(argv):
+    out = open(argv[0], "w")
+    steps = int(argv[1])
+    ckpt = argv[3] if len(argv) > 3 and argv[3] != "-" else None
+    ckpt_every = int(argv[4]) if len(argv) > 4 else 0
+    pace = float(argv[5]) if len(argv) > 5 else 0.0
+    model, opt, sched, kwargs, micro_loss, holder = setup([argv[2]])
+    job = ot.Job(model, opt, sched, ckpt=ckpt, ckpt_every=ckpt_every, **kwargs)
+    holder["module"] = job.module  # DDP's wrapper in ddp mode
+    out.write(json.dumps({"event": "start", "step": job.step_count, "world": job.world, "params": phash(model),
+                          "how": job.events[0][1]}) + "\n")
     out.flush()
-    time.sleep(pace)
+    for step in job.steps(steps):
+        samples = []
+        holder["module"] = job.module
+        for idx in job.micro_batches():
+            job.backward(micro_loss(idx, step))
+            samples.extend(idx)
+        world, lr = job.world, sched.get_last_lr()[0]
+        kind = job.step()
+        out.write(json.dumps({"event": "step", "step": step, "loss": job.last_loss.hex(), "lr": lr, "world": world,
+                              "params": phash(model), "samples": samples, "kind": kind}) + "\n")
+        out.flush()
+        time.sleep(pace)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

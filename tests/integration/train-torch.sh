@@ -12,12 +12,16 @@
 #  3. a rank killed with SIGKILL at step 14: only it is lost (the others leave their failed
 #     collectives at once, well before the boundary timeout), the survivors rewind to the
 #     checkpoint of step 10 and finish at DP 3 bitwise equal to the static run;
-#  4. the static run's checkpoint of step 20 (written at DP 4) resumes at DP 2 and at DP 3,
-#     steps 21..60 bitwise the static run's;
+#  4. the static run's checkpoint of step 20 (written at DP 4) resumes at DP 2, and at DP 3
+#     once omni-ckpt reshard has rewritten it for 3 writers, steps 21..60 bitwise the static
+#     run's;
 #  5. the model the static run saved with torch.save equals what omni.torch.load_state_dict
 #     reads from its last checkpoint, in a plain Python process;
 #  6. preempted at step 15 (PreemptMode=REQUEUE): every rank stops at one boundary with a
-#     checkpoint there, and the requeued job resumes from it, each step once, bitwise.
+#     checkpoint there, and the requeued job resumes from it, each step once, bitwise;
+#  7. float mode through the same resizes, a checkpoint after every step: each step within
+#     the bound derived from the order of float sums of the static computation from the
+#     state before it (python/test/float_replay.py).
 # Without the hand-off (joiners keeping their own initial parameters) part 2 fails at the
 # first step after the grow; without exact mode the losses differ from the first resize.
 . "$(dirname "$0")/lib.sh"
@@ -77,12 +81,16 @@ expect_eq "static steps" "$(grep -c '"step"' static.jsonl)" 60
 
 # 2. Shrunk by scontrol, grown by omni-ctl.
 mkdir -p samples
-cat >elastic.sh <<EOS
+# elastic_script NAME METRICS TRAIN-OPTIONS...: NAME.sh, a job of 4 units that
+# `scontrol update NumNodes=2` shrinks at step 6 and `omni-ctl grow --units 4` grows back.
+elastic_script() {
+  local name=$1 metrics=$2
+  shift 2
+  cat >"$name.sh" <<EOS
 #!/bin/bash
 set -u
-export PYTHONPATH=$PYTHONPATH LD_LIBRARY_PATH=$LD_LIBRARY_PATH
-"$launch" --events "$work/elastic-events.jsonl" -- "$py" "$example" $train --pace-ms 250 \
-  --metrics "$work/elastic.jsonl" --sample-log "$work/samples" &
+export PYTHONPATH=$PYTHONPATH LD_LIBRARY_PATH=$LD_LIBRARY_PATH OMP_NUM_THREADS=1
+"$launch" --events "$work/$name-events.jsonl" -- "$py" "$example" $* --metrics "$metrics" &
 pid=\$!
 units_are() {
   for _ in \$(seq 300); do
@@ -91,7 +99,7 @@ units_are() {
   done
   echo "never had \$1 units"; return 1
 }
-"$at_step" "$work/elastic.jsonl" 6 120 || exit 11
+"$at_step" "$metrics" 6 120 || exit 11
 scontrol update JobId=\$SLURM_JOB_ID NumNodes=2 || exit 12
 units_are 2 || exit 13
 "$ctl" grow --units 4 --wait 120 || exit 15
@@ -101,7 +109,9 @@ rc=\$?
 echo "launch-exit \$rc"
 exit \$rc
 EOS
-chmod +x elastic.sh
+  chmod +x "$name.sh"
+}
+elastic_script elastic "$work/elastic.jsonl" $train --pace-ms 250 --sample-log "$work/samples"
 job=$(timeout 400 sbatch --wait --parsable -N4 --ntasks-per-node=1 --omni-elastic=1:4 -t 6 -o "$work/elastic.out" elastic.sh) ||
   { tail -40 "$work/elastic.out" >&2; fail "the elastic job failed"; }
 grep -E 'world [0-9]+ -> [0-9]+|launch-exit' elastic.out || true  # for the reader; the checks follow
@@ -144,9 +154,13 @@ assert seen.count(11) == 2, seen' lost-all.jsonl lost.jsonl || fail "the run did
 expect_eq "worlds after the loss" "$(worlds lost.jsonl)" "4 3"
 
 # 4. The checkpoint of step 20, written at DP 4, resumed at DP 2 and DP 3.
+#    DP 3 reads it as omni-ckpt reshard rewrote it for 3 writers.
+mkdir -p resume2 resume3
+cp -a "$(readlink -f static-ckpt/step-0000000020)" resume2/
+"$top_build/ckpt/omni-ckpt" reshard static-ckpt/step-0000000020 --dp 3 -o resume3/step-0000000020 >/dev/null ||
+  fail "omni-ckpt reshard of the torch checkpoint failed"
+"$top_build/ckpt/omni-ckpt" verify resume3/step-0000000020 >/dev/null || fail "the resharded checkpoint does not verify"
 for d in 2 3; do
-  mkdir -p "resume$d"
-  cp -a "$(readlink -f static-ckpt/step-0000000020)" "resume$d/"
   ln -s step-0000000020 "resume$d/latest"
   run_torch "resume$d" -N$d --ntasks-per-node=1 -- --units $d -- $train --ckpt "$work/resume$d" \
     --metrics "$work/resume$d.jsonl"
@@ -181,6 +195,17 @@ expect_eq "job $job state" "$(job_state "$job")" COMPLETED
 grep -q 'SIGTERM to rank' pre.out || fail "the ranks did not stop for the SIGTERM"
 "$py" "$top_src/tests/integration/same-steps.py" static.jsonl pre.jsonl 60 || fail "the preempted run differs from the static one"
 
+# 7. Float mode (no --exact), the same resizes, a checkpoint after every step: each step is
+#    the static computation from the state before it, within the bound derived from the
+#    order of float sums (python/test/float_replay.py, omni-python(3) FLOAT MODE).
+float="--steps 40 --dataset-size 480 --global-batch 24 --micro-batch 2 --warmup 5"
+elastic_script float "$work/float.jsonl" $float --pace-ms 200 --ckpt "$work/float-ckpt" --ckpt-every 1
+timeout 400 sbatch --wait -N4 --ntasks-per-node=1 --omni-elastic=1:4 -t 6 -o "$work/float.out" float.sh >/dev/null ||
+  { tail -40 "$work/float.out" >&2; fail "the float job failed"; }
+expect_eq "float worlds" "$(worlds float.jsonl)" "4 2 4"
+"$py" "$top_src/python/test/float_replay.py" --trainer "$example" --ckpt "$work/float-ckpt" \
+  --metrics "$work/float.jsonl" -- $float || fail "the float run left the derived bound (above)"
+
 # 5. The static run's model, read back in a plain process.
 "$py" - "$work/static-model.pt" "$work/static-ckpt" <<'PY' || fail "load_state_dict differs from the saved model"
 import sys, torch
@@ -191,4 +216,4 @@ for k in saved:
     assert torch.equal(saved[k], loaded[k]), k
 print("ok: load_state_dict gives the model's %d tensors bitwise" % len(saved))
 PY
-note "ok: PyTorch exact mode: 4 -> 2 -> 4, a lost rank, preemption and DP 4 -> 2, 3 resumes bitwise the static run"
+note "ok: PyTorch exact mode: 4 -> 2 -> 4, a lost rank, preemption and DP 4 -> 2, 3 resumes bitwise the static run; float mode within its derived bound"
