@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,13 @@ Result<std::shared_ptr<const Manifest>> read_index_cached(const std::string &ckp
 // Reads an HDF5 shard file's own manifest and the rank states it holds, opening the file
 // once. As for a reference shard, comparing each state with its checksum is the caller's.
 Result<ShardRecord> read_shard(const std::string &shard_path);
+
+// verify's check of each HDF5 shard file the index names (shard_records.cc): its own manifest
+// (/omni_shard) parses and matches its checksum, records every slice the index names in the
+// file with the index's checksum, and its rank states match theirs. Files in `skip` (already
+// reported missing or unreadable) are left out. Problems go to `rep`.
+void check_shard_records(const Manifest &man, const std::string &ckpt_dir, const std::set<std::string> &skip,
+                         VerifyReport &rep);
 
 // A ShardWriter that has finished (closed, fsynced if needed, and renamed) its shard leaves
 // what it wrote here (the manifest and the rank states), keyed by the

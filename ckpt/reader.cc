@@ -861,10 +861,12 @@ Result<VerifyReport> verify(const std::string &ckpt_dir, const Progress &progres
             auto f = files.get(path);
             if (!f) {
                 rep.issues.push_back({t.name, path, f.error()});
+                missing.insert(path);
                 done += bytes;
                 continue;
             }
             auto h5 = FileCache::h5(*f.value(), path);
+            if (!h5) missing.insert(path);   // not HDF5: said once per slice, not again for its record
             auto d = h5 ? open_source(h5.value(), t, s, true) : Result<h5::Handle>(make_error(h5.error()));
             if (!d) {
                 rep.issues.push_back({t.name, path, d.error()});
@@ -890,6 +892,8 @@ Result<VerifyReport> verify(const std::string &ckpt_dir, const Progress &progres
                 rep.issues.push_back({t.name, path, "dataset " + s.dataset + ": " + p});
         }
     }
+    // Each shard's own record, which the commit was made from (shard_records.cc).
+    check_shard_records(man, ckpt_dir, missing, rep);
     // The virtual datasets must map exactly the manifest's sources, or h5py users read
     // something else than the loader.
     check_index(man, fsio::join(ckpt_dir, kIndexFile), rep);

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <fstream>
@@ -169,6 +170,66 @@ TEST(IndexMetadata, FlippedBitInAShardManifestIsRefusedByTheCommit) {
     auto c = commit(root, 2, test_meta(5));
     ASSERT_FALSE(c.ok());
     EXPECT_TRUE(has(c.error(), shard + ": metadata checksum mismatch")) << c.error();
+}
+
+// ---- C: each shard's own record after the commit ----------------------------------------
+
+// After the commit the index is the manifest loads read; the shard's own record
+// (/omni_shard) is what the commit was made from. A flipped bit in it: verify reports it,
+// naming the shard file, and loads go on (they never read it): both say the same of the data.
+TEST(ShardRecord, FlippedBitAfterTheCommitIsReportedByVerifyAndLoadsGoOn) {
+    TempDir d;
+    const std::string ck = write_two_writers(d / "root");
+    ASSERT_FALSE(ck.empty());
+    ASSERT_TRUE(verify(ck).value().ok());
+    const std::string shard = ck + "/" + shard_file_name(0);
+    std::string bytes = file_bytes(shard);
+    const auto at = bytes.find("\"rank_states\"");
+    ASSERT_NE(at, std::string::npos);
+    bytes[at + 1] ^= 0x01;   // 'r' -> 's' in the record's text
+    put_file_bytes(shard, bytes);
+    auto v = verify(ck);
+    ASSERT_TRUE(v.ok()) << v.error();
+    ASSERT_EQ(v.value().issues.size(), 1u);
+    EXPECT_EQ(v.value().issues[0].file, shard);
+    EXPECT_TRUE(has(v.value().issues[0].problem, "own manifest (/omni_shard")) << v.value().issues[0].problem;
+    EXPECT_TRUE(has(v.value().issues[0].problem, "metadata checksum mismatch")) << v.value().issues[0].problem;
+    auto r = Reader::open(ck);
+    ASSERT_TRUE(r.ok()) << r.error();
+    std::vector<char> w(kW[0] * kW[1] * 2), b(kB[0] * 4);
+    EXPECT_TRUE(r.value()->read("w", {0, 0}, kW, w.data(), w.size()).ok());
+    EXPECT_TRUE(r.value()->read("b", {0}, kB, b.data(), b.size()).ok());
+    EXPECT_EQ(w, t::logical(DType::bf16, kW, 1));
+}
+
+// A record that is sound in itself (checksum right) but gives a slice the index names in its
+// file another checksum, or leaves it out: each is reported, naming the tensor.
+TEST(ShardRecord, RecordThatDisagreesWithTheIndexIsReported) {
+    for (const bool drop : {false, true}) {
+        TempDir d;
+        const std::string ck = write_two_writers(d / "root");
+        ASSERT_FALSE(ck.empty());
+        const std::string shard = ck + "/" + shard_file_name(0);
+        auto rec = read_shard(shard);
+        ASSERT_TRUE(rec.ok()) << rec.error();
+        ShardManifest m = rec.value().manifest;
+        auto it = std::find_if(m.tensors.begin(), m.tensors.end(), [](const TensorInfo &t) { return t.name == "b"; });
+        ASSERT_NE(it, m.tensors.end());
+        if (drop)
+            m.tensors.erase(it);
+        else
+            it->sources[0].xxh3 ^= 1;
+        hid_t f = H5Fopen(shard.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+        ASSERT_GE(f, 0);
+        ASSERT_GE(H5Ldelete(f, kShardManifestDataset, H5P_DEFAULT), 0);
+        ASSERT_TRUE(h5::write_string_dataset(f, kShardManifestDataset, shard_manifest_to_json(m)).ok());
+        H5Fclose(f);
+        auto v = verify(ck);
+        ASSERT_TRUE(v.ok()) << v.error();
+        ASSERT_EQ(v.value().issues.size(), 1u) << drop;
+        EXPECT_EQ(v.value().issues[0].tensor, "b");
+        EXPECT_TRUE(has(v.value().issues[0].problem, drop ? "does not record" : "checksum")) << v.value().issues[0].problem;
+    }
 }
 
 // ---- A: where the virtual datasets put each source ---------------------------------------
