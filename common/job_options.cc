@@ -119,7 +119,7 @@ Result<SiteConfig> parse_site_config(const std::vector<std::string> &args) {
         const std::string what = "plugstack.conf: " + kv.key;
         if (kv.key == "topology") {
             if (kv.value.empty() || kv.value[0] != '/' || kv.value.size() > kMaxPathLength)
-                return make_error(what + ": '" + kv.value + "': expected an absolute path");
+                return make_error(what + ": " + quoted(kv.value) + ": expected an absolute path");
             site.topology = kv.value;
         } else if (kv.key == "bind" || kv.key == "allow_sm_slice") {
             auto b = parse_yes_no(kv.value, what);

@@ -153,10 +153,10 @@ Result<std::vector<std::string>> split_option_words(const std::string &text, con
     for (const auto &w : words) {
         for (auto rv : reserved_long)
             if (w == rv || (w.size() > rv.size() && w.compare(0, rv.size(), rv) == 0 && w[rv.size()] == '='))
-                return make_error(option + ": '" + w + "' is set by omni-launch itself");
+                return make_error(option + ": " + quoted(w) + " is set by omni-launch itself");
         for (auto rv : reserved_short)
             if (w.compare(0, rv.size(), rv) == 0)
-                return make_error(option + ": '" + w + "' is set by omni-launch itself");
+                return make_error(option + ": " + quoted(w) + " is set by omni-launch itself");
     }
     return words;
 }
