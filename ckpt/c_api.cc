@@ -177,6 +177,14 @@ void omni_ckpt_writer_free(omni_ckpt_writer *w) {
     }
 }
 
+int omni_ckpt_abandon(const char *root, uint64_t step, const char *attempt) {
+    return guard("omni_ckpt_abandon", [&] {
+        if (!root) return invalid("omni_ckpt_abandon: root must not be NULL");
+        if (int rc = check_attempt_arg(attempt)) return rc;
+        return check(abandon(root, step, attempt ? attempt : "0"));
+    });
+}
+
 int omni_ckpt_commit(const char *root, uint32_t writers, const char *attempt,
                      const omni_ckpt_meta *meta, char *path_out, size_t path_len) {
     return guard("omni_ckpt_commit", [&] {

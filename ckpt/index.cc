@@ -561,6 +561,11 @@ Status update_latest(const std::string &root) {
     return Status::success();
 }
 
+Status abandon(const std::string &root, std::uint64_t step, const std::string &attempt) {
+    if (auto st = check_attempt(attempt); !st) return make_error("abandon: " + st.error());
+    return fsio::remove_tree(fsio::join(root, partial_dir_name(step, attempt)));
+}
+
 Result<std::string> commit(const std::string &root, std::uint32_t writers, const Meta &meta,
                            const CommitOptions &options) {
     if (auto st = check_attempt(options.attempt); !st) return make_error("commit: " + st.error());

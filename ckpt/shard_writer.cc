@@ -80,6 +80,11 @@ ShardWriter::ShardWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 ShardWriter::~ShardWriter() {
     if (impl_ && !impl_->finished) {
+        // The file is abandoned: its bytes are of no use. Emptied first, so that HDF5's close,
+        // which flushes the file's metadata, finds room on a file system a failed write left
+        // full; a close that fails there leaves HDF5 an open file that its exit handler then
+        // crashes on (seen with ENOSPC on tmpfs, HDF5 1.10).
+        if (impl_->file.valid()) (void)::truncate(impl_->tmp_path.c_str(), 0);
         impl_->file.reset();
         ::unlink(impl_->tmp_path.c_str());
         ::unlink((impl_->ref_path() + ".tmp").c_str());

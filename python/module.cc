@@ -584,6 +584,16 @@ void writer_finish(Writer &w) {
     w.finished = true;
 }
 
+void abandon(const std::string &root, py::handle step, std::optional<std::string> attempt) {
+    const auto s = to_u64(step, "step", 0, UINT64_MAX);
+    int rc;
+    {
+        py::gil_scoped_release nogil;
+        rc = omni_ckpt_abandon(root.c_str(), s, attempt ? attempt->c_str() : nullptr);
+    }
+    check_ckpt(rc, "abandon()");
+}
+
 std::string commit(const std::string &root, py::handle writers, std::optional<std::string> attempt, py::dict meta) {
     const auto n = static_cast<std::uint32_t>(to_u64(writers, "writers", 1, UINT32_MAX));
     omni_ckpt_meta m{};
@@ -979,6 +989,8 @@ PYBIND11_MODULE(_omni, m) {
         });
     m.def("commit", &commit, py::arg("root"), py::arg("writers"), py::arg("attempt") = py::none(),
           py::arg("meta") = py::dict());
+    m.def("abandon", &abandon, py::arg("root"), py::arg("step"), py::arg("attempt") = py::none(),
+          "Removes the files of checkpoint `step` written as `attempt`, which will not be committed.");
     py::class_<Reader>(m, "CheckpointReader", "A committed checkpoint (omni_ckpt_reader_*).")
         .def(py::init(&reader_open), py::arg("path"), py::arg("latest") = false, py::arg("verify") = true)
         .def("meta", &reader_meta)

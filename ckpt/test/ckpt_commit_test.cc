@@ -201,6 +201,36 @@ TEST(Writer, ValidatesNamesSlicesAndAbandonsCleanly) {
     EXPECT_TRUE(names.value().empty());
 }
 
+// abandon(): the files of an attempt that will not be committed go at once; a committed
+// checkpoint of the same step, other attempts and `latest` stay; no directory is success.
+TEST(Commit, AbandonRemovesOnlyThatAttemptsFiles) {
+    TempDir d;
+    const std::string root = d / "root";
+    const float f[4] = {1, 2, 3, 4};
+    for (const char *attempt : {"g1", "g2"}) {
+        auto sw = ShardWriter::open(root, 7, 0, WriterOptions{attempt, "", true});
+        ASSERT_TRUE(sw.ok()) << sw.error();
+        ASSERT_TRUE(sw.value()->add_tensor("x", DType::fp32, {4}, {0}, {4}, f).ok());
+        ASSERT_TRUE(sw.value()->finish().ok());
+    }
+    Meta m;
+    m.step = 7;
+    CommitOptions o;
+    o.attempt = "g2";
+    auto c = commit(root, 1, m, o);
+    ASSERT_TRUE(c.ok()) << c.error();
+    ASSERT_TRUE(fsio::exists(root + "/.step-0000000007.partial-g1"));
+    EXPECT_TRUE(abandon(root, 7, "g1").ok());
+    EXPECT_FALSE(fsio::exists(root + "/.step-0000000007.partial-g1"));
+    EXPECT_TRUE(fsio::exists(c.value() + "/index.h5"));
+    EXPECT_TRUE(abandon(root, 7, "g2").ok());   // committed: no partial directory left to remove
+    EXPECT_TRUE(fsio::exists(c.value() + "/index.h5"));
+    EXPECT_TRUE(abandon(root, 8, "g1").ok());
+    auto bad = abandon(root, 7, "../x");
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.error().find("abandon"), std::string::npos) << bad.error();
+}
+
 // Free text in the metadata (the unit layout, the scheduler's kind) is JSON-escaped in the
 // index and read back as it was: quotes, backslashes and UTF-8.
 TEST(Manifest, FreeTextRoundTripsThroughTheIndex) {

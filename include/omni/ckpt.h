@@ -129,6 +129,11 @@ void omni_ckpt_writer_free(omni_ckpt_writer *w);
 int omni_ckpt_commit(const char *root, uint32_t writers, const char *attempt,
                      const omni_ckpt_meta *meta, char *path_out, size_t path_len);
 
+/* Removes ROOT/.step-N.partial-ATTEMPT (step N written as `attempt`, NULL: "0"), a checkpoint
+ * that will not be committed because a writer failed, so that its space comes back at once.
+ * Call it once every writer of the attempt has stopped. No such directory is success. */
+int omni_ckpt_abandon(const char *root, uint64_t step, const char *attempt);
+
 /* ---- asynchronous persist ---- */
 
 /* How an asynchronous writer takes its snapshot of a slice (omni_ckpt_async_set_snapshot). */

@@ -232,6 +232,12 @@ struct CommitOptions {
 Result<std::string> commit(const std::string &root, std::uint32_t writers, const Meta &meta,
                            const CommitOptions &options = {});
 
+/* Removes ROOT/.step-N.partial-ATTEMPT, the files of checkpoint `step` written as `attempt`,
+ * which will not be committed (a writer failed: a full file system, say), so that their
+ * space comes back at once rather than at the next gc. Call it once every writer of the
+ * attempt has stopped. No such directory is success; committed checkpoints are not touched. */
+Status abandon(const std::string &root, std::uint64_t step, const std::string &attempt = "0");
+
 /* How AsyncShardWriter takes its snapshot of a slice. */
 enum class Snapshot {
     /* add_tensor copies the slice into host memory the writer keeps (its only stall, a

@@ -326,25 +326,70 @@ private:
         return reopen_metrics();
     }
 
-    // Every rank writes its shard, then rank 0 commits once all are written.
-    omni::Status checkpoint() {
+    // Every rank writes its shard; then all of them learn whether every shard was written (a
+    // sum of failures over the world), and rank 0 commits only then. A checkpoint that cannot
+    // be written (a full file system, say) is abandoned whole: its partial directory stays
+    // for gc, `latest` and the previous checkpoints are untouched, and every rank returns
+    // written = false at the same step, so the caller decides alike everywhere. Errors of the
+    // communicator are errors.
+    struct Saved {
+        bool written = false;
+        std::string why;   // this rank's own failure, or rank 0's commit failure
+    };
+    omni::Result<Saved> checkpoint() {
         s_.generation = rt_.generation();
         s_.ledger_json = rt_.ledger()->serialise();
         s_.data_epoch = rt_.ledger()->epoch();
         s_.data_seed = rt_.ledger()->config().seed;
         const int rank = static_cast<int>(rt_.rank()), world = static_cast<int>(rt_.world());
-        if (auto st = save_shard(o_.ckpt, s_, state_rank()); !st) return st;
-        // Every rank of the generation, every MP index: on host buffers whatever the backend.
-        if (auto st = rt_.world_comm().barrier(); !st) return st;
-        if (rank == 0) {
-            auto c = commit_state(o_.ckpt, s_, world);
-            if (!c) return omni::Error{c.error()};
-            // For omni-ctl status; the checkpoint stands without it.
-            if (!rt_.standalone())
-                if (auto st = rt_.note_checkpoint(s_.step, c.value()); !st)
-                    std::cerr << kProg << ": telling the coordinator of the checkpoint: " << st.error() << "\n";
+        Saved out;
+        auto st = save_shard(o_.ckpt, s_, state_rank());
+        if (!st) {
+            out.why = st.error();
+            std::cerr << kProg << ": rank " << rank << ": checkpoint of step " << s_.step
+                      << ": writing its shard: " << out.why << "\n";
         }
-        return rt_.world_comm().barrier();
+        // Every rank of the generation, every MP index: on host buffers whatever the backend.
+        std::int64_t failed = st ? 0 : 1;
+        if (auto c = rt_.world_comm().allreduce(&failed, 1, omni::launcher::DType::i64,
+                                                omni::launcher::ReduceOp::sum);
+            !c)
+            return omni::Error{c.error()};
+        if (failed == 0 && rank == 0) {
+            auto c = commit_state(o_.ckpt, s_, world);
+            if (!c) {
+                out.why = c.error();   // it names the commit
+                if (auto a = abandon_state(o_.ckpt, s_); !a)
+                    std::cerr << kProg << ": removing the uncommitted checkpoint of step " << s_.step << ": "
+                              << a.error() << "\n";
+            } else {
+                out.written = true;
+                // For omni-ctl status; the checkpoint stands without it.
+                if (!rt_.standalone())
+                    if (auto n = rt_.note_checkpoint(s_.step, c.value()); !n)
+                        std::cerr << kProg << ": telling the coordinator of the checkpoint: " << n.error() << "\n";
+            }
+        }
+        if (failed == 0 && rank != 0) out.written = true;   // rank 0 alone may still fail to commit
+        if (failed && rank == 0) {
+            out.why = std::to_string(failed) + " of " + std::to_string(world) + " rank(s) could not write their shard" +
+                      (out.why.empty() ? "" : " (this one: " + out.why + ")");
+            // Every rank has stopped writing (the sum above): its files go now, not at a gc.
+            if (auto a = abandon_state(o_.ckpt, s_); !a)
+                std::cerr << kProg << ": removing the unwritten checkpoint of step " << s_.step << ": " << a.error()
+                          << "\n";
+        }
+        if (auto b = rt_.world_comm().barrier(); !b) return omni::Error{b.error()};
+        return out;
+    }
+
+    // The newest committed checkpoint, for messages: "step N", or "none".
+    std::string newest_checkpoint() const {
+        if (!o_.ckpt.empty())
+            if (auto l = omni::ckpt::list(o_.ckpt))
+                for (const auto &e : l.value())
+                    if (e.latest) return "step " + std::to_string(e.step);
+        return "none";
     }
 
     // The job stops because ranks were lost and too few are left: the lost ranks' optimizer
@@ -352,11 +397,8 @@ private:
     // step comes from the checkpoint list (the manifests), without reading the checkpoint.
     int stopped_after_loss(const std::string &reason) {
         if (rt_.rank() == 0) {
-            std::string newest = "none";
-            if (!o_.ckpt.empty())
-                if (auto l = omni::ckpt::list(o_.ckpt))
-                    for (const auto &e : l.value())
-                        if (e.latest) newest = "step " + std::to_string(e.step) + " in " + o_.ckpt;
+            std::string newest = newest_checkpoint();
+            if (newest != "none") newest += " in " + o_.ckpt;
             std::cerr << kProg << ": stopped at step " << s_.step << " (" << reason
                       << "): fewer units than the elastic minimum are left; newest checkpoint: "
                       << newest << "\n";
@@ -564,8 +606,15 @@ private:
                 return Next::train_without_checkpoint;  // the step was just reloaded
             case Outcome::Stop:
                 if (b.value().reason == "below-min") return stop(stopped_after_loss(b.value().reason));
-                if (!o_.ckpt.empty())
-                    if (auto st = checkpoint(); !st) return stop(fail("checkpoint: " + st.error()));
+                if (!o_.ckpt.empty()) {
+                    // The state the job stops with must be on disk, or the restart loses steps.
+                    auto c = checkpoint();
+                    if (!c) return stop(fail("checkpoint: " + c.error()));
+                    if (!c.value().written)
+                        return stop(fail("stopping at step " + std::to_string(s_.step) +
+                                         ": its checkpoint was not written (" + c.value().why +
+                                         "); a restart resumes from the newest one, " + newest_checkpoint()));
+                }
                 return stop(0);
             case Outcome::Left:
                 return stop(0);
@@ -578,8 +627,20 @@ private:
     std::optional<int> periodic_checkpoint_or_term() {
         const bool periodic = o_.ckpt_every && s_.step % o_.ckpt_every == 0;
         const bool term = g_term && rt_.standalone();
-        if (!o_.ckpt.empty() && (periodic || term))
-            if (auto st = checkpoint(); !st) return fail("checkpoint: " + st.error());
+        if (!o_.ckpt.empty() && (periodic || term)) {
+            auto c = checkpoint();
+            if (!c) return fail("checkpoint: " + c.error());
+            if (!c.value().written) {
+                if (term)
+                    return fail("SIGTERM at step " + std::to_string(s_.step) + ": its checkpoint was not written (" +
+                                c.value().why + "); a restart resumes from the newest one, " + newest_checkpoint());
+                // A periodic checkpoint that failed costs only the steps since the newest one
+                // should the job need it; the next one tries again.
+                if (rt_.rank() == 0)
+                    std::cerr << kProg << ": checkpoint of step " << s_.step << " not written (" << c.value().why
+                              << "); training goes on; the newest checkpoint is " << newest_checkpoint() << "\n";
+            }
+        }
         if (!term) return std::nullopt;
         std::cerr << kProg << ": SIGTERM: stopped at step " << s_.step
                   << (o_.ckpt.empty() ? " (no --ckpt: state not saved)\n" : ", checkpoint written\n");

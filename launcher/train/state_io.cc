@@ -99,9 +99,13 @@ Status save_shard(const std::string &root, const TrainState &s, const StateRank 
     return w.value()->finish();
 }
 
+static std::string attempt_of(const TrainState &s) { return "g" + std::to_string(s.generation); }
+
+Status abandon_state(const std::string &root, const TrainState &s) { return ck::abandon(root, s.step, attempt_of(s)); }
+
 Result<std::string> commit_state(const std::string &root, const TrainState &s, int world) {
     ck::CommitOptions o;
-    o.attempt = "g" + std::to_string(s.generation);
+    o.attempt = attempt_of(s);
     return ck::commit(root, static_cast<std::uint32_t>(world), meta_of(s, world), o);
 }
 

@@ -47,6 +47,8 @@ struct StateRank {
 Status save_shard(const std::string &root, const TrainState &state, const StateRank &at);
 // Commits the checkpoint of step `state.step` written by `world` ranks; returns its path.
 Result<std::string> commit_state(const std::string &root, const TrainState &state, int world);
+// Removes the files of the checkpoint of s.step that will not be committed (a shard failed).
+Status abandon_state(const std::string &root, const TrainState &s);
 
 // The newest complete checkpoint under `root`, read for the rank `at` (any DP size and any MP
 // size: the slice's parameters and the rank's shard of its moments are read as ranges of the

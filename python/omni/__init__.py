@@ -45,6 +45,7 @@ from omni._omni import (  # noqa: F401  (the public API)
     Ledger,
     StateError,
     Workload,
+    abandon,
     allgather,
     allreduce,
     backend,

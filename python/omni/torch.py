@@ -37,6 +37,7 @@ import os
 import signal
 import socket
 import struct
+import sys
 
 import numpy as np
 import torch
@@ -359,7 +360,7 @@ class Job:
     def _checkpoint_due(self, kind):
         if (kind in ("continue", "reshaped") and self.ckpt and self.ckpt_every and
                 self.step_count % self.ckpt_every == 0):
-            self.save()
+            self.save(periodic=True)
 
     # ---- gradients ----------------------------------------------------------------------------
     def _fixed_accumulate(self):
@@ -436,7 +437,12 @@ class Job:
                                       "(give ckpt= and ckpt_every=)" % self.step_count)
         elif d.kind == omni.STOP:
             if self.ckpt:
-                self.save()
+                try:
+                    self.save()
+                except (omni.CheckpointError, OSError) as e:
+                    raise omni.CheckpointError("Job: stopping at step %d: its checkpoint was not written (%s); a "
+                                               "restart resumes from the newest one, %s" %
+                                               (self.step_count, e, self._newest())) from None
             self._finish()
         elif d.kind == omni.LEFT:
             self._finish(left=True)
@@ -535,9 +541,13 @@ class Job:
         self._broadcast_state()
 
     # ---- checkpoints --------------------------------------------------------------------------
-    def save(self):
+    def save(self, periodic=False):
         """Writes a checkpoint of the step (DP rank 0 writes, every rank waits), readable by
-        omni-ckpt, h5py and omni.ckpt.load_state_dict; returns its path on rank 0."""
+        omni-ckpt, h5py and omni.ckpt.load_state_dict; returns its path on rank 0. Should it
+        fail (a full file system, say), its files are removed, the earlier checkpoints and
+        `latest` stay as they were, and omni.CheckpointError (or OSError) is raised on rank
+        0; with periodic=True (the job's own every-ckpt_every checkpoints) a warning is
+        printed instead and training goes on, the next one trying again."""
         unknown = sorted(self.unchanged - set(self.model.state_dict()))
         if unknown:
             raise ValueError("Job.save(): job.unchanged names %s, which the model's state_dict does not hold" %
@@ -547,13 +557,30 @@ class Job:
             base = None
             if self.incremental and os.path.lexists(os.path.join(self.ckpt, "latest")):
                 base = os.path.realpath(os.path.join(self.ckpt, "latest"))
-            path = save_checkpoint(self.ckpt, self.step_count, self.state(), omni.data_save(),
-                                   generation=omni.generation(), world=self.world, seed=self.seed, base=base,
-                                   unchanged={"model/" + k for k in self.unchanged})
-            if not omni.standalone():
-                omni.checkpoint_done(self.step_count, path)
+            generation = omni.generation()
+            try:
+                path = save_checkpoint(self.ckpt, self.step_count, self.state(), omni.data_save(),
+                                       generation=generation, world=self.world, seed=self.seed, base=base,
+                                       unchanged={"model/" + k for k in self.unchanged})
+            except (omni.CheckpointError, OSError) as e:
+                try:
+                    omni.abandon(self.ckpt, self.step_count, attempt=str(generation))
+                except omni.CheckpointError as e2:
+                    print("omni.torch: removing the unwritten checkpoint of step %d: %s" % (self.step_count, e2),
+                          file=sys.stderr)
+                if not periodic:
+                    raise
+                print("omni.torch: checkpoint of step %d not written (%s); training goes on; the newest "
+                      "checkpoint is %s" % (self.step_count, e, self._newest()), file=sys.stderr, flush=True)
+            else:
+                if not omni.standalone():
+                    omni.checkpoint_done(self.step_count, path)
         dist.barrier(group=self.process_group)
         return path
+
+    def _newest(self):
+        latest = os.path.join(self.ckpt, "latest")
+        return os.path.basename(os.path.realpath(latest)) if os.path.lexists(latest) else "none"
 
     def _load_latest(self):
         try:
@@ -650,6 +677,13 @@ def save_checkpoint(root, step, state, ledger, generation=0, world=1, seed=0, ba
     referenced, not written; the tensors named in `unchanged` ("model/KEY") are referenced
     without being compared (the caller knows they did not change)."""
     w = omni.CheckpointWriter(root, step, 0, attempt=str(generation), base=base)
+    try:
+        return _write_checkpoint(w, root, step, state, ledger, generation, world, seed, base, unchanged)
+    finally:
+        w.close()  # at once, also after a failure: not whenever the traceback lets it go
+
+
+def _write_checkpoint(w, root, step, state, ledger, generation, world, seed, base, unchanged):
     shapes = {}
 
     def add(name, t):

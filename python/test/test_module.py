@@ -277,6 +277,18 @@ class D_Checkpoint(unittest.TestCase):
         np.testing.assert_array_equal(omni.CheckpointReader(path).read("w"), np.ones(4, np.float32))
         with self.assertRaisesRegex(ValueError, "meta key 'colour'"):
             omni.commit(self.dir, 1, meta={"colour": 1})
+        # abandon(): an attempt's files, never a committed checkpoint; a bad attempt name refused.
+        w = omni.CheckpointWriter(self.dir, 9, 0, attempt="g4")
+        w.add_tensor("x", np.arange(4, dtype=np.float32))
+        w.finish()
+        self.assertTrue(os.path.isdir(os.path.join(self.dir, ".step-0000000009.partial-g4")))
+        omni.abandon(self.dir, 9, attempt="g4")
+        self.assertFalse(os.path.exists(os.path.join(self.dir, ".step-0000000009.partial-g4")))
+        self.assertTrue(os.path.isdir(path))
+        with self.assertRaises(omni.InvalidArgument):
+            omni.abandon(self.dir, 9, attempt="../x")
+        with self.assertRaises((OverflowError, omni.InvalidArgument, TypeError, ValueError)):
+            omni.abandon(self.dir, -1)
         with self.assertRaises(omni.CheckpointError):
             omni.CheckpointReader(os.path.join(self.dir, "missing"))
 
