@@ -8,6 +8,7 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/tcp/loop.h>
+#include <gloo/transport/tcp/pair.h>
 #include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
 
@@ -182,6 +183,16 @@ private:
     };
     gloo::rendezvous::Store &inner_;
     LoopWaker &waker_;
+};
+
+// Gloo's way for a waiter to give up on a pair (what its own buffer timeouts call):
+// signalExceptionExternal fails every buffer pending on the pair, under the pair's lock, and
+// closes its socket, so the peer sees the connection end. It is protected; a pointer to it
+// named through a derived class is the standard way to reach it without patching Gloo.
+struct PairAbort : gloo::transport::tcp::Pair {
+    static void fail(gloo::transport::tcp::Pair &p, const std::string &why) {
+        (void)(p.*(&PairAbort::signalExceptionExternal))(why);
+    }
 };
 
 class GlooCommunicator final : public Communicator {
@@ -392,6 +403,17 @@ public:
             for (auto &b : ctl)
                 if (!b->waitSend(timeout_)) throw std::runtime_error("send aborted");
         });
+    }
+
+    void abort() override {
+        // Each pair's close waits for a turn of the device loop: wake it meanwhile.
+        waker_->start();
+        for (int p = 0; p < ctx_->size; ++p) {
+            if (p == ctx_->rank) continue;
+            auto *pair = dynamic_cast<gloo::transport::tcp::Pair *>(ctx_->getPair(p).get());
+            if (pair) PairAbort::fail(*pair, "aborted: this generation is being left");
+        }
+        waker_->stop();
     }
 
     // The build is over: the loop may idle again (see LoopWaker).

@@ -256,6 +256,57 @@ TEST(GlooComm, MissingPeerTimesOut) {
     EXPECT_LT(took, std::chrono::seconds(20));
 }
 
+// A rank that hangs (stopped, not dead) keeps its sockets open, so its peers would wait in a
+// collective for the whole timeout. abort() from another thread ends their wait at once, and
+// the hung rank, when it comes back, finds its peers gone instead of a collective to join.
+TEST(GlooComm, AbortFromAnotherThreadEndsAPendingCollective) {
+    constexpr int n = 3, hung = 2;
+    gloo::rendezvous::HashStore store;
+    std::vector<std::unique_ptr<Communicator>> comms(n);
+    {
+        std::vector<std::thread> build;
+        for (int r = 0; r < n; ++r)
+            build.emplace_back([&, r] {
+                GlooOptions o;
+                o.timeout = std::chrono::milliseconds(20000);
+                auto c = make_gloo_communicator(store, r, n, o);
+                ASSERT_TRUE(c) << c.error();
+                comms[static_cast<std::size_t>(r)] = std::move(c).value();
+            });
+        for (auto &t : build) t.join();
+    }
+    for (const auto &c : comms) ASSERT_TRUE(c);
+    using Clock = std::chrono::steady_clock;
+    std::vector<std::string> errors(n);
+    std::vector<double> waited(n);
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < n; ++r) {
+        if (r == hung) continue;
+        ranks.emplace_back([&, r] {
+            std::vector<float> v(1024, 1.0f);
+            const auto t0 = Clock::now();
+            auto st = comms[static_cast<std::size_t>(r)]->allreduce(v.data(), v.size(), DType::fp32, ReduceOp::sum);
+            waited[static_cast<std::size_t>(r)] = std::chrono::duration<double>(Clock::now() - t0).count();
+            errors[static_cast<std::size_t>(r)] = st ? "" : st.error();
+        });
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // both are waiting for rank 2
+    for (int r = 0; r < n; ++r)
+        if (r != hung) comms[static_cast<std::size_t>(r)]->abort();
+    for (auto &t : ranks) t.join();
+    for (int r = 0; r < n; ++r) {
+        if (r == hung) continue;
+        EXPECT_NE(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
+        EXPECT_LT(waited[static_cast<std::size_t>(r)], 5.0) << "rank " << r << " waited for the timeout";
+        std::int64_t x = 1;  // and so does every later operation
+        EXPECT_FALSE(comms[static_cast<std::size_t>(r)]->allreduce(&x, 1, DType::i64, ReduceOp::sum).ok());
+    }
+    std::int64_t x = 1;
+    const auto t0 = Clock::now();
+    EXPECT_FALSE(comms[hung]->allreduce(&x, 1, DType::i64, ReduceOp::sum).ok());
+    EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 5.0);
+}
+
 TEST(Bf16, RoundsToNearestEven) {
     EXPECT_EQ(float_to_bf16(1.0f), 0x3f80);
     EXPECT_EQ(bf16_to_float(0x3f80), 1.0f);
