@@ -326,16 +326,24 @@ private:
         return reopen_metrics();
     }
 
-    // Every rank writes its shard, then rank 0 commits once all are written.
-    omni::Status checkpoint() {
+    // Every rank writes its shard, then rank 0 commits once all are written. `peer`: set when
+    // a barrier failed (a rank was lost meanwhile: the lost-rank path, not a fatal error).
+    omni::Status checkpoint(bool *peer = nullptr) {
+        // A rank declared lost while it was stopped writes nothing (Runtime::check_member).
+        if (auto st = rt_.check_member(); !st) return st;
         s_.generation = rt_.generation();
         s_.ledger_json = rt_.ledger()->serialise();
         s_.data_epoch = rt_.ledger()->epoch();
         s_.data_seed = rt_.ledger()->config().seed;
         const int rank = static_cast<int>(rt_.rank()), world = static_cast<int>(rt_.world());
         if (auto st = save_shard(o_.ckpt, s_, state_rank()); !st) return st;
+        const auto barrier = [&] {
+            auto st = rt_.world_comm().barrier();
+            if (!st && peer) *peer = true;
+            return st;
+        };
         // Every rank of the generation, every MP index: on host buffers whatever the backend.
-        if (auto st = rt_.world_comm().barrier(); !st) return st;
+        if (auto st = barrier(); !st) return st;
         if (rank == 0) {
             auto c = commit_state(o_.ckpt, s_, world);
             if (!c) return omni::Error{c.error()};
@@ -344,7 +352,7 @@ private:
                 if (auto st = rt_.note_checkpoint(s_.step, c.value()); !st)
                     std::cerr << kProg << ": telling the coordinator of the checkpoint: " << st.error() << "\n";
         }
-        return rt_.world_comm().barrier();
+        return barrier();
     }
 
     // The job stops because ranks were lost and too few are left: the lost ranks' optimizer
@@ -479,6 +487,8 @@ private:
 
     // The step's line in --sample-log and --metrics.
     omni::Status record_step(const StepResult &r) {
+        // A rank declared lost while it was stopped must not add lines (Runtime::check_member).
+        if (auto st = rt_.check_member(); !st) return st;
         if (sample_log_.is_open()) {
             sample_log_ << s_.step << " " << rt_.generation() << r.indices << "\n" << std::flush;
             if (!sample_log_) return omni::make_error("--sample-log " + o_.sample_log + ": write failed");
@@ -578,8 +588,16 @@ private:
     std::optional<int> periodic_checkpoint_or_term() {
         const bool periodic = o_.ckpt_every && s_.step % o_.ckpt_every == 0;
         const bool term = g_term && rt_.standalone();
-        if (!o_.ckpt.empty() && (periodic || term))
-            if (auto st = checkpoint(); !st) return fail("checkpoint: " + st.error());
+        if (!o_.ckpt.empty() && (periodic || term)) {
+            bool peer = false;
+            if (auto st = checkpoint(&peer); !st) {
+                if (!peer || rt_.standalone()) return fail("checkpoint: " + st.error());
+                // A rank was lost in the middle of the checkpoint (left uncommitted): as after
+                // a failed step, the survivors meet at the boundary and rewind.
+                if (after_failed_step(st) == Next::exit) return exit_code_;
+                return std::nullopt;
+            }
+        }
         if (!term) return std::nullopt;
         std::cerr << kProg << ": SIGTERM: stopped at step " << s_.step
                   << (o_.ckpt.empty() ? " (no --ckpt: state not saved)\n" : ", checkpoint written\n");
