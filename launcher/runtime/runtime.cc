@@ -1064,6 +1064,9 @@ Result<BoundaryResult> Runtime::boundary(std::uint64_t step) {
         held = std::move(h).value();
     }
     if (!new_rank) {
+        // No longer a member: its heartbeats would be refused. Before the lock, which the
+        // heartbeat thread may be waiting for.
+        liveness_.reset();
         std::lock_guard<std::mutex> lock(comm_mu_);
         nccl_.reset();
         dp_control_.reset();
