@@ -79,6 +79,13 @@ public:
                             const std::vector<PeerRecv> &recvs) = 0;
     // How many peers exchange() reads from with a same-host copy (see SameHostCopy).
     virtual int same_host_peers() const { return 0; }
+    // From any thread, while another may be inside an operation: makes the pending
+    // operation and every later one fail at once, and closes the connections so that the
+    // peers' operations fail too. For leaving a generation whose member hangs (stopped, not
+    // dead: its sockets stay open, so nothing else would fail before the timeout). The
+    // object must stay alive until the call returns. Gloo does this; NCCL and the single-rank
+    // communicator ignore it (an NCCL communicator is aborted by the rewind itself).
+    virtual void abort() {}
 };
 
 // exchange() between ranks on one kernel: the receiver copies from the sender's memory

@@ -8,6 +8,7 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/tcp/loop.h>
+#include <gloo/transport/tcp/address.h>
 #include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
 
@@ -30,6 +31,7 @@
 
 #include "comm/bf16.h"
 #include "comm/comm.h"
+#include "comm/pair_sockets.h"
 #include "comm/same_host.h"
 #include "coord/log.h"
 
@@ -394,6 +396,13 @@ public:
         });
     }
 
+    // Shuts the pairs' sockets down (pair_sockets.h): Gloo's loop reads end-of-file on each
+    // and fails every operation pending on it, here and at the peer.
+    void abort() override {
+        if (!pair_sockets_.empty()) (void)shutdown_sockets(pair_sockets_);
+    }
+    void set_pair_sockets(std::set<ino_t> s) { pair_sockets_ = std::move(s); }
+
     // The build is over: the loop may idle again (see LoopWaker).
     void built() { waker_->stop(); }
 
@@ -477,6 +486,7 @@ private:
     std::shared_ptr<gloo::transport::Device> device_;
     std::unique_ptr<LoopWaker> waker_;
     std::chrono::milliseconds timeout_;
+    std::set<ino_t> pair_sockets_;   // what abort() shuts down; empty: abort does nothing
     std::uint32_t tag_ = 1;
     std::vector<char> scratch_;
     bool fail_reads_ = false;
@@ -549,6 +559,28 @@ private:
     }
 };
 
+// The sockets of ctx's pairs (pair_sockets.h): the connected TCP sockets on this rank's
+// address that appeared since `before`, one a peer. Any other count (a thread of this process
+// opened a socket on that address meanwhile) leaves none: abort() then does nothing and a
+// pending operation ends at its timeout, as it did before abort() existed.
+std::set<ino_t> pair_sockets_of(gloo::Context &ctx, const std::set<ino_t> &before) {
+    if (ctx.size < 2) return {};
+    const int peer = ctx.rank == 0 ? 1 : 0;
+    const auto *addr = dynamic_cast<const gloo::transport::tcp::Address *>(&ctx.getPair(peer)->address());
+    if (!addr) return {};
+    std::set<ino_t> fresh;
+    for (ino_t i : socket_inodes())
+        if (!before.count(i)) fresh.insert(i);
+    auto mine = connected_tcp_on(fresh, addr->getSockaddr());
+    if (mine.size() == static_cast<std::size_t>(ctx.size - 1)) return mine;
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true))
+        log_line(LogLevel::Info, "libomni",
+                 "found " + std::to_string(mine.size()) + " sockets for " + std::to_string(ctx.size - 1) +
+                     " Gloo pairs: a hung peer's collectives end at their timeout, not when it is declared lost");
+    return {};
+}
+
 // One communicator build: a device, its waker, and `connect(context, waker)`, which makes the
 // full mesh; everything else (the waker's life, teardown on failure, the same-host probe) is
 // shared by both rendezvous routes.
@@ -565,10 +597,12 @@ Result<std::unique_ptr<Communicator>> build_gloo(int rank, int size, const GlooO
         auto *tcp = dynamic_cast<gloo::transport::tcp::Device *>(device.get());
         if (tcp) waker->attach(*tcp);
         std::shared_ptr<Ctx> ctx;
+        std::set<ino_t> before;
         try {
             if (tcp) waker->start();
             ctx = std::make_shared<Ctx>(rank, size);
             ctx->setTimeout(options.timeout);
+            before = socket_inodes();
             connect(*ctx, device, *waker);
             // Still waking: the first messages below go over pairs the loop has just
             // started to watch.
@@ -585,6 +619,7 @@ Result<std::unique_ptr<Communicator>> build_gloo(int rank, int size, const GlooO
             throw;
         }
         auto comm = std::make_unique<GlooCommunicator>(ctx, std::move(device), std::move(waker), options);
+        comm->set_pair_sockets(pair_sockets_of(*ctx, before));
         auto st = comm->learn_same_host(options.same_host_copy != SameHostCopy::off);
         comm->built();
         if (!st)

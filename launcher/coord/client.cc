@@ -168,6 +168,17 @@ Status CoordinatorClient::ready(const std::string &id, std::uint64_t generation,
     return Status::success();
 }
 
+Result<HeartbeatAck> CoordinatorClient::heartbeat(const std::string &id, std::uint64_t generation,
+                                                  std::int64_t timeout_ms) {
+    Request r;
+    r.op = Op::Heartbeat;
+    r.id = id;
+    r.generation = generation;
+    auto rep = call(std::move(r), timeout_ms);
+    if (!rep) return Error{rep.error()};
+    return heartbeat_from_json(rep.value().body);
+}
+
 Status CoordinatorClient::kv_set(std::uint64_t generation, const std::string &key,
                                  const std::string &value, std::int64_t timeout_ms) {
     Request r;

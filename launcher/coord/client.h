@@ -47,6 +47,8 @@ public:
                               std::int64_t timeout_ms, BatchGeometry batch = {});
     // This rank's pause after the change that made `generation` is over (Protocol::ready).
     Status ready(const std::string &id, std::uint64_t generation, std::int64_t timeout_ms);
+    // A sign of life of member `id`, which runs in `generation` (Protocol::heartbeat).
+    Result<HeartbeatAck> heartbeat(const std::string &id, std::uint64_t generation, std::int64_t timeout_ms);
     Status kv_set(std::uint64_t generation, const std::string &key, const std::string &value,
                   std::int64_t timeout_ms);
     // Waits up to wait_ms for the key to exist (0: do not wait).

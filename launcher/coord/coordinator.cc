@@ -284,6 +284,8 @@ struct Coordinator::Impl {
             return;
         }
         case Op::Stop: {
+            if (!r.id.empty() && protocol.fenced(r.id))
+                return send(routing, error_reply(r.rid, "stop: '" + r.id + "' was declared lost and is fenced out"));
             auto res = protocol.request_stop(r.reason);
             if (!res) {
                 send(routing, error_reply(r.rid, res.error()));
@@ -307,7 +309,19 @@ struct Coordinator::Impl {
             send(routing, ok_reply(r.rid, {{"status", std::move(j)}}));
             return;
         }
+        case Op::Heartbeat: {
+            auto ack = protocol.heartbeat(r.id, r.generation, now);
+            if (!ack) return send(routing, error_reply(r.rid, ack.error()));
+            if (ack.value().fenced)
+                log_limited(LogLevel::Warning, "heartbeat from '" + r.id + "', lost in generation " +
+                                                   std::to_string(ack.value().fenced_generation) +
+                                                   ": fenced out, told to exit");
+            send(routing, ok_reply(r.rid, heartbeat_to_json(ack.value())));
+            return;
+        }
         case Op::Checkpoint:
+            if (!r.id.empty() && protocol.fenced(r.id))
+                return send(routing, error_reply(r.rid, "checkpoint: '" + r.id + "' was declared lost and is fenced out"));
             last_checkpoint = CheckpointNote{r.step, r.location, static_cast<std::int64_t>(::time(nullptr))};
             send(routing, ok_reply(r.rid));
             return;
@@ -350,7 +364,18 @@ struct Coordinator::Impl {
     }
 
     void expire(std::int64_t now) {
+        const std::size_t lost_before = protocol.lost_members().size();
         deliver(protocol.tick(now));
+        if (protocol.lost_members().size() > lost_before) {
+            // Declared lost for silence, and the survivors are not at the boundary yet: they
+            // hear it in their next heartbeat (the decision, once made, is logged too).
+            std::string ids;
+            for (const auto &id : protocol.lost_members()) ids += (ids.empty() ? "" : ", ") + id;
+            log_line(LogLevel::Warning, kComponent,
+                     "generation " + std::to_string(protocol.generation()) + ": silent for " +
+                         std::to_string(cfg.protocol.liveness_timeout_ms) + " ms, lost: " + ids +
+                         "; waiting for the survivors at the boundary");
+        }
         for (auto it = kv_waiters.begin(); it != kv_waiters.end();) {
             if (now >= it->second.deadline) {
                 send(it->second.routing, error_reply(it->second.rid, "timeout waiting for key(s) in generation " +

@@ -93,7 +93,8 @@ Status validate(const ProtocolConfig &c) {
                           u(c.min_units) + ".." + u(c.max_units));
     if (std::uint64_t(c.max_units) * c.unit_size > kMaxWorld)
         return make_error("MAX units x unit size exceeds " + u(kMaxWorld) + " ranks");
-    if (c.boundary_timeout_ms <= 0 || c.formation_timeout_ms <= 0 || c.grow_wait_ms < 0)
+    if (c.boundary_timeout_ms <= 0 || c.formation_timeout_ms <= 0 || c.grow_wait_ms < 0 ||
+        c.liveness_timeout_ms < 0)
         return make_error("timeouts must be positive");
     return Status::success();
 }
@@ -136,6 +137,63 @@ void Protocol::generation_began(std::int64_t now_ms) {
     generation_since_ms_ = now_ms;
     ready_.clear();
     change_pause_ms_.reset();
+    // Every member was heard just now (its join or its boundary), and the silence of a rank
+    // that left counts no longer.
+    last_seen_.clear();
+    for (const auto &m : layout_.members) last_seen_[m.id] = now_ms;
+}
+
+void Protocol::seen(std::string_view id, std::int64_t now_ms) {
+    if (auto it = last_seen_.find(id); it != last_seen_.end()) it->second = std::max(it->second, now_ms);
+}
+
+Status Protocol::refuse_fenced(const char *op, std::string_view id) const {
+    auto it = fenced_.find(id);
+    if (it == fenced_.end()) return Status::success();
+    return make_error(std::string(op) + ": '" + std::string(id) + "' was declared lost in generation " +
+                      u(it->second) + " and is fenced out");
+}
+
+void Protocol::mark_lost(std::string_view id) {
+    lost_.emplace(id);
+    arrived_.erase(std::string(id));
+    fenced_.emplace(std::string(id), layout_.generation);
+}
+
+bool Protocol::declare_silent_lost(std::int64_t now_ms) {
+    bool any = false;
+    for (const auto &m : layout_.members) {
+        auto it = last_seen_.find(m.id);
+        if (lost_.count(m.id) || it == last_seen_.end() || now_ms - it->second < cfg_.liveness_timeout_ms) continue;
+        mark_lost(m.id);
+        any = true;
+    }
+    return any;
+}
+
+Result<HeartbeatAck> Protocol::heartbeat(std::string_view id, std::uint64_t generation, std::int64_t now_ms) {
+    (void)generation;  // the rank's own view; what it abandons is named in the ack
+    HeartbeatAck ack;
+    ack.timeout_ms = cfg_.liveness_timeout_ms;
+    // About 8 heartbeats a timeout, so that one late one never costs a rank its place.
+    ack.interval_ms = cfg_.liveness_timeout_ms > 0 ? std::clamp<std::int64_t>(cfg_.liveness_timeout_ms / 8, 50, 1000)
+                                                   : 5000;
+    if (auto it = fenced_.find(id); it != fenced_.end()) {
+        ack.fenced = true;
+        ack.fenced_generation = it->second;
+        return ack;
+    }
+    if (const Member *me = layout_.find(id); me && phase_ != Phase::Forming) {
+        seen(id, now_ms);
+        if (phase_ == Phase::Running && !lost_.empty()) {
+            ack.abandon_generation = layout_.generation;
+            for (const auto &m : layout_.members)
+                if (m.unit == me->unit && lost_.count(m.id)) ack.unit_lost = true;
+        }
+        return ack;
+    }
+    if (pending_.count(id)) return ack;
+    return make_error("heartbeat: '" + std::string(id) + "' is neither a member nor a joiner of the job");
 }
 
 std::vector<Delivery> Protocol::form(const std::vector<std::uint32_t> &units,
@@ -176,6 +234,7 @@ Result<std::vector<Delivery>> Protocol::join(std::string_view id, std::uint32_t 
         return make_error("join: slot " + u(slot) + " is outside 0.." + u(cfg_.unit_size - 1) +
                           " (unit size " + u(cfg_.unit_size) + ")");
     if (phase_ == Phase::Stopped) return make_error("join: the job is stopping");
+    if (auto st = refuse_fenced("join", id); !st) return Error{st.error()};
     if (const Member *m = layout_.find(id)) {
         // A member repeating its join (the formation reply was lost) gets that reply again.
         if (m->unit == unit && m->slot == slot && last_ &&
@@ -225,6 +284,8 @@ bool Protocol::feasible(std::size_t units) const {
 Result<std::vector<Delivery>> Protocol::boundary(std::string_view id, std::uint64_t generation,
                                                  std::uint64_t step, std::int64_t now_ms,
                                                  BatchGeometry batch) {
+    // Before the repeat below: a lost member must not get the decision that dropped it.
+    if (auto st = refuse_fenced("boundary", id); !st) return Error{st.error()};
     // A repeated request for the boundary that was decided last gets the same decision.
     if (last_ && last_->generation == generation && generation > 0 && last_->step == step &&
         last_members_.count(id))
@@ -236,9 +297,6 @@ Result<std::vector<Delivery>> Protocol::boundary(std::string_view id, std::uint6
                           " is not the current generation " + u(layout_.generation));
     if (!layout_.find(id))
         return make_error("boundary: '" + std::string(id) + "' is not a member of generation " +
-                          u(layout_.generation));
-    if (lost_.count(id))
-        return make_error("boundary: '" + std::string(id) + "' was declared lost in generation " +
                           u(layout_.generation));
     if ((batch.global_batch == 0) != (batch.micro_batch == 0) ||
         (batch.global_batch != 0 && batch.global_batch % batch.micro_batch != 0))
@@ -265,6 +323,7 @@ Result<std::vector<Delivery>> Protocol::boundary(std::string_view id, std::uint6
                           u(layout_.generation));
     }
     if (!batch_) batch_ = batch;
+    seen(id, now_ms);
     arrived_.emplace(id);
     if (arrived_.size() + lost_.size() == layout_.members.size()) return decide(now_ms);
     return std::vector<Delivery>{};
@@ -278,8 +337,7 @@ Result<std::vector<Delivery>> Protocol::lost(std::string_view id, std::int64_t n
     }
     if (phase_ != Phase::Running || !layout_.find(id))
         return make_error("lost: '" + std::string(id) + "' is not a member of the current generation");
-    lost_.emplace(id);
-    arrived_.erase(std::string(id));
+    mark_lost(id);
     if (arrived_.size() + lost_.size() == layout_.members.size()) return decide(now_ms);
     return std::vector<Delivery>{};
 }
@@ -303,10 +361,16 @@ std::vector<Delivery> Protocol::tick(std::int64_t now_ms) {
         last_ = last_change_ = d;
         return out;
     }
+    // A silent member is lost now, not at a boundary that its peers, waiting for it in a
+    // collective, would never reach. Survivors at the boundary already get the decision;
+    // the others come when their heartbeats tell them (HeartbeatAck::abandon_generation).
+    if (phase_ == Phase::Running && cfg_.liveness_timeout_ms > 0 && declare_silent_lost(now_ms) &&
+        arrived_.size() + lost_.size() == layout_.members.size())
+        return decide(now_ms);
     if (phase_ == Phase::Running && boundary_step_ &&
         now_ms - boundary_since_ms_ >= cfg_.boundary_timeout_ms) {
         for (const auto &m : layout_.members)
-            if (!arrived_.count(m.id)) lost_.insert(m.id);
+            if (!arrived_.count(m.id) && !lost_.count(m.id)) mark_lost(m.id);
         return decide(now_ms);
     }
     return {};
@@ -315,9 +379,12 @@ std::vector<Delivery> Protocol::tick(std::int64_t now_ms) {
 std::optional<std::int64_t> Protocol::next_deadline() const {
     if (phase_ == Phase::Forming && forming_since_ms_ >= 0)
         return forming_since_ms_ + cfg_.formation_timeout_ms;
-    if (phase_ == Phase::Running && boundary_step_)
-        return boundary_since_ms_ + cfg_.boundary_timeout_ms;
-    return std::nullopt;
+    std::optional<std::int64_t> t;
+    if (phase_ == Phase::Running && boundary_step_) t = boundary_since_ms_ + cfg_.boundary_timeout_ms;
+    if (phase_ == Phase::Running && cfg_.liveness_timeout_ms > 0)
+        for (const auto &[id, at] : last_seen_)
+            if (!lost_.count(id)) t = std::min(t.value_or(at + cfg_.liveness_timeout_ms), at + cfg_.liveness_timeout_ms);
+    return t;
 }
 
 std::vector<Delivery> Protocol::decide(std::int64_t now_ms) {
@@ -544,6 +611,8 @@ Result<std::vector<Delivery>> Protocol::request_stop(std::string_view reason) {
 }
 
 Status Protocol::ready(std::string_view id, std::uint64_t generation, std::int64_t now_ms) {
+    if (auto st = refuse_fenced("ready", id); !st) return st;
+    seen(id, now_ms);
     if (generation != layout_.generation || phase_ != Phase::Running) return Status::success();
     if (!layout_.find(id))
         return make_error("ready: '" + std::string(id) + "' is not a member of generation " +

@@ -19,6 +19,16 @@
 //    the launcher reports dead (lost()), is lost; its whole unit is dropped at that boundary
 //    (an unplanned reshape with rewind = true: survivors restore the last checkpoint).
 //    Below `min_units` the decision is STOP.
+//  - Liveness (liveness_timeout_ms > 0): members send heartbeat() from a thread of their own
+//    (runtime/liveness.h), and any request counts as one. A member silent for the timeout is
+//    lost at once, with no boundary in progress: a stopped (SIGSTOP) or hung process keeps
+//    its TCP connections open, so its peers wait for it inside a collective and never reach
+//    the boundary whose timeout would catch it. The survivors learn of the loss from their
+//    heartbeat replies (abandon), leave their collectives and meet at the boundary, which
+//    answers REWIND as for any loss.
+//  - Fencing: a member declared lost is fenced out for good (ids are never reused): its
+//    join, boundary, ready and heartbeat are refused, so a lost rank that comes back (SIGCONT)
+//    can change nothing and learns that it must exit.
 //  - A planned grow waits for complete joiner units (launched by omni-launch, pending here)
 //    and applies them when all the units it asked for are in, or after `grow_wait_ms` with
 //    whatever complete units are in; until then boundaries CONTINUE. With announce_planned,
@@ -149,6 +159,23 @@ struct ProtocolConfig {
     // nothing else changed (ranks allocate for their new ranges during that step, off the
     // pause). Losses apply at once. false: a planned change applies at the first boundary.
     bool announce_planned = false;
+    // A member that sent nothing (heartbeat or any other request) for this long is lost, at
+    // a boundary or not. 0: no liveness, members are lost only as above (omni-launch sets
+    // it to boundary_timeout_ms).
+    std::int64_t liveness_timeout_ms = 0;
+};
+
+// What a heartbeat tells a rank.
+struct HeartbeatAck {
+    // The rank was declared lost: it must stop, publish nothing and exit.
+    bool fenced = false;
+    std::uint64_t fenced_generation = 0;  // the generation it was lost from
+    // Members of `generation` are lost and the survivors wait for them: leave that
+    // generation's collectives and go to the boundary (0: nothing to abandon).
+    std::uint64_t abandon_generation = 0;
+    bool unit_lost = false;  // a rank of this rank's own unit is among them (its MP group)
+    std::int64_t timeout_ms = 0;   // the coordinator's liveness timeout
+    std::int64_t interval_ms = 0;  // how often to send heartbeats
 };
 Status validate(const ProtocolConfig &cfg);
 
@@ -214,7 +241,15 @@ public:
                                            BatchGeometry batch = {});
     // The launcher saw a rank die (task exit, node failure). Unknown ids are an error.
     Result<std::vector<Delivery>> lost(std::string_view id, std::int64_t now_ms);
-    // Timeouts: formation, boundaries that some members never reach, grow waits.
+    // A sign of life from `id`, which runs in `generation` (its own view: it may still be in
+    // the previous one). Pending joiners may send it too. Errors: an id the job does not know.
+    Result<HeartbeatAck> heartbeat(std::string_view id, std::uint64_t generation, std::int64_t now_ms);
+    // The members of the current generation lost since its last boundary decision.
+    const std::set<std::string, std::less<>> &lost_members() const { return lost_; }
+    // Whether `id` was declared lost (and so is fenced out).
+    bool fenced(std::string_view id) const { return fenced_.count(id) != 0; }
+    // Timeouts: formation, boundaries that some members never reach, silent members (with
+    // liveness), grow waits.
     std::vector<Delivery> tick(std::int64_t now_ms);
 
     // A member of `generation` has built its communicator and holds its state after the
@@ -293,6 +328,15 @@ private:
     // (step, time) of the last decided boundaries, for samples_per_s; changes by reason.
     std::deque<std::pair<std::uint64_t, std::int64_t>> decided_;
     std::map<std::string, std::uint64_t> changes_;
+    // Liveness: when each member of the current generation last sent anything; and the
+    // members ever declared lost, by the generation they were lost from (fenced out).
+    std::map<std::string, std::int64_t, std::less<>> last_seen_;
+    std::map<std::string, std::uint64_t, std::less<>> fenced_;
+    void seen(std::string_view id, std::int64_t now_ms);
+    Status refuse_fenced(const char *op, std::string_view id) const;
+    void mark_lost(std::string_view id);  // lost now, and fenced out for good
+    // Members silent for the liveness timeout become lost (no decision yet).
+    bool declare_silent_lost(std::int64_t now_ms);
 };
 
 }  // namespace omni::launcher

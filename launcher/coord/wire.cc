@@ -26,13 +26,14 @@ const std::vector<OpSpec> &op_specs() {
         {Op::Lost, "lost", {"id"}},
         {Op::Ready, "ready", {"id", "generation"}},
         {Op::Reshape, "reshape", {"units", "?leave", "?via", "?cause"}},
-        {Op::Stop, "stop", {"reason"}},
+        {Op::Stop, "stop", {"reason", "?id"}},
         {Op::Status, "status", {}},
         {Op::KvSet, "kv_set", {"generation", "key"}},
         {Op::KvGet, "kv_get", {"generation", "key", "timeout_ms"}},
         {Op::KvWait, "kv_wait", {"generation", "keys", "timeout_ms"}},
         {Op::KvAdd, "kv_add", {"generation", "key", "amount"}},
-        {Op::Checkpoint, "checkpoint", {"step", "?location"}},
+        {Op::Checkpoint, "checkpoint", {"step", "?location", "?id"}},
+        {Op::Heartbeat, "heartbeat", {"id", "generation"}},
     };
     return specs;
 }
@@ -276,7 +277,8 @@ std::string request_header(const Request &r) {
         if (r.batch.mp != 1) j["mp"] = r.batch.mp;
         break;
     case Op::Lost: j["id"] = r.id; break;
-    case Op::Ready: j["id"] = r.id; j["generation"] = r.generation; break;
+    case Op::Ready:
+    case Op::Heartbeat: j["id"] = r.id; j["generation"] = r.generation; break;
     case Op::Reshape:
         j["units"] = r.units;
         if (!r.leave.empty()) j["leave"] = r.leave;
@@ -286,8 +288,12 @@ std::string request_header(const Request &r) {
     case Op::Checkpoint:
         j["step"] = r.step;
         if (!r.location.empty()) j["location"] = r.location;
+        if (!r.id.empty()) j["id"] = r.id;
         break;
-    case Op::Stop: j["reason"] = r.reason; break;
+    case Op::Stop:
+        j["reason"] = r.reason;
+        if (!r.id.empty()) j["id"] = r.id;
+        break;
     case Op::Status: break;
     case Op::KvSet:
         j["generation"] = r.generation;
@@ -399,6 +405,34 @@ Result<Decision> decision_from_json(const json &j) {
             d.next.members.push_back({std::string(), d.next.units[r / unit_size], r % unit_size, r});
     }
     return d;
+}
+
+json heartbeat_to_json(const HeartbeatAck &a) {
+    return {{"fenced", a.fenced},
+            {"fenced_generation", a.fenced_generation},
+            {"abandon_generation", a.abandon_generation},
+            {"unit_lost", a.unit_lost},
+            {"timeout_ms", static_cast<std::uint64_t>(std::max<std::int64_t>(a.timeout_ms, 0))},
+            {"interval_ms", static_cast<std::uint64_t>(std::max<std::int64_t>(a.interval_ms, 0))}};
+}
+
+Result<HeartbeatAck> heartbeat_from_json(const json &j) {
+    // Checked as a decision is: a rank must not crash on a malformed reply.
+    if (!j.is_object()) return make_error("heartbeat reply: not an object");
+    HeartbeatAck a;
+    for (const char *f : {"fenced", "unit_lost"}) {
+        auto it = j.find(f);
+        if (it == j.end() || !it->is_boolean()) return make_error(std::string("heartbeat reply: '") + f + "' missing");
+        (std::string_view(f) == "fenced" ? a.fenced : a.unit_lost) = it->get<bool>();
+    }
+    auto fg = get_uint(j, "fenced_generation", UINT64_MAX), ag = get_uint(j, "abandon_generation", UINT64_MAX);
+    auto t = get_uint(j, "timeout_ms", kMaxWaitMs), i = get_uint(j, "interval_ms", kMaxWaitMs);
+    if (!fg || !ag || !t || !i) return make_error("heartbeat reply: bad generation or times");
+    a.fenced_generation = fg.value();
+    a.abandon_generation = ag.value();
+    a.timeout_ms = static_cast<std::int64_t>(t.value());
+    a.interval_ms = static_cast<std::int64_t>(i.value());
+    return a;
 }
 
 json status_to_json(const ProtocolStatus &s) {

@@ -12,12 +12,16 @@
 //   boundary  id, generation, step           -> {"decision": ...} once every member arrived
 //   lost      id                             -> {} (the launcher saw the rank die)
 //   ready     id, generation                 -> {} (the rank's pause after a change is over)
+//   heartbeat id, generation                 -> {"fenced", "fenced_generation",
+//             "abandon_generation", "unit_lost", "timeout_ms", "interval_ms"}
+//             (Protocol::heartbeat: a rank's sign of life, sent from a thread of its own)
 //   reshape   units [, leave]                -> {"target_units": K} (leave: unit ids)
-//   stop      reason                         -> {}
+//   stop      reason [, id]                  -> {} (id: the rank asking; refused when fenced)
 //   status                                   -> {"status": ...}
 //   kv_set    generation, key  + value frame -> {}
 //   kv_get    generation, key, timeout_ms    -> {} + value frame (waits up to timeout_ms)
 //   kv_wait   generation, keys, timeout_ms   -> {} once all keys exist
+//   checkpoint step [, location, id]         -> {} (id: the rank; refused when fenced)
 //   kv_add    generation, key, amount        -> {"value": V}: the key, read as a decimal
 //             integer (0 when absent), plus amount (a signed integer), stored back as
 //             decimal text, atomically (what a torch.distributed store's add needs)
@@ -52,14 +56,14 @@ constexpr std::int64_t kMaxWaitMs = 24LL * 3600 * 1000;
 constexpr std::size_t kSecretHexLength = 64;
 constexpr std::int64_t kMaxKvAdd = std::int64_t(1) << 62;  // |amount| and |value| of kv_add
 
-enum class Op { Join, Boundary, Lost, Ready, Reshape, Stop, Status, KvSet, KvGet, KvWait, KvAdd, Checkpoint };
+enum class Op { Join, Boundary, Lost, Ready, Reshape, Stop, Status, KvSet, KvGet, KvWait, KvAdd, Checkpoint, Heartbeat };
 const char *to_string(Op op);
 
 struct Request {
     Op op = Op::Status;
     std::uint64_t rid = 0;
     std::string secret;
-    std::string id;                 // join, boundary, lost, ready
+    std::string id;                 // join, boundary, lost, ready, heartbeat; stop, checkpoint (optional)
     std::uint32_t unit = 0, slot = 0;  // join
     std::uint64_t generation = 0;   // boundary, ready, kv_*
     std::uint64_t step = 0;         // boundary, checkpoint
@@ -95,6 +99,8 @@ nlohmann::json decision_to_json(const Decision &d);
 // members of `next` are rebuilt from the units with empty ids.
 Result<Decision> decision_from_json(const nlohmann::json &j);
 nlohmann::json status_to_json(const ProtocolStatus &s);
+nlohmann::json heartbeat_to_json(const HeartbeatAck &a);
+Result<HeartbeatAck> heartbeat_from_json(const nlohmann::json &j);
 
 // Coordinator endpoints are "tcp://A.B.C.D:PORT" with a literal IPv4 address: the
 // coordinator binds only to the job's node addresses, never to a wildcard or a name that

@@ -274,6 +274,8 @@ int run(int argc, char **argv) {
     cc.protocol.min_units = cfg.settings.min_units;
     cc.protocol.max_units = cfg.settings.max_units;
     cc.protocol.boundary_timeout_ms = cfg.options.boundary_timeout_ms;
+    // A rank silent this long (stopped, hung: no heartbeat) is lost too, at a boundary or not.
+    cc.protocol.liveness_timeout_ms = cfg.options.boundary_timeout_ms;
     cc.protocol.formation_timeout_ms = cfg.options.formation_timeout_ms;
     cc.protocol.grow_wait_ms = cfg.options.grow_wait_ms;
     cc.protocol.announce_planned = cfg.options.announce;

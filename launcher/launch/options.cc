@@ -39,8 +39,8 @@ po::options_description describe() {
                                                    "(node_exporter's textfile collector)")
         ("job-dir", po::value<std::string>(), "DIR: the job's private directory "
                                               "(default $OMNI_JOB_DIR, else /tmp/omni-UID/job-CLUSTER-JOBID)")
-        ("boundary-timeout", po::value<std::string>(), "SECONDS: a rank missing a boundary this "
-                                                       "long is lost (default 30)")
+        ("boundary-timeout", po::value<std::string>(), "SECONDS: a rank missing a boundary, or silent "
+                                                       "(no heartbeat: stopped, hung), this long is lost (default 30)")
         ("formation-timeout", po::value<std::string>(), "SECONDS: wait for the initial ranks "
                                                         "(default 120)")
         ("grow-wait", po::value<std::string>(), "SECONDS: a grow applies the complete joiner units "

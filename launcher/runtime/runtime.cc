@@ -20,6 +20,7 @@
 #include "coord/client.h"
 #include "coord/log.h"
 #include "coord/secret.h"
+#include "runtime/liveness.h"
 #include "runtime/mp_wireup.h"
 #include "runtime/solo.h"
 
@@ -110,6 +111,8 @@ void take_spare(std::vector<std::vector<float>> &spares, std::size_t i, std::vec
 Runtime::Runtime(const RuntimeOptions &o) : opts_(o) {}
 
 Runtime::~Runtime() {
+    // The heartbeat thread first: it may abort the communicators below.
+    liveness_.reset();
     // The communicators go before the stores and the client they rendezvoused through, and
     // before the PMIx session.
     nccl_.reset();
@@ -253,9 +256,11 @@ Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions &options,
         log_info("rank " + u(rt->rank_) + " of " + u(rt->world_) + " in generation " +
                  u(rt->generation_) + " once the announced change applies (unit " +
                  u(options.unit) + " slot " + u(options.slot) + ")");
+        if (auto st = rt->start_liveness(); !st) return Error{st.error()};
         return rt;
     }
     if (auto st = rt->admit(dec); !st) return Error{st.error()};
+    if (auto st = rt->start_liveness(); !st) return Error{st.error()};
     return rt;
 }
 
@@ -282,16 +287,70 @@ Error Runtime::usage_error(std::string message) {
     return Error{std::move(message)};
 }
 
+Status Runtime::start_liveness() {
+    Liveness::Hooks hooks;
+    hooks.generation = [this] { return live_generation_.load(); };
+    hooks.abandon = [this](std::uint64_t g, bool unit_lost) { abort_generation(g, unit_lost); };
+    auto l = Liveness::start(opts_.endpoint, opts_.secret, opts_.member_id, std::move(hooks));
+    if (!l) return make_error("the heartbeat to the coordinator at " + opts_.endpoint + ": " + l.error());
+    liveness_ = std::move(l).value();
+    return Status::success();
+}
+
+// On the heartbeat thread: the trainer's thread may be inside an operation on any of these.
+void Runtime::abort_generation(std::uint64_t generation, bool unit_lost) {
+    std::lock_guard<std::mutex> lock(comm_mu_);
+    if (live_generation_.load() != generation) return;  // the rank has moved on already
+    for (Communicator *c : {control_.get(), dp_control_.get()})
+        if (c) c->abort();
+    for (auto &[degree, c] : sp_)
+        if (c) c->abort();
+    // The MP group is the unit's: it is gone only with a rank of this unit.
+    if (unit_lost && mp_control_) mp_control_->abort();
+}
+
+bool Runtime::fenced() const { return liveness_ && liveness_->fenced(); }
+
+Error Runtime::fenced_error() {
+    fault_ = Fault::peer;
+    return Error{"member '" + opts_.member_id + "' was declared lost in generation " +
+                 u(liveness_ ? liveness_->fenced_generation() : generation_) +
+                 " and is fenced out: it must exit without writing anything"};
+}
+
+Status Runtime::check_member() {
+    if (opts_.standalone || !client_) return Status::success();
+    if (fenced()) return fenced_error();
+    if (!liveness_ || liveness_->lease_fresh()) return Status::success();
+    auto ack = client_->heartbeat(opts_.member_id, generation_, kStopRequestTimeoutMs);
+    if (!ack) {
+        fault_ = Fault::peer;
+        return make_error("confirming this rank's membership with the coordinator: " + ack.error());
+    }
+    if (ack.value().fenced) {
+        liveness_->note_fenced(ack.value().fenced_generation);
+        abort_generation(live_generation_.load(), true);
+        return fenced_error();
+    }
+    liveness_->note_ack();
+    return Status::success();
+}
+
 void Runtime::abandon_collectives() {
     if (opts_.standalone || (!control_ && !dp_control_)) return;
     log_info("generation " + std::to_string(generation_) +
              ": a collective failed; closing this rank's connections of the generation");
+    std::lock_guard<std::mutex> lock(comm_mu_);
+    drop_generation_comms();
+    abandoned_ = true;
+}
+
+void Runtime::drop_generation_comms() {
     sp_.clear();
     dp_control_.reset();
     control_.reset();
     dp_store_.reset();
     store_.reset();
-    abandoned_ = true;
 }
 
 Status Runtime::adopt(const Decision &d, std::uint32_t new_rank,
@@ -301,11 +360,11 @@ Status Runtime::adopt(const Decision &d, std::uint32_t new_rank,
     auto g = groups_of(d.next, opts_.unit, opts_.slot, opts_.mp);
     if (!g) return Error{g.error()};
     std::unique_ptr<Communicator> old_nccl = std::move(nccl_);
-    sp_.clear();
-    dp_control_.reset();
-    control_.reset();
-    dp_store_.reset();
-    store_.reset();
+    {
+        std::lock_guard<std::mutex> lock(comm_mu_);
+        drop_generation_comms();
+        live_generation_ = d.next.generation;
+    }
     generation_ = d.next.generation;
     world_ = d.next.world;
     layout_ = d.next;
@@ -317,6 +376,7 @@ Status Runtime::adopt(const Decision &d, std::uint32_t new_rank,
                                               nccl_grow ? old_nccl.get() : nullptr);
     old_nccl.reset();
     if (!c) return Error{c.error()};
+    std::lock_guard<std::mutex> lock(comm_mu_);
     store_ = std::move(c.value().store);
     dp_store_ = std::move(c.value().dp_store);
     control_ = std::move(c.value().control);
@@ -392,7 +452,10 @@ Result<Communicator *> Runtime::sp_comm(std::uint32_t degree) {
     if (!has_comm()) return usage_error("sp_comm: no communicator before start()");
     auto found = sp_.find(degree);
     if (found != sp_.end()) return found->second.get();
-    if (degree == 1) return (sp_[degree] = make_solo_communicator()).get();
+    if (degree == 1) {
+        std::lock_guard<std::mutex> lock(comm_mu_);
+        return (sp_[degree] = make_solo_communicator()).get();
+    }
     // The aligned block of this rank's MP index: its own keys in the generation's store, so
     // that blocks, degrees and MP indices rendezvous apart.
     const std::uint32_t block = groups_.dp_rank / degree;
@@ -405,6 +468,7 @@ Result<Communicator *> Runtime::sp_comm(std::uint32_t degree) {
         if (!c)
             return make_error("sp_comm: generation " + u(generation_) + ", the group of DP ranks " +
                               u(block * degree) + ".." + u(block * degree + degree - 1) + ": " + c.error());
+        std::lock_guard<std::mutex> lock(comm_mu_);
         return (sp_[degree] = std::move(c).value()).get();
     } catch (const std::exception &e) {
         return make_error("sp_comm: generation " + u(generation_) + ": " + e.what());
@@ -908,6 +972,7 @@ Result<BoundaryResult> Runtime::boundary(std::uint64_t step) {
         step_ = step;
         return finish(Outcome::Continue);
     }
+    if (fenced()) return fenced_error();
 
     if (!stop_requested_ && sigterm_arrived()) {
         if (auto st = request_stop("SIGTERM to rank " + u(rank_)); !st)
@@ -921,6 +986,9 @@ Result<BoundaryResult> Runtime::boundary(std::uint64_t step) {
     else batch.mp = opts_.mp;
     auto got = client_->boundary(opts_.member_id, generation_, step, opts_.boundary_timeout_ms, batch);
     if (!got) return make_error("boundary after step " + u(step) + ": " + got.error());
+    // A rank stopped long enough to be declared lost may find an old decision waiting in its
+    // socket when it resumes: it must not act on it (Liveness::lease_fresh).
+    if (auto st = check_member(); !st) return Error{st.error()};
     const Decision &d = got.value();
     step_ = step;
     res.reason = d.reason;
@@ -996,6 +1064,10 @@ Result<BoundaryResult> Runtime::boundary(std::uint64_t step) {
         held = std::move(h).value();
     }
     if (!new_rank) {
+        // No longer a member: its heartbeats would be refused. Before the lock, which the
+        // heartbeat thread may be waiting for.
+        liveness_.reset();
+        std::lock_guard<std::mutex> lock(comm_mu_);
         nccl_.reset();
         dp_control_.reset();
         control_.reset();
@@ -1063,9 +1135,11 @@ Result<BoundaryResult> Runtime::boundary(std::uint64_t step) {
 Status Runtime::request_stop(const std::string &reason) {
     if (opts_.standalone) return usage_error("request_stop: a standalone rank has no job to stop");
     if (!client_) return usage_error("request_stop: not connected to the coordinator");
+    if (fenced()) return fenced_error();
     Request r;
     r.op = Op::Stop;
     r.reason = reason;
+    r.id = opts_.member_id;
     auto rep = client_->call(std::move(r), kStopRequestTimeoutMs);
     if (!rep) return Error{rep.error()};
     stop_requested_ = true;
@@ -1075,10 +1149,12 @@ Status Runtime::request_stop(const std::string &reason) {
 Status Runtime::note_checkpoint(std::uint64_t step, const std::string &location) {
     if (opts_.standalone) return usage_error("note_checkpoint: a standalone rank has no coordinator");
     if (!client_) return usage_error("note_checkpoint: not connected to the coordinator");
+    if (fenced()) return fenced_error();
     Request r;
     r.op = Op::Checkpoint;
     r.step = step;
     r.location = location;
+    r.id = opts_.member_id;
     auto rep = client_->call(std::move(r), kStopRequestTimeoutMs);
     if (!rep) return Error{rep.error()};
     return Status::success();

@@ -27,15 +27,26 @@
 // the coordinator; it lives as long as the unit, since units come and go whole. With M = 1,
 // comm() is every rank of the generation and mp_comm() a single-rank communicator.
 //
+// Liveness (runtime/liveness.h): under a coordinator a thread of the runtime's own sends
+// heartbeats. When the coordinator declares a hung member of this generation lost, that
+// thread aborts the generation's Gloo communicators (comm(), world_comm(), sp_comm(); mp_comm()
+// too when the lost rank is of this rank's unit), so a collective waiting for the hung rank
+// fails at once; the trainer goes to boundary() as after any failed collective, and gets
+// REWIND. A rank that was itself declared lost (stopped, then resumed) is fenced out: its
+// collectives fail, boundary() and check_member() fail (a peer fault), and it must exit
+// without writing anything. NCCL communicators are not aborted by that thread.
+//
 // A runtime is one rank; it is not thread-safe (the coordinator connection belongs to the
 // thread that uses it). Several runtimes may live in one process (the tests run ranks as
 // threads). Nothing here throws; errors name what failed.
 #ifndef OMNI_LAUNCHER_RUNTIME_H
 #define OMNI_LAUNCHER_RUNTIME_H
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -54,6 +65,7 @@ namespace omni::launcher {
 
 class CoordinatorClient;
 class CoordinatorStore;
+class Liveness;
 class PmixSession;
 
 enum class Outcome {
@@ -242,6 +254,15 @@ public:
     // standalone.
     Status note_checkpoint(std::uint64_t step, const std::string &location);
 
+    // Before a rank publishes anything outside the job (a checkpoint, a metrics line): an
+    // error (a peer fault) when this rank was declared lost and fenced out. Costs a round trip
+    // to the coordinator only when its heartbeats have not been acknowledged within half the
+    // liveness timeout, as after the process was stopped: then it asks. Success when
+    // standalone. A rank stopped between this call and its write can still write; storage
+    // that checks fencing itself is not built.
+    Status check_member();
+    bool fenced() const;
+
 private:
     struct Shard {
         std::vector<float> *storage;
@@ -288,6 +309,15 @@ private:
     std::unique_ptr<PmixSession> pmix_;
     const PmixSession *pmix_view_ = nullptr;  // create()'s, for connect_mp()
     std::unique_ptr<CoordinatorClient> client_;
+    std::unique_ptr<Liveness> liveness_;  // the heartbeat thread (under a coordinator)
+    // Taken by the heartbeat thread while it aborts communicators, and here wherever they
+    // are replaced or destroyed, so that it never aborts one being freed.
+    std::mutex comm_mu_;
+    std::atomic<std::uint64_t> live_generation_{0};  // generation_, for that thread
+    void abort_generation(std::uint64_t generation, bool unit_lost);
+    void drop_generation_comms();  // the generation's Gloo side (stores too); under comm_mu_
+    Status start_liveness();
+    Error fenced_error();
     std::unique_ptr<CoordinatorStore> store_;
     bool abandoned_ = false;                 // abandon_collectives() in this generation
     std::unique_ptr<Communicator> control_;  // Gloo (or solo): hand-off and host collectives

@@ -328,15 +328,18 @@ private:
 
     // Every rank writes its shard; then all of them learn whether every shard was written (a
     // sum of failures over the world), and rank 0 commits only then. A checkpoint that cannot
-    // be written (a full file system, say) is abandoned whole: its partial directory stays
-    // for gc, `latest` and the previous checkpoints are untouched, and every rank returns
-    // written = false at the same step, so the caller decides alike everywhere. Errors of the
-    // communicator are errors.
+    // be written (a full file system, say) is abandoned whole: its files are removed, `latest`
+    // and the previous checkpoints are untouched, and every rank returns written = false at
+    // the same step, so the caller decides alike everywhere. Errors of the communicator are
+    // errors; `peer` is set when one failed (a rank was lost meanwhile: the lost-rank path,
+    // not a fatal error).
     struct Saved {
         bool written = false;
         std::string why;   // this rank's own failure, or rank 0's commit failure
     };
-    omni::Result<Saved> checkpoint() {
+    omni::Result<Saved> checkpoint(bool *peer = nullptr) {
+        // A rank declared lost while it was stopped writes nothing (Runtime::check_member).
+        if (auto st = rt_.check_member(); !st) return omni::Error{st.error()};
         s_.generation = rt_.generation();
         s_.ledger_json = rt_.ledger()->serialise();
         s_.data_epoch = rt_.ledger()->epoch();
@@ -353,8 +356,10 @@ private:
         std::int64_t failed = st ? 0 : 1;
         if (auto c = rt_.world_comm().allreduce(&failed, 1, omni::launcher::DType::i64,
                                                 omni::launcher::ReduceOp::sum);
-            !c)
+            !c) {
+            if (peer) *peer = true;
             return omni::Error{c.error()};
+        }
         if (failed == 0 && rank == 0) {
             auto c = commit_state(o_.ckpt, s_, world);
             if (!c) {
@@ -379,7 +384,10 @@ private:
                 std::cerr << kProg << ": removing the unwritten checkpoint of step " << s_.step << ": " << a.error()
                           << "\n";
         }
-        if (auto b = rt_.world_comm().barrier(); !b) return omni::Error{b.error()};
+        if (auto b = rt_.world_comm().barrier(); !b) {
+            if (peer) *peer = true;
+            return omni::Error{b.error()};
+        }
         return out;
     }
 
@@ -521,6 +529,8 @@ private:
 
     // The step's line in --sample-log and --metrics.
     omni::Status record_step(const StepResult &r) {
+        // A rank declared lost while it was stopped must not add lines (Runtime::check_member).
+        if (auto st = rt_.check_member(); !st) return st;
         if (sample_log_.is_open()) {
             sample_log_ << s_.step << " " << rt_.generation() << r.indices << "\n" << std::flush;
             if (!sample_log_) return omni::make_error("--sample-log " + o_.sample_log + ": write failed");
@@ -628,8 +638,15 @@ private:
         const bool periodic = o_.ckpt_every && s_.step % o_.ckpt_every == 0;
         const bool term = g_term && rt_.standalone();
         if (!o_.ckpt.empty() && (periodic || term)) {
-            auto c = checkpoint();
-            if (!c) return fail("checkpoint: " + c.error());
+            bool peer = false;
+            auto c = checkpoint(&peer);
+            if (!c) {
+                if (!peer || rt_.standalone()) return fail("checkpoint: " + c.error());
+                // A rank was lost in the middle of the checkpoint (left uncommitted): as after
+                // a failed step, the survivors meet at the boundary and rewind.
+                if (after_failed_step(omni::Status(omni::Error{c.error()})) == Next::exit) return exit_code_;
+                return std::nullopt;
+            }
             if (!c.value().written) {
                 if (term)
                     return fail("SIGTERM at step " + std::to_string(s_.step) + ": its checkpoint was not written (" +

@@ -256,6 +256,69 @@ TEST(GlooComm, MissingPeerTimesOut) {
     EXPECT_LT(took, std::chrono::seconds(20));
 }
 
+// A rank that hangs (stopped, not dead) keeps its sockets open, so its peers would wait in a
+// collective for the whole timeout. abort() from another thread ends their wait at once, and
+// the hung rank, when it comes back, finds its peers gone instead of a collective to join.
+// Each rank is a process of its own, as in a job: abort() tells its pairs' sockets by those
+// that appeared in the process while it connected (pair_sockets.h).
+TEST(GlooComm, AbortFromAnotherThreadEndsAPendingCollective) {
+    constexpr int n = 3, hung = 2;
+    char dir[] = "/tmp/omni-gloo-abort.XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    int go[2];   // the hung rank waits on it, as if stopped, until the others are done
+    ASSERT_EQ(pipe(go), 0);
+    std::vector<pid_t> kids;
+    for (int r = 0; r < n; ++r) {
+        const pid_t pid = fork();
+        ASSERT_GE(pid, 0);
+        if (pid != 0) {
+            kids.push_back(pid);
+            continue;
+        }
+        close(go[1]);
+        gloo::rendezvous::FileStore store(dir);
+        GlooOptions o;
+        o.timeout = std::chrono::milliseconds(20000);
+        auto c = make_gloo_communicator(store, r, n, o);
+        if (!c) _exit(10);
+        Communicator &comm = *c.value();
+        using Clock = std::chrono::steady_clock;
+        if (r == hung) {
+            char b;
+            (void)!read(go[0], &b, 1);   // "stopped" until the parent writes or closes
+            std::int64_t x = 1;
+            const auto t0 = Clock::now();
+            const bool ok = comm.allreduce(&x, 1, DType::i64, ReduceOp::sum).ok();
+            _exit(ok ? 20 : (Clock::now() - t0 < std::chrono::seconds(5) ? 0 : 21));
+        }
+        std::thread stopper([&] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(300));  // it waits for rank 2 now
+            comm.abort();
+        });
+        std::vector<float> v(1024, 1.0f);
+        const auto t0 = Clock::now();
+        const bool ok = comm.allreduce(v.data(), v.size(), DType::fp32, ReduceOp::sum).ok();
+        const auto waited = Clock::now() - t0;
+        stopper.join();
+        if (ok) _exit(30);                                   // the collective cannot have completed
+        if (waited > std::chrono::seconds(5)) _exit(31);     // it waited for the timeout
+        std::int64_t x = 1;                                  // and so does every later operation
+        _exit(comm.allreduce(&x, 1, DType::i64, ReduceOp::sum).ok() ? 32 : 0);
+    }
+    close(go[0]);
+    for (int r = 0; r < n; ++r) {
+        if (r == hung) continue;
+        int status = 0;
+        ASSERT_EQ(waitpid(kids[static_cast<std::size_t>(r)], &status, 0), kids[static_cast<std::size_t>(r)]);
+        EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "rank " << r << ": status " << status;
+    }
+    close(go[1]);   // the hung rank comes back
+    int status = 0;
+    ASSERT_EQ(waitpid(kids[hung], &status, 0), kids[hung]);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the hung rank: status " << status;
+    std::filesystem::remove_all(dir);
+}
+
 TEST(Bf16, RoundsToNearestEven) {
     EXPECT_EQ(float_to_bf16(1.0f), 0x3f80);
     EXPECT_EQ(bf16_to_float(0x3f80), 1.0f);

@@ -342,6 +342,75 @@ TEST(Coordinator, GenerationsEndToEnd) {
     EXPECT_LE(ck["time"].get<std::int64_t>(), before + 5);
 }
 
+// Liveness over the wire: a member that stops sending is lost without any boundary, the
+// survivors' heartbeats say so, and the lost one is refused from then on (issue #46).
+TEST(Coordinator, SilentMemberIsLostAndFencedOut) {
+    CoordinatorConfig cfg;
+    cfg.bind = {"tcp://127.0.0.1:0"};
+    cfg.secret = kSecret;
+    cfg.protocol.unit_size = 1;
+    cfg.protocol.initial_units = cfg.protocol.max_units = 2;
+    cfg.protocol.min_units = 1;
+    cfg.protocol.boundary_timeout_ms = cfg.protocol.liveness_timeout_ms = 400;
+    auto started = Coordinator::start(cfg);
+    ASSERT_TRUE(started) << started.error();
+    auto &c = *started.value();
+    LogCapture log;
+    auto j0 = std::async(std::launch::async, [&] { return client(c)->join("r0", 0, 0, 5000); });
+    auto j1 = std::async(std::launch::async, [&] { return client(c)->join("r1", 1, 0, 5000); });
+    ASSERT_TRUE(j0.get() && j1.get());
+    auto r0 = client(c), r1 = client(c);
+    // r1 goes silent; r0 keeps sending and hears of the loss within the timeout and a tick.
+    const auto t0 = std::chrono::steady_clock::now();
+    std::optional<HeartbeatAck> told;
+    while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5)) {
+        auto a = r0->heartbeat("r0", 1, 2000);
+        ASSERT_TRUE(a) << a.error();
+        EXPECT_FALSE(a.value().fenced);
+        if (a.value().abandon_generation == 1) {
+            told = a.value();
+            break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ASSERT_TRUE(told);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(400 + 1000));
+    EXPECT_EQ(told->timeout_ms, 400);
+    auto s = status(*r0);
+    ASSERT_TRUE(s);
+    EXPECT_EQ(s.value().body["status"]["lost"], nlohmann::json::array({"r1"}));
+    EXPECT_TRUE(s.value().body["status"]["boundary_step"].is_null());
+    EXPECT_TRUE(log.contains("silent for 400 ms, lost: r1"));
+    auto d = r0->boundary("r0", 1, 3, 3000);
+    ASSERT_TRUE(d) << d.error();
+    EXPECT_TRUE(d.value().rewind);
+    EXPECT_EQ(d.value().next.world, 1u);
+    // r1 comes back: fenced, and nothing it sends is taken.
+    auto a = r1->heartbeat("r1", 1, 2000);
+    ASSERT_TRUE(a) << a.error();
+    EXPECT_TRUE(a.value().fenced);
+    EXPECT_EQ(a.value().fenced_generation, 1u);
+    auto b = r1->boundary("r1", 1, 3, 2000);
+    ASSERT_FALSE(b);
+    EXPECT_NE(b.error().find("fenced out"), std::string::npos) << b.error();
+    EXPECT_FALSE(r1->ready("r1", 1, 2000));
+    Request note;
+    note.op = Op::Checkpoint;
+    note.step = 3;
+    note.id = "r1";
+    EXPECT_FALSE(r1->call(note, 2000));
+    Request stop;
+    stop.op = Op::Stop;
+    stop.reason = "from a fenced rank";
+    stop.id = "r1";
+    EXPECT_FALSE(r1->call(stop, 2000));
+    s = status(*r0);
+    ASSERT_TRUE(s);
+    EXPECT_EQ(s.value().body["status"]["phase"], "running");
+    EXPECT_EQ(s.value().body["status"]["generation"], 2);
+    EXPECT_TRUE(s.value().body["status"]["last_checkpoint"].is_null());
+}
+
 TEST(Coordinator, KeyValueStore) {
     auto c = start(1, 1, 1);
     ASSERT_TRUE(c);

@@ -58,6 +58,19 @@ Protocol formed(const ProtocolConfig &c, std::uint32_t units) {
     return p;
 }
 
+// A decision that drops the ranks `lost` and rewinds, to generation 2 of `world` ranks.
+void expect_lost_rewind(const std::shared_ptr<const Decision> &decision, const std::vector<std::string> &lost,
+                        std::uint32_t world) {
+    if (!decision) return ADD_FAILURE() << "no decision";
+    const Decision &d = *decision;
+    EXPECT_EQ(d.kind, DecisionKind::Reshaped);
+    EXPECT_EQ(d.reason, "lost");
+    EXPECT_TRUE(d.rewind);
+    EXPECT_EQ(d.lost, lost);
+    EXPECT_EQ(d.next.world, world);
+    EXPECT_EQ(d.next.generation, 2u);
+}
+
 std::vector<Delivery> all_arrive(Protocol &p, std::uint64_t gen, std::uint64_t step,
                                  const std::vector<std::string> &ids, std::int64_t now = 10,
                                  BatchGeometry batch = {}) {
@@ -76,6 +89,9 @@ TEST(ProtocolConfig, Validation) {
     EXPECT_FALSE(validate(config(1, 1, 0, 4)));
     auto c = config(1, 1, 1, 1);
     c.boundary_timeout_ms = 0;
+    EXPECT_FALSE(validate(c));
+    c = config(1, 1, 1, 1);
+    c.liveness_timeout_ms = -1;
     EXPECT_FALSE(validate(c));
 }
 
@@ -141,7 +157,7 @@ TEST(Protocol, MembersJoinersAndLostRanksAreKeptApart) {
     EXPECT_TRUE(ok(p.lost("u1", 10)).empty());
     auto late = p.boundary("u1", 1, 1, 20);
     ASSERT_FALSE(late);
-    EXPECT_EQ(late.error(), "boundary: 'u1' was declared lost in generation 1");
+    EXPECT_EQ(late.error(), "boundary: 'u1' was declared lost in generation 1 and is fenced out");
 }
 
 // A stop asked for before generation 1 has formed reaches the ranks waiting for it at once.
@@ -277,17 +293,137 @@ TEST(Protocol, BoundaryTimeoutIsAnUnplannedShrink) {
     auto out = p.tick(2000);
     EXPECT_EQ(recipients(out), (std::set<std::string>{"u0", "u1"}));
     auto d = same_decision(out);
-    EXPECT_EQ(d->kind, DecisionKind::Reshaped);
-    EXPECT_EQ(d->reason, "lost");
-    EXPECT_TRUE(d->rewind);
-    EXPECT_EQ(d->lost, (std::vector<std::string>{"u2"}));
-    EXPECT_EQ(d->next.world, 2u);
-    EXPECT_EQ(d->next.generation, 2u);
-    // The slow rank shows up late: it learns it was dropped.
-    auto late = ok(p.boundary("u2", 1, 5, 2500));
-    ASSERT_EQ(late.size(), 1u);
-    EXPECT_EQ(late[0].decision.get(), d.get());
-    EXPECT_EQ(late[0].decision->next.find("u2"), nullptr);
+    expect_lost_rewind(d, {"u2"}, 2);
+    // The slow rank shows up late: it was fenced out, and is refused.
+    auto late = p.boundary("u2", 1, 5, 2500);
+    ASSERT_FALSE(late);
+    EXPECT_NE(late.error().find("declared lost in generation 1 and is fenced out"), std::string::npos) << late.error();
+}
+
+namespace {
+ProtocolConfig with_liveness(ProtocolConfig c, std::int64_t ms) {
+    c.liveness_timeout_ms = ms;
+    return c;
+}
+}  // namespace
+
+// A hung rank (issue #46): its peers wait for it inside a collective and never reach the
+// boundary, so only its silence can tell.
+TEST(Protocol, SilentMemberIsLostWithoutAnyBoundaryArrival) {
+    auto p = formed(with_liveness(config(1, 3, 1, 4), 1000), 3);  // every member seen at 0
+    EXPECT_EQ(p.next_deadline(), 1000);
+    for (std::int64_t t : {300, 600, 900}) {
+        for (const char *id : {"u0", "u1"}) {
+            auto a = p.heartbeat(id, 1, t);
+            ASSERT_TRUE(a) << a.error();
+            EXPECT_FALSE(a.value().fenced);
+            EXPECT_EQ(a.value().abandon_generation, 0u);
+            EXPECT_EQ(a.value().timeout_ms, 1000);
+            EXPECT_GT(a.value().interval_ms, 0);
+            EXPECT_LT(a.value().interval_ms, 1000 / 2);
+        }
+        EXPECT_TRUE(p.tick(t).empty());
+    }
+    EXPECT_TRUE(p.tick(999).empty());
+    EXPECT_TRUE(p.status().lost.empty());
+    // u2 said nothing for the timeout: lost, with nobody at a boundary (no decision yet).
+    EXPECT_TRUE(p.tick(1000).empty());
+    EXPECT_EQ(p.status().lost, (std::vector<std::string>{"u2"}));
+    EXPECT_FALSE(p.status().boundary_step);
+    // The survivors hear it in their heartbeats, leave their collective and come.
+    auto a = p.heartbeat("u0", 1, 1100);
+    ASSERT_TRUE(a) << a.error();
+    EXPECT_EQ(a.value().abandon_generation, 1u);
+    EXPECT_FALSE(a.value().unit_lost);
+    EXPECT_TRUE(ok(p.boundary("u0", 1, 7, 1150)).empty());
+    auto out = ok(p.boundary("u1", 1, 7, 1200));
+    EXPECT_EQ(recipients(out), (std::set<std::string>{"u0", "u1"}));
+    expect_lost_rewind(same_decision(out), {"u2"}, 2);
+    // The new generation has nothing to abandon.
+    a = p.heartbeat("u1", 2, 1300);
+    ASSERT_TRUE(a) << a.error();
+    EXPECT_EQ(a.value().abandon_generation, 0u);
+}
+
+// The lost rank comes back (SIGCONT): everything it says is refused, and its heartbeat
+// tells it so.
+TEST(Protocol, AFencedMemberIsRefused) {
+    auto p = formed(with_liveness(config(1, 3, 1, 4), 1000), 3);
+    (void)p.heartbeat("u0", 1, 900);
+    (void)p.heartbeat("u1", 1, 900);
+    (void)p.tick(1000);
+    EXPECT_TRUE(p.fenced("u2"));
+    EXPECT_FALSE(p.fenced("u0"));
+    // Refused even before the decision: it cannot join the boundary it was lost at.
+    auto early = p.boundary("u2", 1, 7, 1050);
+    ASSERT_FALSE(early);
+    EXPECT_NE(early.error().find("fenced out"), std::string::npos) << early.error();
+    (void)all_arrive(p, 1, 7, {"u0", "u1"}, 1100);
+    ASSERT_EQ(p.generation(), 2u);
+    auto a = p.heartbeat("u2", 1, 5000);
+    ASSERT_TRUE(a) << a.error();
+    EXPECT_TRUE(a.value().fenced);
+    EXPECT_EQ(a.value().fenced_generation, 1u);
+    auto b = p.boundary("u2", 1, 7, 5000);  // even the boundary that dropped it
+    ASSERT_FALSE(b);
+    EXPECT_NE(b.error().find("'u2' was declared lost in generation 1 and is fenced out"), std::string::npos)
+        << b.error();
+    EXPECT_FALSE(p.boundary("u2", 2, 8, 5000));
+    EXPECT_FALSE(p.ready("u2", 1, 5000));
+    EXPECT_FALSE(p.join("u2", 2, 0, 5000));
+    // Nothing it sent changed the job.
+    EXPECT_EQ(p.generation(), 2u);
+    EXPECT_EQ(p.status().world, 2u);
+    EXPECT_TRUE(p.status().lost.empty());
+    EXPECT_FALSE(p.heartbeat("stranger", 1, 5000));
+}
+
+TEST(Protocol, HeartbeatsKeepAMemberThatNeverReachesABoundary) {
+    auto p = formed(with_liveness(config(1, 2, 1, 2), 1000), 2);
+    for (std::int64_t t = 400; t <= 20000; t += 400) {
+        for (const char *id : {"u0", "u1"}) ASSERT_TRUE(p.heartbeat(id, 1, t));
+        EXPECT_TRUE(p.tick(t).empty());
+    }
+    EXPECT_TRUE(p.status().lost.empty());
+    // Any request counts as a sign of life: u1 at the boundary, u0 heartbeating.
+    (void)ok(p.boundary("u1", 1, 3, 20100));
+    (void)p.heartbeat("u0", 1, 20500);
+    EXPECT_TRUE(p.tick(20900).empty());
+    EXPECT_TRUE(p.status().lost.empty());
+}
+
+TEST(Protocol, WithoutLivenessSilenceIsNoLoss) {
+    auto p = formed(config(1, 2, 1, 2), 2);
+    EXPECT_FALSE(p.next_deadline());
+    EXPECT_TRUE(p.tick(1000000).empty());
+    EXPECT_TRUE(p.status().lost.empty());
+}
+
+// A silent rank takes its whole unit, and its unit's ranks are told their MP group is gone.
+TEST(Protocol, ASilentRankTellsItsUnitMatesTheirGroupIsGone) {
+    Protocol p(with_liveness(config(2, 2, 1, 2), 1000));
+    for (auto [id, unit, slot] : {std::tuple{"a0", 0u, 0u}, {"a1", 0u, 1u}, {"b0", 1u, 0u}, {"b1", 1u, 1u}})
+        (void)ok(p.join(id, unit, slot, 0));
+    for (const char *id : {"a0", "b0", "b1"}) (void)p.heartbeat(id, 1, 800);
+    (void)p.tick(1000);
+    EXPECT_EQ(p.status().lost, (std::vector<std::string>{"a1"}));
+    auto a0 = p.heartbeat("a0", 1, 1100), b0 = p.heartbeat("b0", 1, 1100);
+    ASSERT_TRUE(a0 && b0);
+    EXPECT_TRUE(a0.value().unit_lost);
+    EXPECT_FALSE(b0.value().unit_lost);
+    EXPECT_EQ(b0.value().abandon_generation, 1u);
+}
+
+TEST(Protocol, EverySilentMemberAtTheBoundaryIsDecidedAtOnce) {
+    auto p = formed(with_liveness(config(1, 3, 1, 3), 1000), 3);
+    (void)ok(p.boundary("u0", 1, 4, 100));
+    (void)ok(p.boundary("u1", 1, 4, 100));
+    (void)p.heartbeat("u0", 1, 600);
+    (void)p.heartbeat("u1", 1, 600);
+    // u2 is silent: lost at 1000, and the others are all at the boundary already.
+    auto out = p.tick(1000);
+    EXPECT_EQ(recipients(out), (std::set<std::string>{"u0", "u1"}));
+    expect_lost_rewind(same_decision(out), {"u2"}, 2);
 }
 
 TEST(Protocol, LostRankDropsItsWholeUnit) {

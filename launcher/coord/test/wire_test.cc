@@ -103,6 +103,44 @@ TEST(Wire, RoundTripThroughRequestHeader) {
               std::string::npos);
 }
 
+TEST(Wire, HeartbeatRequestAndReply) {
+    Request h;
+    h.op = Op::Heartbeat;
+    h.id = "unit-3";
+    h.generation = 7;
+    auto hb = parse(request_header(h));
+    ASSERT_TRUE(hb) << hb.error();
+    EXPECT_EQ(hb.value().op, Op::Heartbeat);
+    EXPECT_EQ(hb.value().id, "unit-3");
+    EXPECT_EQ(hb.value().generation, 7u);
+    EXPECT_NE(err(R"({"v":1,"op":"heartbeat","rid":1,"generation":1})").find("id"), std::string::npos);
+    // Fencing needs to know who reports a checkpoint or asks for a stop; the id is optional.
+    Request c;
+    c.op = Op::Checkpoint;
+    c.step = 4;
+    c.id = "unit-3";
+    auto cb = parse(request_header(c));
+    ASSERT_TRUE(cb) << cb.error();
+    EXPECT_EQ(cb.value().id, "unit-3");
+    HeartbeatAck a;
+    a.fenced = true;
+    a.fenced_generation = 3;
+    a.abandon_generation = 4;
+    a.unit_lost = true;
+    a.timeout_ms = 8000;
+    a.interval_ms = 1000;
+    auto back = heartbeat_from_json(heartbeat_to_json(a));
+    ASSERT_TRUE(back) << back.error();
+    EXPECT_TRUE(back.value().fenced);
+    EXPECT_EQ(back.value().fenced_generation, 3u);
+    EXPECT_EQ(back.value().abandon_generation, 4u);
+    EXPECT_TRUE(back.value().unit_lost);
+    EXPECT_EQ(back.value().timeout_ms, 8000);
+    EXPECT_EQ(back.value().interval_ms, 1000);
+    EXPECT_FALSE(heartbeat_from_json(nlohmann::json::object()));
+    EXPECT_FALSE(heartbeat_from_json(nlohmann::json::array()));
+}
+
 TEST(Wire, StatusCarriesTheChangePause) {
     ProtocolStatus s;
     EXPECT_TRUE(status_to_json(s).at("change_pause_ms").is_null());

@@ -36,7 +36,7 @@ int main(int argc, char **argv) {
     pc.initial_units = static_cast<std::uint32_t>(units.value());
     pc.min_units = 1;
     pc.max_units = static_cast<std::uint32_t>(std::max(units.value(), target.value()));
-    pc.boundary_timeout_ms = 20000;
+    pc.boundary_timeout_ms = pc.liveness_timeout_ms = 20000;  // as omni-launch sets them
     auto served = omni::launcher::test::serve_coordinator("runtime_coord_serve", argv[1], pc);
     if (!served) return 1;
     const std::string endpoint = served->endpoint;
