@@ -17,6 +17,7 @@ cd "$work"
 fs=$work/fs
 mkdir -p "$fs"
 mount -t tmpfs -o size=4m tmpfs "$fs" || skip "cannot mount a tmpfs here"
+# At exit the tmpfs goes first (already unmounted is fine), then the work directory.
 trap 'umount "$fs" 2>/dev/null || true; cleanup_work' EXIT
 py=/usr/bin/python3
 pkg=$top_build/python/pkg
@@ -66,7 +67,7 @@ wait \$pid" || { tail -30 "$t-full.out" >&2; fail "$t: the job with a full file 
     [ ! -e "$ck/$(printf 'step-%010d' $s)" ] || fail "$t: a checkpoint of step $s, due while the file system was full"
     grep -q "checkpoint of step $s not written" "$t-full.out" || fail "$t: no word that step $s was not written"
   done
-  partial=$(ls -a "$ck" | grep partial || true)
+  partial=$(ls -a "$ck" | grep partial || true)   # no match is the pass case; checked just below
   [ -z "$partial" ] || fail "$t: partial directories left behind: $partial"
   expect_eq "$t: latest" "$(readlink "$ck/latest")" step-0000000060
   "$top_build/ckpt/omni-ckpt" verify "$ck/latest" >/dev/null || fail "$t: the newest checkpoint does not verify"

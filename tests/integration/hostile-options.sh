@@ -80,6 +80,7 @@ note "$k hostile plugstack.conf arguments refused, the key named"
 # The daemons are alive and well: slurmctld answers, every node is idle (no slurmd down or
 # drained), and no daemon's log records a crash.
 scontrol ping | grep -q 'is UP' || fail "slurmctld does not answer: $(scontrol ping)"
+# No match is the pass case (every node well); the list is checked just below.
 bad_nodes=$(sinfo -h -N -p omni -o '%N %T' | grep -Ei 'down|drain|fail|unk|not_responding' || true)
 [ -z "$bad_nodes" ] || fail "nodes not well after the hostile input: $bad_nodes"
 while read -r f size; do
