@@ -12,9 +12,10 @@
  *     omni-release=HOSTLIST@UNIXTIME
  *
  * (the nodes Slurm itself would have released: for NumNodes=N the batch host and the first
- * N-1 other nodes stay, as slurmctld chooses). omni-launch looks at its job every few
- * seconds, drains the units on those nodes at the next step boundary and gives the nodes
- * back with `scontrol update NodeList=`, which then takes no unit step's node and passes
+ * N-1 other nodes stay, as slurmctld chooses), and sends SIGURG to the job's batch script
+ * (its process group: omni-launch, whose handler reads the job then; the signal's default
+ * action is to ignore it). omni-launch drains the units on those nodes at the next step
+ * boundary and gives the nodes back with `scontrol update NodeList=`, which then takes no unit step's node and passes
  * here untouched (clearing the record). Anything else passes untouched too: pending jobs,
  * growth, NumNodes=0 and ALL, NodeList= naming a node outside the job, and a shrink whose
  * nodes run no unit step (nothing to drain, so there is nothing to wait for).
@@ -30,6 +31,7 @@
 #include "config.h"
 
 #include <inttypes.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -364,6 +366,7 @@ extern int job_modify(job_desc_msg_t *job_desc, job_record_t *job_ptr,
 {
 	bitstr_t *taken;
 	char *names, *record = NULL;
+	int rc;
 
 #ifdef OMNI_JOB_MODIFY_ERR_MSG
 	(void) err_msg;
@@ -395,6 +398,16 @@ extern int job_modify(job_desc_msg_t *job_desc, job_record_t *job_ptr,
 	_set_record(job_ptr, record);
 	info(PREFIX "%pJ: shrink by uid %u deferred: omni-launch drains the units on %s at their next step boundary, then gives the nodes back",
 	     job_ptr, submit_uid, names);
+	/*
+	 * omni-launch learns of the record from this signal instead of reading the job every
+	 * few seconds (an idle job would cost slurmctld an RPC a second). job_signal() queues
+	 * the message to the batch host on slurmctld's agent and returns: nothing here waits.
+	 * A lost signal (the batch host's slurmd down) is caught by omni-launch's slow look.
+	 */
+	rc = job_signal(job_ptr, SIGURG, KILL_FULL_JOB | KILL_JOB_BATCH, 0, false);
+	if (rc != SLURM_SUCCESS)
+		info(PREFIX "%pJ: cannot tell omni-launch of the deferred shrink now (%s); it reads the record within minutes",
+		     job_ptr, slurm_strerror(rc));
 	/* The node change waits for omni-launch; the rest of the update applies. */
 	job_desc->min_nodes = NO_VAL;
 	job_desc->max_nodes = NO_VAL;

@@ -204,9 +204,9 @@ private:
     BackgroundLook<LiveJobs> satellites_look_;
     BackgroundLook<Result<JobInfo>> release_look_;
     std::int64_t preempt_polled_ms_ = 0;      // a satellite's look at its own job
-    // job_submit/omni's deferred shrinks (watch_release_request): the last record acted on,
-    // and when the job was last looked at.
+    // job_submit/omni's deferred shrinks (watch_release_request): the last record acted on.
     std::string release_handled_;
+    int release_news_read_ = 0;  // the SIGURG count the last look started after
     bool release_watch_ = true;  // off where slurmctld loads no job_submit/omni
     // The omni-ctl shrink running for a deferred shrink or the policy (one at a time), and
     // what it is for.
@@ -837,16 +837,24 @@ void Driver::watch_preemption() {
 }
 
 // A plain `scontrol update JobId=J NumNodes=N` (or NodeList=) that would take nodes where
-// units run: job_submit/omni (job_submit/job_submit_omni.c) keeps Slurm from applying it and
-// records the nodes in the job's SystemComment. omni-launch looks every few seconds and hands
-// the record to `omni-ctl shrink --nodes` (its units leave at the next boundary, then the
-// nodes go back to Slurm), one record at a time; a record it acted on is not acted on again
-// (the plugin writes a new one, with its time, for every request).
+// units run: job_submit/omni (job_submit/job_submit_omni.c) keeps Slurm from applying it,
+// records the nodes in the job's SystemComment and sends SIGURG to this process's group.
+// omni-launch reads the job then (and at start, and every kSafetyMs in case a signal was
+// lost: a slurmd down at that moment) and hands the record to `omni-ctl shrink --nodes`
+// (its units leave at the next boundary, then the nodes go back to Slurm), one record at a
+// time; a record it acted on is not acted on again (the plugin writes a new one, with its
+// time, for every request). A job read is three RPCs to slurmctld (the job, its nodes, the
+// federation): polled every 3 s, as it was, that made an idle job cost slurmctld 1 RPC/s.
 void Driver::watch_release_request() {
-    constexpr std::int64_t kEveryMs = 3000, kScontrolTimeoutMs = 10000;
+    constexpr std::int64_t kSafetyMs = 120000, kScontrolTimeoutMs = 10000;
     auto answer = release_look_.take();
     if (!release_watch_ || alloc_.job_id == 0 || shutdown_deadline_ || ctl_shrink_running()) return;
-    release_look_.start_every(mono_ms(), kEveryMs,
+    // News that came while a look was in flight may postdate what that look read: it is
+    // only used up by a look started after it.
+    const int news = cfg_.slurm_news ? cfg_.slurm_news->load() : 0;
+    const bool fresh = news != release_news_read_ && !release_look_.in_flight();
+    if (fresh) release_news_read_ = news;
+    release_look_.start_every(mono_ms(), fresh ? 0 : kSafetyMs,
                               [job_id = alloc_.job_id] { return load_job(job_id, kScontrolTimeoutMs); });
     if (!answer) return;
     const Result<JobInfo> &job = answer->value;

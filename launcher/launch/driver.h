@@ -41,6 +41,10 @@ struct DriverConfig {
     std::optional<PolicyOptions> policy;
     // plugstack.conf grow= (OMNI_SITE_GROW): auto, satellite or expand.
     std::string site_grow = "auto";
+    // Counted by omni-launch's SIGURG handler: job_submit/omni sends SIGURG to the batch
+    // script's process group when it records a deferred shrink, so that the job is read
+    // then rather than polled (null: only the slow safety look).
+    const std::atomic<int> *slurm_news = nullptr;
 };
 
 // Runs the job until every step has ended; returns omni-launch's exit status: the first

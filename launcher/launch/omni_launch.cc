@@ -43,11 +43,14 @@ constexpr std::int64_t kScontrolTimeoutMs = 10000;
 
 std::atomic<int> g_signals{0};
 std::atomic<int> g_last_signal{0};
+std::atomic<int> g_slurm_news{0};  // SIGURG: job_submit/omni recorded something (driver.h)
 
 extern "C" void on_signal(int sig) {
     g_last_signal.store(sig);
     g_signals.fetch_add(1);
 }
+
+extern "C" void on_slurm_news(int) { g_slurm_news.fetch_add(1); }
 
 const char *env(const char *name) { return std::getenv(name); }
 
@@ -92,6 +95,10 @@ void install_signal_handlers() {
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
     for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGUSR1}) ::sigaction(sig, &sa, nullptr);
+    // SIGURG is no request to stop: it only says "read the job now" (its default action is
+    // to ignore it, so the batch shell and the sruns in its process group are unaffected).
+    sa.sa_handler = on_slurm_news;
+    ::sigaction(SIGURG, &sa, nullptr);
 }
 
 // omni-launch --satellite, the batch script of a satellite job (launch/satellite.h): its
@@ -129,6 +136,7 @@ int run_satellite(DriverConfig &cfg) {
     log_line(LogLevel::Info, kComponent,
              std::string("satellite of job ") + (of ? of : "?") + ": units [" +
                  format_unit_list(cfg.satellite_units) + "] join the coordinator " + cfg.endpoint);
+    cfg.slurm_news = &g_slurm_news;
     return run_driver(cfg, g_signals, g_last_signal);
 }
 
@@ -304,6 +312,7 @@ int run(int argc, char **argv) {
                  std::to_string(cfg.settings.min_units) + ".." + std::to_string(cfg.settings.max_units) +
                  (cfg.alloc.nodes > 0 ? "; " + capacity_text(cfg.settings.capacity, cfg.alloc.nodes, cfg.settings.unit_size)
                                       : std::string()));
+    cfg.slurm_news = &g_slurm_news;
     int rc = run_driver(cfg, g_signals, g_last_signal);
     coord.value()->stop();
     // The job is over: nobody may talk to a coordinator of this job again.
