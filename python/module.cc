@@ -856,6 +856,21 @@ PYBIND11_MODULE(_omni, m) {
                     "checkpoint_done()");
           },
           py::arg("step"), py::arg("location") = py::none());
+    m.def("check_member", [] { check(omni_check_member(), "check_member()"); },
+          "Raises CommError when this rank was declared lost (stopped past the boundary timeout) and "
+          "is fenced out: it must exit without writing a checkpoint or metrics (omni_check_member).");
+    m.def("sockets_begin", [] { check(omni_sockets_begin(), "sockets_begin()"); },
+          "Before another library connects this generation's ranks (omni_sockets_begin).");
+    m.def("sockets_adopt",
+          [](py::handle expected) {
+              std::uint32_t n = 0;
+              check(omni_sockets_adopt(static_cast<std::uint32_t>(to_u64(expected, "expected", 0, UINT32_MAX)), &n),
+                    "sockets_adopt()");
+              return n;
+          },
+          py::arg("expected"),
+          "After it: its new connections are shut down when a peer is declared lost; returns how many "
+          "were adopted (0 unless exactly `expected` appeared; omni_sockets_adopt).");
     m.def("set_cuda_stream", [](py::handle stream) {
         const std::uint64_t s = stream.is_none() ? 0 : to_u64(stream, "stream", 0, UINT64_MAX);
         check(omni_set_cuda_stream(reinterpret_cast<void *>(static_cast<std::uintptr_t>(s))), "set_cuda_stream()");

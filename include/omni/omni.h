@@ -227,6 +227,26 @@ int omni_request_stop(const char *reason);
  * Errors: OMNI_EINVAL (location), OMNI_ESTATE (standalone, not initialised), OMNI_ECOMM. */
 int omni_checkpoint_done(uint64_t step, const char *location);
 
+/* Before this rank publishes anything outside the job (a checkpoint, a metrics line, a log
+ * the others read): OMNI_ECOMM when it was declared lost while it could not run (SIGSTOP, a
+ * stall longer than the boundary timeout) and is fenced out: it must exit without writing.
+ * A round trip to the coordinator only when its heartbeats have gone unacknowledged for half
+ * the timeout, as after such a stall; otherwise free. OMNI_OK when standalone. Errors:
+ * OMNI_ECOMM (fenced, or the coordinator did not answer), OMNI_ESTATE (not initialised). */
+int omni_check_member(void);
+
+/* The program's own connections of this generation (torch.distributed's Gloo group, say):
+ * omni_sockets_begin() before that library connects its ranks, omni_sockets_adopt() after.
+ * The connected TCP sockets that appeared in this process in between are shut down when a
+ * peer of the generation is declared lost, as libomni's own are, so that the library's
+ * collective waiting on a hung peer fails then (the loop recovers as from any failed
+ * collective) instead of at the library's own timeout. A count other than `expected` (the
+ * library's connections to its peers: world - 1 for a full mesh) adopts none, since another
+ * thread's socket may be among them; *adopted (may be NULL) says how many were. Forgotten at
+ * the next generation. Errors: OMNI_ESTATE (not initialised, or adopt without begin). */
+int omni_sockets_begin(void);
+int omni_sockets_adopt(uint32_t expected, uint32_t *adopted);
+
 /* Groups (OMNI_MP = M, libomni(3) LAYOUTS): a unit of N ranks holds N/M replicas of M ranks.
  *   OMNI_GROUP_DP     the data-parallel group: one rank per replica, the ranks holding this
  *                     rank's model-parallel slice (MP index slot % M); rebuilt at every

@@ -571,7 +571,8 @@ std::set<ino_t> pair_sockets_of(gloo::Context &ctx, const std::set<ino_t> &befor
     std::set<ino_t> fresh;
     for (ino_t i : socket_inodes())
         if (!before.count(i)) fresh.insert(i);
-    auto mine = connected_tcp_on(fresh, addr->getSockaddr());
+    const sockaddr_storage local = addr->getSockaddr();
+    auto mine = connected_tcp_on(fresh, &local);
     if (mine.size() == static_cast<std::size_t>(ctx.size - 1)) return mine;
     static std::atomic<bool> said{false};
     if (!said.exchange(true))

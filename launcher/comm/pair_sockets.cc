@@ -1,6 +1,7 @@
 #include "comm/pair_sockets.h"
 
 #include <dirent.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/stat.h>
 
@@ -46,7 +47,7 @@ std::set<ino_t> socket_inodes() {
     return out;
 }
 
-std::set<ino_t> connected_tcp_on(const std::set<ino_t> &fresh, const sockaddr_storage &local) {
+std::set<ino_t> connected_tcp_on(const std::set<ino_t> &fresh, const sockaddr_storage *local) {
     std::set<ino_t> out;
     each_socket([&](int fd, ino_t ino) {
         if (!fresh.count(ino)) return;
@@ -59,7 +60,53 @@ std::set<ino_t> connected_tcp_on(const std::set<ino_t> &fresh, const sockaddr_st
         socklen_t ml = sizeof me, pl = sizeof peer;
         if (::getsockname(fd, reinterpret_cast<sockaddr *>(&me), &ml) != 0) return;
         if (::getpeername(fd, reinterpret_cast<sockaddr *>(&peer), &pl) != 0) return;   // not connected
-        if (same_host(me, local)) out.insert(ino);
+        if (local ? same_host(me, *local) : (me.ss_family == AF_INET || me.ss_family == AF_INET6)) out.insert(ino);
+    });
+    return out;
+}
+
+namespace {
+std::string endpoint_text(const sockaddr_storage &a) {
+    char host[INET6_ADDRSTRLEN] = "?";
+    unsigned port = 0;
+    if (a.ss_family == AF_INET) {
+        const auto &v4 = reinterpret_cast<const sockaddr_in &>(a);
+        ::inet_ntop(AF_INET, &v4.sin_addr, host, sizeof host);
+        port = ntohs(v4.sin_port);
+        return std::string(host) + ":" + std::to_string(port);
+    }
+    const auto &v6 = reinterpret_cast<const sockaddr_in6 &>(a);
+    ::inet_ntop(AF_INET6, &v6.sin6_addr, host, sizeof host);
+    port = ntohs(v6.sin6_port);
+    return "[" + std::string(host) + "]:" + std::to_string(port);
+}
+}  // namespace
+
+std::string describe_sockets(const std::set<ino_t> &inodes) {
+    std::string out;
+    each_socket([&](int fd, ino_t ino) {
+        if (!inodes.count(ino)) return;
+        sockaddr_storage me{}, peer{};
+        socklen_t ml = sizeof me, pl = sizeof peer;
+        if (::getsockname(fd, reinterpret_cast<sockaddr *>(&me), &ml) != 0 ||
+            ::getpeername(fd, reinterpret_cast<sockaddr *>(&peer), &pl) != 0 ||
+            (me.ss_family != AF_INET && me.ss_family != AF_INET6))
+            return;
+        out += (out.empty() ? "" : " ") + endpoint_text(me) + "->" + endpoint_text(peer);
+    });
+    return out;
+}
+
+std::set<ino_t> not_connected_to(const std::set<ino_t> &inodes, const std::string &peer_text) {
+    std::set<ino_t> out;
+    each_socket([&](int fd, ino_t ino) {
+        if (!inodes.count(ino)) return;
+        sockaddr_storage peer{};
+        socklen_t pl = sizeof peer;
+        if (::getpeername(fd, reinterpret_cast<sockaddr *>(&peer), &pl) == 0 &&
+            (peer.ss_family == AF_INET || peer.ss_family == AF_INET6) && endpoint_text(peer) == peer_text)
+            return;
+        out.insert(ino);
     });
     return out;
 }

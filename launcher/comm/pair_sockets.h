@@ -15,6 +15,7 @@
 #include <sys/types.h>
 
 #include <set>
+#include <string>
 
 namespace omni::launcher {
 
@@ -23,8 +24,14 @@ namespace omni::launcher {
 std::set<ino_t> socket_inodes();
 
 // Those of `fresh` that are connected TCP sockets (not listening) whose local address has the
-// host part of `local` (its port is not compared).
-std::set<ino_t> connected_tcp_on(const std::set<ino_t> &fresh, const sockaddr_storage &local);
+// host part of `local` (its port is not compared); with `local` null, on any address.
+std::set<ino_t> connected_tcp_on(const std::set<ino_t> &fresh, const sockaddr_storage *local);
+
+// "LOCAL->PEER" of each socket in `inodes` (IPv4 and IPv6 TCP), space-separated, for logs.
+std::string describe_sockets(const std::set<ino_t> &inodes);
+
+// Those of `inodes` whose peer is not `peer` ("HOST:PORT" as describe_sockets writes it).
+std::set<ino_t> not_connected_to(const std::set<ino_t> &inodes, const std::string &peer);
 
 // shutdown(SHUT_RDWR) of every socket of this process whose inode is in `inodes`. Returns
 // how many it shut down.

@@ -48,6 +48,7 @@ struct Process {
     std::deque<std::vector<float>> shards;
 };
 Process *process = nullptr;
+bool sockets_begun = false;  // omni_sockets_begin without its omni_sockets_adopt yet
 
 Runtime *get(const char *fn) {
     if (!process || !process->runtime) {
@@ -503,6 +504,43 @@ int omni_checkpoint_done(uint64_t step, const char *location) {
         if (r->standalone()) return fail(OMNI_ESTATE, "omni_checkpoint_done: a standalone rank has no coordinator");
         auto st = r->note_checkpoint(step, where);
         return st ? int(OMNI_OK) : fail(OMNI_ECOMM, "omni_checkpoint_done: " + st.error());
+    });
+}
+
+int omni_check_member(void) {
+    return guarded([&] {
+        auto *r = rt::get("omni_check_member");
+        if (!r) return int(OMNI_ESTATE);
+        auto st = r->check_member();
+        return st ? int(OMNI_OK) : fail(OMNI_ECOMM, "omni_check_member: " + st.error());
+    });
+}
+
+int omni_sockets_begin(void) {
+    return guarded([&] {
+        auto *r = rt::get("omni_sockets_begin");
+        if (!r) return int(OMNI_ESTATE);
+        {
+            // The program's store connection, opened now if it is not yet: the library's
+            // first store call would open it in the window, one socket more than its peers.
+            std::lock_guard<std::mutex> lock(store::mu);
+            if (!store::endpoint.empty() && !store::get("omni_sockets_begin")) return int(OMNI_ECOMM);
+        }
+        r->begin_foreign_sockets();
+        rt::sockets_begun = true;
+        return int(OMNI_OK);
+    });
+}
+
+int omni_sockets_adopt(uint32_t expected, uint32_t *adopted) {
+    return guarded([&] {
+        auto *r = rt::get("omni_sockets_adopt");
+        if (!r) return int(OMNI_ESTATE);
+        if (!rt::sockets_begun) return fail(OMNI_ESTATE, "omni_sockets_adopt: no omni_sockets_begin before it");
+        rt::sockets_begun = false;
+        const std::size_t n = r->adopt_foreign_sockets(expected);
+        if (adopted) *adopted = static_cast<std::uint32_t>(n);
+        return int(OMNI_OK);
     });
 }
 

@@ -17,6 +17,7 @@
 
 #include "comm/gloo_store.h"
 #include "comm/nccl.h"
+#include "comm/pair_sockets.h"
 #include "coord/client.h"
 #include "coord/log.h"
 #include "coord/secret.h"
@@ -307,6 +308,38 @@ void Runtime::abort_generation(std::uint64_t generation, bool unit_lost) {
         if (c) c->abort();
     // The MP group is the unit's: it is gone only with a rank of this unit.
     if (unit_lost && mp_control_) mp_control_->abort();
+    if (foreign_generation_ == generation && !foreign_.empty()) (void)shutdown_sockets(foreign_);
+}
+
+void Runtime::begin_foreign_sockets() {
+    std::lock_guard<std::mutex> lock(comm_mu_);
+    foreign_before_ = socket_inodes();
+}
+
+std::size_t Runtime::adopt_foreign_sockets(std::size_t expected) {
+    std::set<ino_t> fresh;
+    for (ino_t i : socket_inodes())
+        if (!foreign_before_.count(i)) fresh.insert(i);
+    auto found = connected_tcp_on(fresh, nullptr);
+    // The program's own store calls (torch.distributed's rendezvous through omni_store_*) may
+    // open a connection to the coordinator meanwhile: that one is no peer's.
+    const std::string scheme = "tcp://";
+    const std::string coordinator =
+        opts_.endpoint.rfind(scheme, 0) == 0 ? opts_.endpoint.substr(scheme.size()) : opts_.endpoint;
+    found = not_connected_to(found, coordinator);
+    std::lock_guard<std::mutex> lock(comm_mu_);
+    foreign_before_.clear();
+    foreign_generation_ = generation_;
+    if (found.size() != expected) {
+        log_line(LogLevel::Info, "libomni",
+                 "found " + std::to_string(found.size()) + " new connections (" + describe_sockets(found) +
+                     ") where " + std::to_string(expected) + " were expected: the program's own group of generation " + u(generation_) +
+                     " ends a hung peer's collectives at its own timeout, not when the peer is declared lost");
+        foreign_.clear();
+        return 0;
+    }
+    foreign_ = std::move(found);
+    return foreign_.size();
 }
 
 bool Runtime::fenced() const { return liveness_ && liveness_->fenced(); }

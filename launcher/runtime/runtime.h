@@ -42,12 +42,15 @@
 #ifndef OMNI_LAUNCHER_RUNTIME_H
 #define OMNI_LAUNCHER_RUNTIME_H
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -263,6 +266,17 @@ public:
     Status check_member();
     bool fenced() const;
 
+    // Another library's connections of this generation (torch.distributed's Gloo group):
+    // begin_foreign_sockets() before it connects, adopt_foreign_sockets() after. The
+    // connected TCP sockets that appeared in between are shut down when the generation is
+    // aborted (a peer declared lost), as this runtime's own pairs are, so that a collective
+    // of that library waiting on a hung peer fails then rather than at its own timeout. A
+    // count other than `expected` (another thread opened a socket meanwhile) adopts none:
+    // shutting down a socket that is not the library's would break something else. Returns
+    // how many it adopted; they are forgotten at the next generation.
+    void begin_foreign_sockets();
+    std::size_t adopt_foreign_sockets(std::size_t expected);
+
 private:
     struct Shard {
         std::vector<float> *storage;
@@ -315,6 +329,9 @@ private:
     std::mutex comm_mu_;
     std::atomic<std::uint64_t> live_generation_{0};  // generation_, for that thread
     void abort_generation(std::uint64_t generation, bool unit_lost);
+    std::set<ino_t> foreign_before_;   // begin_foreign_sockets()'s view
+    std::set<ino_t> foreign_;          // adopted, of generation foreign_generation_
+    std::uint64_t foreign_generation_ = 0;
     void drop_generation_comms();  // the generation's Gloo side (stores too); under comm_mu_
     Status start_liveness();
     Error fenced_error();

@@ -490,7 +490,14 @@ class Job:
         self._close_group()
         rank, size = omni.group_info(omni.DP)
         store = dist.HashStore() if omni.standalone() else Store(omni.generation(), self.timeout)
+        # Gloo's connections are libomni's to cut should a peer be declared lost (hung, not
+        # dead): a collective waiting on it then fails at once, not at the group's timeout.
+        adopt = self.backend == "gloo" and size > 1 and not omni.standalone()
+        if adopt:
+            omni.sockets_begin()
         dist.init_process_group(self.backend, store=store, rank=rank, world_size=size, timeout=self.timeout)
+        if adopt:
+            omni.sockets_adopt(size - 1)
         self.process_group = dist.group.WORLD
         if self._ddp:
             # Wrapped again on every generation's group (its constructor sends rank 0's
@@ -554,6 +561,9 @@ class Job:
                              ", ".join(unknown[:5]))
         path = None
         if self.rank == 0:
+            # A rank fenced out while it was stopped writes nothing (omni.check_member).
+            if not omni.standalone():
+                omni.check_member()
             base = None
             if self.incremental and os.path.lexists(os.path.join(self.ckpt, "latest")):
                 base = os.path.realpath(os.path.join(self.ckpt, "latest"))

@@ -31,7 +31,8 @@ class A_BeforeInit(unittest.TestCase):
     """Runs first (unittest orders classes by name): nothing is initialised yet."""
 
     def test_calls_before_init_are_state_errors(self):
-        for call in (omni.rank, omni.world_size, omni.generation, lambda: omni.boundary(1), omni.start):
+        for call in (omni.rank, omni.world_size, omni.generation, lambda: omni.boundary(1), omni.start,
+                     omni.check_member, omni.sockets_begin):
             with self.assertRaises(omni.StateError) as cm:
                 call()
             self.assertIn("omni_init", str(cm.exception))

@@ -8,7 +8,9 @@ same training run alone in one process (world 1, no coordinator):
  - a checkpoint written by the job loads in a plain process (omni.torch.load_state_dict)
    equal to the model that wrote it, and omni-ckpt verify accepts it;
  - omni-ckpt reshard rewrites a checkpoint for 3 writers, and a run resumed from it is
-   bitwise the lone run."""
+   bitwise the lone run;
+ - a rank hung (SIGSTOP) inside DDP's allreduce is declared lost, the others' group is cut
+   and they rewind at once, and resumed it is fenced out and writes nothing."""
 
 import json
 import os
@@ -158,6 +160,79 @@ class Torch(unittest.TestCase):
         self.assertGreater(abs(runs["0"][-1] - runs["0"][0]), 1e-3 * abs(runs["0"][0]))  # SGD moves the loss
         for a, b in zip(runs["0"], runs["ddp"]):
             self.assertLess(abs(a - b), 1e-4 * abs(a), (runs["0"], runs["ddp"]))
+
+    @unittest.skipUnless(coord_job.serve_built(), "runtime_coord_serve is not built")
+    def test_ddp_hung_rank_is_cut_and_fenced(self):
+        # 3 ranks through DDP (torch.distributed's Gloo group), checkpoints every 2 steps,
+        # a 3 s boundary/liveness timeout. Rank 0, which writes the checkpoints, is stopped
+        # with SIGSTOP mid-training: the others wait for it inside DDP's allreduce. Checked:
+        #  - they drop that step and rewind within the timeout + 10 s: libomni cuts the
+        #    group's connections when the coordinator declares rank 0 lost (omni.sockets_*);
+        #    without that they wait out the group's own 300 s timeout and this test fails;
+        #  - resumed with SIGCONT after they have finished, rank 0 exits non-zero, adds no
+        #    step line and writes no checkpoint file (it is fenced out: omni.check_member).
+        import signal
+        import time
+        d = tempfile.mkdtemp(dir=self.dir)
+        job, ckpt = os.path.join(d, "job"), os.path.join(d, "ckpt")
+        os.mkdir(job, 0o700)
+        serve = subprocess.Popen([coord_job.SERVE, job, "3", "3", "120"], stdout=subprocess.PIPE, text=True,
+                                 env=dict(os.environ, OMNI_SERVE_TIMEOUT_MS="3000", OMNI_SERVE_LINGER_MS="10000"))
+        self.assertTrue(serve.stdout.readline().startswith("tcp://"))
+        procs, logs = [], []
+        try:
+            for u in range(3):
+                logs.append(os.path.join(d, "rank-%d.jsonl" % u))
+                env = coord_job.clean_env({"OMNI_JOB_DIR": job, "OMNI_UNIT_ID": str(u), "OMNI_UNIT_SLOT": "0",
+                                           "OMNI_UNIT_SIZE": "1", "OMNI_JOIN_TIMEOUT_MS": "60000",
+                                           "OMNI_GLOO_HOST": "127.0.0.1"})
+                procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "torch_worker.py"), logs[u], "200",
+                                               "ddp", ckpt, "2", "0.1"], env=env))
+
+            def steps(u):
+                try:
+                    return [e for e in coord_job.read(logs[u]) if e["event"] == "step"]
+                except (OSError, ValueError):
+                    return []
+
+            deadline = time.monotonic() + 120
+            while len(steps(0)) < 5 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            self.assertGreaterEqual(len(steps(0)), 5, "rank 0 never reached step 5")
+            procs[0].send_signal(signal.SIGSTOP)
+            stopped_at = time.monotonic()
+            before = len(steps(0))
+            rewound = None
+            while time.monotonic() < stopped_at + 40:
+                if all(any(e["kind"] == "rewind" for e in steps(u)) for u in (1, 2)):
+                    rewound = time.monotonic() - stopped_at
+                    break
+                time.sleep(0.05)
+            self.assertIsNotNone(rewound, "the survivors did not rewind within 40 s of rank 0's SIGSTOP")
+            print("survivors rewound %.2f s after SIGSTOP (3 s timeout)" % rewound, file=sys.stderr)
+            self.assertLess(rewound, 3 + 10)
+            for p in procs[1:]:
+                self.assertEqual(p.wait(timeout=120), 0)
+            for u in (1, 2):
+                self.assertEqual(steps(u)[-1]["kind"], "stop", steps(u)[-1])
+            resumed = time.time()
+            procs[0].send_signal(signal.SIGCONT)
+            self.assertNotEqual(procs[0].wait(timeout=25), 0)  # the coordinator still answers
+            self.assertEqual(len(steps(0)), before, "the fenced rank wrote step lines after it resumed")
+            late = [os.path.join(r, f) for r, _, fs in os.walk(ckpt) for f in fs
+                    if os.lstat(os.path.join(r, f)).st_mtime >= resumed]
+            self.assertEqual(late, [], "the fenced rank wrote checkpoint files")
+            self.assertEqual(serve.wait(timeout=60), 0)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGCONT)
+                    p.kill()
+                    p.wait()
+            if serve.poll() is None:
+                serve.kill()
+                serve.wait()
+            serve.stdout.close()
 
     def test_incremental_checkpoints(self):
         # A model whose first layer is frozen, checkpointed every 2 steps incrementally with

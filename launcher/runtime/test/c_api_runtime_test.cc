@@ -94,6 +94,14 @@ TEST(RuntimeCApi, StandaloneWithNoEnvironment) {
     EXPECT_EQ(omni_checkpoint_done(3, std::string(1025, 'x').c_str()), OMNI_EINVAL);
     EXPECT_EQ(omni_checkpoint_done(3, "/c/step-3"), OMNI_ESTATE);
     EXPECT_NE(std::string(omni_last_error()).find("standalone"), std::string::npos) << omni_last_error();
+    // Standalone: always a member; an adopt needs its begin, and finds no new connection.
+    EXPECT_EQ(omni_check_member(), OMNI_OK);
+    std::uint32_t adopted = 7;
+    EXPECT_EQ(omni_sockets_adopt(1, &adopted), OMNI_ESTATE);
+    EXPECT_NE(std::string(omni_last_error()).find("omni_sockets_begin"), std::string::npos) << omni_last_error();
+    EXPECT_EQ(omni_sockets_begin(), OMNI_OK);
+    EXPECT_EQ(omni_sockets_adopt(0, &adopted), OMNI_OK);
+    EXPECT_EQ(adopted, 0u);
 
     float params[5] = {1, 2, 3, 4, 5};
     ASSERT_EQ(omni_register_params(params, 5), OMNI_OK);

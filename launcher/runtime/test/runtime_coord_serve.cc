@@ -7,9 +7,13 @@
 // and DIR/coordinator, waits for UNITS single-rank units to form generation 1, asks for a
 // planned reshape to RESHAPE_TO units (0: none), and once that generation exists asks the
 // job to stop. Prints the endpoint, then one line per generation seen; exits 0 when the job
-// stopped, 1 on SECONDS (default 60) without that.
+// stopped, 1 on SECONDS (default 60) without that. OMNI_SERVE_TIMEOUT_MS sets the boundary
+// and liveness timeout (default 20000, as omni-launch's default --boundary-timeout);
+// OMNI_SERVE_LINGER_MS keeps the coordinator serving that long after the stop (default 0),
+// for a rank that was stopped (SIGSTOP) to learn, once resumed, that it is fenced out.
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
 
@@ -36,7 +40,13 @@ int main(int argc, char **argv) {
     pc.initial_units = static_cast<std::uint32_t>(units.value());
     pc.min_units = 1;
     pc.max_units = static_cast<std::uint32_t>(std::max(units.value(), target.value()));
-    pc.boundary_timeout_ms = pc.liveness_timeout_ms = 20000;  // as omni-launch sets them
+    const char *timeout_text = std::getenv("OMNI_SERVE_TIMEOUT_MS");
+    auto timeout = omni::parse_uint(timeout_text ? timeout_text : "20000", 1000, 600000, "OMNI_SERVE_TIMEOUT_MS");
+    if (!timeout) {
+        std::fprintf(stderr, "runtime_coord_serve: %s\n", timeout.error().c_str());
+        return 2;
+    }
+    pc.boundary_timeout_ms = pc.liveness_timeout_ms = static_cast<std::int64_t>(timeout.value());
     auto served = omni::launcher::test::serve_coordinator("runtime_coord_serve", argv[1], pc);
     if (!served) return 1;
     const std::string endpoint = served->endpoint;
@@ -56,6 +66,10 @@ int main(int argc, char **argv) {
             const std::uint64_t gen = j["generation"].get<std::uint64_t>();
             if (j["phase"] == "stopped") {
                 std::printf("stopped at generation %llu\n", static_cast<unsigned long long>(gen));
+                std::fflush(stdout);
+                const char *linger = std::getenv("OMNI_SERVE_LINGER_MS");
+                auto ms = omni::parse_uint(linger ? linger : "0", 0, 600000, "OMNI_SERVE_LINGER_MS");
+                if (ms) std::this_thread::sleep_for(std::chrono::milliseconds(ms.value()));
                 return 0;
             }
             if (gen != seen) {
