@@ -86,7 +86,10 @@ bool Swarm::drain(std::size_t i) {
     if (!c.sock) return false;
     while (true) {
         auto parts = recv_message(*c.sock, 1);
-        if (parts.empty()) return c.answered;
+        // libzmq's recv may skip processing the socket's commands (it throttles that), so a
+        // reply can sit behind a notification already consumed: ZMQ_EVENTS processes them.
+        if (parts.empty() && !(c.sock->get(zmq::sockopt::events) & ZMQ_POLLIN)) return c.answered;
+        if (parts.empty()) continue;
         std::string header(parts[0].data<char>(), parts[0].size());
         std::uint64_t rid = 0;
         const bool ok = reply_ok(header, &rid);
