@@ -66,6 +66,9 @@ struct Coordinator::Impl {
     // those waiting for its key, so its cost does not grow with every key everybody awaits.
     std::map<std::uint64_t, KvWaiter> kv_waiters;
     std::map<std::pair<std::uint64_t, std::string>, std::set<std::uint64_t>> kv_wanted;
+    // Waiters by deadline: the service loop asks for the next one after every batch of
+    // requests, and a scan of every waiter there grew a rendezvous of N ranks as O(N^2).
+    std::set<std::pair<std::int64_t, std::uint64_t>> kv_deadlines;
     std::uint64_t next_waiter = 0;
     std::size_t kv_waiting_keys = 0;  // the sum of every waiter's missing keys
     RateLimit log_limit{20, 1000};
@@ -164,6 +167,7 @@ struct Coordinator::Impl {
         const std::uint64_t n = next_waiter++;
         for (const auto &k : w.missing) kv_wanted[{w.generation, k}].insert(n);
         kv_waiting_keys += w.missing.size();
+        kv_deadlines.emplace(w.deadline, n);
         kv_waiters.emplace(n, std::move(w));
         return Status::success();
     }
@@ -176,6 +180,7 @@ struct Coordinator::Impl {
             if (w->second.empty()) kv_wanted.erase(w);
         }
         kv_waiting_keys -= it->second.missing.size();
+        kv_deadlines.erase({it->second.deadline, it->first});
         return kv_waiters.erase(it);
     }
 
@@ -201,6 +206,7 @@ struct Coordinator::Impl {
             --kv_waiting_keys;
             if (!it->second.missing.empty()) continue;
             answer_kv(it->second);
+            kv_deadlines.erase({it->second.deadline, it->first});
             kv_waiters.erase(it);
         }
     }
@@ -376,21 +382,18 @@ struct Coordinator::Impl {
                          std::to_string(cfg.protocol.liveness_timeout_ms) + " ms, lost: " + ids +
                          "; waiting for the survivors at the boundary");
         }
-        for (auto it = kv_waiters.begin(); it != kv_waiters.end();) {
-            if (now >= it->second.deadline) {
-                send(it->second.routing, error_reply(it->second.rid, "timeout waiting for key(s) in generation " +
-                                                                         std::to_string(it->second.generation)));
-                it = remove_waiter(it);
-            } else {
-                ++it;
-            }
+        while (!kv_deadlines.empty() && now >= kv_deadlines.begin()->first) {
+            auto it = kv_waiters.find(kv_deadlines.begin()->second);
+            send(it->second.routing, error_reply(it->second.rid, "timeout waiting for key(s) in generation " +
+                                                                     std::to_string(it->second.generation)));
+            remove_waiter(it);  // and its deadline
         }
     }
 
     std::int64_t poll_timeout(std::int64_t now) const {
         std::int64_t t = kPollMs;
         if (auto d = protocol.next_deadline()) t = std::min(t, std::max<std::int64_t>(0, *d - now));
-        for (const auto &[n, w] : kv_waiters) t = std::min(t, std::max<std::int64_t>(0, w.deadline - now));
+        if (!kv_deadlines.empty()) t = std::min(t, std::max<std::int64_t>(0, kv_deadlines.begin()->first - now));
         return t;
     }
 
@@ -494,6 +497,11 @@ Result<std::unique_ptr<Coordinator>> Coordinator::start(const CoordinatorConfig 
         s.set(zmq::sockopt::maxmsgsize,
               static_cast<std::int64_t>(std::max(kMaxHeaderBytes, kMaxValueBytes)));
         s.set(zmq::sockopt::rcvhwm, 64);
+        // Every rank of a job connects at its start: with libzmq's default listen backlog
+        // (100) a burst of 1024 connections overflowed it, and each dropped SYN cost its
+        // rank a 1 s retransmission (registration took 1.5 s instead of 0.2 s). The kernel
+        // caps it at net.core.somaxconn.
+        s.set(zmq::sockopt::backlog, 4096);
         s.set(zmq::sockopt::sndhwm, 1024);
         require_credentials(s, impl->zap);
         impl->monitor = monitor_handshakes(impl->ctx, s, "inproc://omni-coordinator-monitor");

@@ -102,12 +102,39 @@ Status validate(const ProtocolConfig &c) {
 Protocol::Protocol(const ProtocolConfig &cfg) : cfg_(cfg) {}
 
 std::vector<std::uint32_t> Protocol::complete_pending_units() const {
-    std::map<std::uint32_t, std::uint32_t> count;
-    for (const auto &[key, id] : pending_slots_) ++count[key.first];
     std::vector<std::uint32_t> out;
-    for (auto [unit, n] : count)
+    for (auto [unit, n] : pending_per_unit_)
         if (n == cfg_.unit_size) out.push_back(unit);  // std::map: ascending unit ids
     return out;
+}
+
+void Protocol::add_pending(std::string_view id, std::uint32_t unit, std::uint32_t slot) {
+    pending_.emplace(std::string(id), Pending{std::string(id), unit, slot});
+    pending_slots_.emplace(std::make_pair(unit, slot), std::string(id));
+    if (++pending_per_unit_[unit] == cfg_.unit_size) ++pending_complete_;
+}
+
+void Protocol::remove_pending(std::string_view id) {
+    auto it = pending_.find(id);
+    if (it == pending_.end()) return;
+    const std::uint32_t unit = it->second.unit;
+    pending_slots_.erase({unit, it->second.slot});
+    pending_.erase(it);
+    auto n = pending_per_unit_.find(unit);
+    if (n->second-- == cfg_.unit_size) --pending_complete_;
+    if (n->second == 0) pending_per_unit_.erase(n);
+}
+
+void Protocol::clear_pending() {
+    pending_.clear();
+    pending_slots_.clear();
+    pending_per_unit_.clear();
+    pending_complete_ = 0;
+}
+
+const Member *Protocol::member(std::string_view id) const {
+    auto it = rank_by_id_.find(id);
+    return it == rank_by_id_.end() ? nullptr : &layout_.members[it->second];
 }
 
 Layout Protocol::make_layout(std::uint64_t generation,
@@ -140,11 +167,21 @@ void Protocol::generation_began(std::int64_t now_ms) {
     // Every member was heard just now (its join or its boundary), and the silence of a rank
     // that left counts no longer.
     last_seen_.clear();
-    for (const auto &m : layout_.members) last_seen_[m.id] = now_ms;
+    by_silence_.clear();
+    rank_by_id_.clear();
+    for (const auto &m : layout_.members) {
+        last_seen_[m.id] = now_ms;
+        by_silence_.emplace(now_ms, m.id);
+        rank_by_id_.emplace(m.id, m.rank);
+    }
 }
 
 void Protocol::seen(std::string_view id, std::int64_t now_ms) {
-    if (auto it = last_seen_.find(id); it != last_seen_.end()) it->second = std::max(it->second, now_ms);
+    auto it = last_seen_.find(id);
+    if (it == last_seen_.end() || now_ms <= it->second) return;
+    // Lost members are out of by_silence_ for good; only the others move.
+    if (by_silence_.erase({it->second, it->first})) by_silence_.emplace(now_ms, it->first);
+    it->second = now_ms;
 }
 
 Status Protocol::refuse_fenced(const char *op, std::string_view id) const {
@@ -158,14 +195,14 @@ void Protocol::mark_lost(std::string_view id) {
     lost_.emplace(id);
     arrived_.erase(std::string(id));
     fenced_.emplace(std::string(id), layout_.generation);
+    if (auto it = last_seen_.find(id); it != last_seen_.end()) by_silence_.erase({it->second, it->first});
 }
 
 bool Protocol::declare_silent_lost(std::int64_t now_ms) {
     bool any = false;
-    for (const auto &m : layout_.members) {
-        auto it = last_seen_.find(m.id);
-        if (lost_.count(m.id) || it == last_seen_.end() || now_ms - it->second < cfg_.liveness_timeout_ms) continue;
-        mark_lost(m.id);
+    while (!by_silence_.empty() && now_ms - by_silence_.begin()->first >= cfg_.liveness_timeout_ms) {
+        const std::string id = by_silence_.begin()->second;
+        mark_lost(id);  // takes it out of by_silence_
         any = true;
     }
     return any;
@@ -183,12 +220,12 @@ Result<HeartbeatAck> Protocol::heartbeat(std::string_view id, std::uint64_t gene
         ack.fenced_generation = it->second;
         return ack;
     }
-    if (const Member *me = layout_.find(id); me && phase_ != Phase::Forming) {
+    if (const Member *me = member(id); me && phase_ != Phase::Forming) {
         seen(id, now_ms);
         if (phase_ == Phase::Running && !lost_.empty()) {
             ack.abandon_generation = layout_.generation;
-            for (const auto &m : layout_.members)
-                if (m.unit == me->unit && lost_.count(m.id)) ack.unit_lost = true;
+            for (const auto &lost_id : lost_)
+                if (const Member *m = member(lost_id); m && m->unit == me->unit) ack.unit_lost = true;
         }
         return ack;
     }
@@ -207,8 +244,7 @@ std::vector<Delivery> Protocol::form(const std::vector<std::uint32_t> &units,
     std::vector<Delivery> out;
     for (const auto &m : d->next.members) {
         d->joining.push_back(m.id);
-        pending_slots_.erase({m.unit, m.slot});
-        pending_.erase(m.id);
+        remove_pending(m.id);
     }
     std::sort(d->joining.begin(), d->joining.end());
     d->joining_units = d->next.units;
@@ -235,7 +271,7 @@ Result<std::vector<Delivery>> Protocol::join(std::string_view id, std::uint32_t 
                           " (unit size " + u(cfg_.unit_size) + ")");
     if (phase_ == Phase::Stopped) return make_error("join: the job is stopping");
     if (auto st = refuse_fenced("join", id); !st) return Error{st.error()};
-    if (const Member *m = layout_.find(id)) {
+    if (const Member *m = member(id)) {
         // A member repeating its join (the formation reply was lost) gets that reply again.
         if (m->unit == unit && m->slot == slot && last_ &&
             last_->kind == DecisionKind::Reshaped && last_->next.generation == layout_.generation)
@@ -257,13 +293,12 @@ Result<std::vector<Delivery>> Protocol::join(std::string_view id, std::uint32_t 
     // Bound the waiting room: at most every unit of the elastic range, once.
     if (pending_.size() >= std::size_t(cfg_.max_units) * cfg_.unit_size)
         return make_error("join: too many ranks waiting to join (" + u(pending_.size()) + ")");
-    pending_.emplace(std::string(id), Pending{std::string(id), unit, slot});
-    pending_slots_.emplace(std::make_pair(unit, slot), std::string(id));
+    add_pending(id, unit, slot);
     if (!node.empty()) nodes_[std::string(id)] = std::string(node);
     if (phase_ == Phase::Forming) {
         if (forming_since_ms_ < 0) forming_since_ms_ = now_ms;
-        auto complete = complete_pending_units();
-        if (complete.size() >= cfg_.initial_units) {
+        if (pending_complete_ >= cfg_.initial_units) {
+            auto complete = complete_pending_units();
             complete.resize(cfg_.initial_units);
             return form(complete, "formed", now_ms);
         }
@@ -295,7 +330,7 @@ Result<std::vector<Delivery>> Protocol::boundary(std::string_view id, std::uint6
     if (generation != layout_.generation)
         return make_error("boundary: generation " + u(generation) +
                           " is not the current generation " + u(layout_.generation));
-    if (!layout_.find(id))
+    if (!member(id))
         return make_error("boundary: '" + std::string(id) + "' is not a member of generation " +
                           u(layout_.generation));
     if ((batch.global_batch == 0) != (batch.micro_batch == 0) ||
@@ -330,12 +365,11 @@ Result<std::vector<Delivery>> Protocol::boundary(std::string_view id, std::uint6
 }
 
 Result<std::vector<Delivery>> Protocol::lost(std::string_view id, std::int64_t now_ms) {
-    if (auto it = pending_.find(id); it != pending_.end()) {
-        pending_slots_.erase({it->second.unit, it->second.slot});
-        pending_.erase(it);
+    if (pending_.count(id)) {
+        remove_pending(id);
         return std::vector<Delivery>{};
     }
-    if (phase_ != Phase::Running || !layout_.find(id))
+    if (phase_ != Phase::Running || !member(id))
         return make_error("lost: '" + std::string(id) + "' is not a member of the current generation");
     mark_lost(id);
     if (arrived_.size() + lost_.size() == layout_.members.size()) return decide(now_ms);
@@ -355,8 +389,7 @@ std::vector<Delivery> Protocol::tick(std::int64_t now_ms) {
         d->reason = "formation-timeout";
         std::vector<Delivery> out;
         for (const auto &[pid, p] : pending_) out.push_back({pid, d});
-        pending_.clear();
-        pending_slots_.clear();
+        clear_pending();
         phase_ = Phase::Stopped;
         last_ = last_change_ = d;
         return out;
@@ -381,9 +414,10 @@ std::optional<std::int64_t> Protocol::next_deadline() const {
         return forming_since_ms_ + cfg_.formation_timeout_ms;
     std::optional<std::int64_t> t;
     if (phase_ == Phase::Running && boundary_step_) t = boundary_since_ms_ + cfg_.boundary_timeout_ms;
-    if (phase_ == Phase::Running && cfg_.liveness_timeout_ms > 0)
-        for (const auto &[id, at] : last_seen_)
-            if (!lost_.count(id)) t = std::min(t.value_or(at + cfg_.liveness_timeout_ms), at + cfg_.liveness_timeout_ms);
+    if (phase_ == Phase::Running && cfg_.liveness_timeout_ms > 0 && !by_silence_.empty()) {
+        const std::int64_t at = by_silence_.begin()->first + cfg_.liveness_timeout_ms;
+        t = std::min(t.value_or(at), at);
+    }
     return t;
 }
 
@@ -472,8 +506,10 @@ std::vector<Delivery> Protocol::decide(std::int64_t now_ms) {
     for (const auto &m : layout_.members) previous.insert(m.id);
     if (d->kind == DecisionKind::Reshaped) {
         d->next = make_layout(layout_.generation + 1, units);
+        std::set<std::string_view> next_ids;
+        for (const auto &m : d->next.members) next_ids.insert(m.id);
         for (const auto &m : layout_.members)
-            if (!d->next.find(m.id)) d->leaving.push_back(m.id);
+            if (!next_ids.count(m.id)) d->leaving.push_back(m.id);
         for (const auto &m : d->next.members)
             if (!previous.count(m.id)) d->joining.push_back(m.id);
         std::sort(d->leaving.begin(), d->leaving.end());
@@ -491,9 +527,7 @@ std::vector<Delivery> Protocol::decide(std::int64_t now_ms) {
     if (d->kind == DecisionKind::Reshaped) {
         for (const auto &id : d->joining) {
             out.push_back({id, d});
-            const auto &p = pending_.at(id);
-            pending_slots_.erase({p.unit, p.slot});
-            pending_.erase(id);
+            remove_pending(id);
         }
         for (const auto &id : d->leaving) nodes_.erase(id);
         ResizeRecord r;
@@ -522,8 +556,7 @@ std::vector<Delivery> Protocol::decide(std::int64_t now_ms) {
     } else if (d->kind == DecisionKind::Stop) {
         // Joiners still waiting must not wait for a job that ends.
         for (const auto &[pid, p] : pending_) out.push_back({pid, d});
-        pending_.clear();
-        pending_slots_.clear();
+        clear_pending();
         phase_ = Phase::Stopped;
     }
     last_ = d;
@@ -603,8 +636,7 @@ Result<std::vector<Delivery>> Protocol::request_stop(std::string_view reason) {
     d->reason = *stop_reason_;
     std::vector<Delivery> out;
     for (const auto &[pid, p] : pending_) out.push_back({pid, d});
-    pending_.clear();
-    pending_slots_.clear();
+    clear_pending();
     phase_ = Phase::Stopped;
     last_ = last_change_ = d;
     return out;
@@ -614,7 +646,7 @@ Status Protocol::ready(std::string_view id, std::uint64_t generation, std::int64
     if (auto st = refuse_fenced("ready", id); !st) return st;
     seen(id, now_ms);
     if (generation != layout_.generation || phase_ != Phase::Running) return Status::success();
-    if (!layout_.find(id))
+    if (!member(id))
         return make_error("ready: '" + std::string(id) + "' is not a member of generation " +
                           u(layout_.generation));
     ready_.emplace(id);

@@ -285,6 +285,11 @@ private:
         std::uint32_t unit, slot;
     };
     std::vector<std::uint32_t> complete_pending_units() const;
+    // The waiting room, with its count of ranks per unit kept alongside: formation checks
+    // for complete units at every join, and a recount there made registration O(N^2).
+    void add_pending(std::string_view id, std::uint32_t unit, std::uint32_t slot);
+    void remove_pending(std::string_view id);
+    void clear_pending();
     // Whether `units` units make a world the reported batch geometry allows.
     bool feasible(std::size_t units) const;
     std::vector<Delivery> form(const std::vector<std::uint32_t> &units, std::string reason,
@@ -299,6 +304,13 @@ private:
     Layout layout_;                               // the current generation (empty while forming)
     std::map<std::string, Pending, std::less<>> pending_;   // by id
     std::map<std::pair<std::uint32_t, std::uint32_t>, std::string> pending_slots_;
+    std::map<std::uint32_t, std::uint32_t> pending_per_unit_;  // unit -> its ranks waiting
+    std::size_t pending_complete_ = 0;  // units with all unit_size ranks waiting
+    // The current layout's members by id, with their rank: boundary, lost, ready and
+    // heartbeat look a member up at every request, and a scan of the layout there made a
+    // boundary O(N^2). Rebuilt with every new layout (generation_began).
+    std::map<std::string, std::uint32_t, std::less<>> rank_by_id_;
+    const Member *member(std::string_view id) const;
     // The boundary in progress.
     std::optional<std::uint64_t> boundary_step_;
     std::int64_t boundary_since_ms_ = 0;
@@ -331,6 +343,10 @@ private:
     // Liveness: when each member of the current generation last sent anything; and the
     // members ever declared lost, by the generation they were lost from (fenced out).
     std::map<std::string, std::int64_t, std::less<>> last_seen_;
+    // The same times ordered, lost members left out: the first entry is the next to fall
+    // silent, so liveness costs O(log N) a request, where a scan of every member per
+    // service loop made each boundary O(N^2).
+    std::set<std::pair<std::int64_t, std::string>> by_silence_;
     std::map<std::string, std::uint64_t, std::less<>> fenced_;
     void seen(std::string_view id, std::int64_t now_ms);
     Status refuse_fenced(const char *op, std::string_view id) const;

@@ -18,6 +18,7 @@
 #include <iostream>
 #include <string>
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "common/job_options.h"
@@ -99,6 +100,24 @@ void install_signal_handlers() {
     // to ignore it, so the batch shell and the sruns in its process group are unaffected).
     sa.sa_handler = on_slurm_news;
     ::sigaction(SIGURG, &sa, nullptr);
+}
+
+// The coordinator holds one descriptor per connection, and a rank opens two or three (its
+// runtime's, its liveness thread's, the C API's store). Batch scripts often run with a soft
+// limit of 1024 open files, which a job of a few hundred ranks exhausts: libzmq then leaves
+// new connections unaccepted and those ranks time out at their join (doc/design.md,
+// "Scaling"). Raised towards what the largest world needs, never past the hard limit.
+void raise_open_files(std::uint64_t max_world) {
+    const rlim_t need = static_cast<rlim_t>(max_world) * 3 + 256;
+    rlimit rl{};
+    if (::getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= need) return;
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? need : std::min(need, rl.rlim_max);
+    ::setrlimit(RLIMIT_NOFILE, &rl);
+    if (rl.rlim_cur < need)
+        log_line(LogLevel::Warning, kComponent,
+                 "open files limited to " + std::to_string(rl.rlim_cur) + " (the hard limit); " +
+                     std::to_string(max_world) + " ranks may need " + std::to_string(need) +
+                     " coordinator connections: raise the hard limit (ulimit -Hn) for larger jobs");
 }
 
 // omni-launch --satellite, the batch script of a satellite job (launch/satellite.h): its
@@ -274,6 +293,7 @@ int run(int argc, char **argv) {
     // Signals before any thread exists, so every thread inherits the handlers.
     install_signal_handlers();
 
+    raise_open_files(std::uint64_t(cfg.settings.max_units) * cfg.settings.unit_size);
     CoordinatorConfig cc;
     cc.bind = {"tcp://" + bind + ":0"};
     cc.secret = cfg.secret;
