@@ -468,12 +468,16 @@ struct Coordinator::Impl {
             // by now (then it is logged as from an unknown peer), and in a rare race its
             // number may name a newer connection already, so the name is best effort. Only a
             // socket on one of our ports is ever shut down (bound_pending checks the inode).
+            // Its first request may even have been read before this event (receive_one
+            // then made the entry): it stays authenticated.
             const int fd = static_cast<int>(h->code);
+            auto early = conns.find(fd);
+            const bool served = early != conns.end() && early->second.authenticated && early->second.peer.empty();
             std::uint16_t local = 0;
             if (address_of(fd, false, &local).empty())
-                conns[fd] = Conn{"", now, 0, false, false};
+                conns[fd] = Conn{"", now, 0, served, false};
             else if (std::find(ports.begin(), ports.end(), local) != ports.end())
-                conns[fd] = Conn{address_of(fd, true), now, inode_of(fd), false, false};
+                conns[fd] = Conn{address_of(fd, true), now, inode_of(fd), served, false};
         } else if (h->disconnected) {
             auto it = conns.find(static_cast<int>(h->code));
             if (it != conns.end()) {
@@ -550,8 +554,9 @@ struct Coordinator::Impl {
         }
         if (parts.size() >= 2) {  // its connection got past the handshake
             try {
-                auto it = conns.find(parts[1].get(ZMQ_SRCFD));
-                if (it != conns.end()) it->second.authenticated = true;
+                Conn &c = conns[parts[1].get(ZMQ_SRCFD)];  // made here if its "accepted" is still queued
+                c.authenticated = true;
+                if (c.since == 0) c.since = now_ms();
             } catch (const zmq::error_t &) {
             }
         }
