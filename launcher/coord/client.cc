@@ -37,10 +37,13 @@ struct CoordinatorClient::Impl {
     bool note_failed_handshake() {
         auto h = read_handshake_failure(monitor);
         if (!h) return false;
+        // With CURVE a wrong secret means a wrong server key: the coordinator cannot decrypt
+        // our hello and closes the connection, which we see as a handshake without detail.
         refused = "coordinator " + endpoint + ": " +
                   (h->auth ? std::string("refused: the job secret was not accepted")
-                           : "ZeroMQ handshake failed (protocol error " + std::to_string(h->code) +
-                                 "): not a slurm-omni coordinator, or of another version");
+                           : "refused: the job secret was not accepted, or not a slurm-omni coordinator "
+                             "of this version (ZeroMQ handshake failed, code " +
+                                 std::to_string(h->code) + ")");
         try {
             sock.disconnect(endpoint);
         } catch (const zmq::error_t &) {

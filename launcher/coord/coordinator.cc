@@ -1,7 +1,13 @@
 // The coordinator service; see coordinator.h.
 #include "coord/coordinator.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <ctime>
+
+#include <algorithm>
 
 #include <chrono>
 #include <map>
@@ -27,6 +33,26 @@ std::int64_t now_ms() {
 }
 
 std::string view(const zmq::message_t &m) { return std::string(m.data<char>(), m.size()); }
+
+// "IP:PORT" of a socket's peer (getpeername) or its own address; "" when it has none.
+std::string address_of(int fd, bool peer, std::uint16_t *port = nullptr) {
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    if ((peer ? ::getpeername(fd, reinterpret_cast<sockaddr *>(&ss), &len)
+              : ::getsockname(fd, reinterpret_cast<sockaddr *>(&ss), &len)) != 0 ||
+        ss.ss_family != AF_INET)
+        return {};
+    const auto *a = reinterpret_cast<const sockaddr_in *>(&ss);
+    char ip[INET_ADDRSTRLEN] = {};
+    ::inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip);
+    if (port) *port = ntohs(a->sin_port);
+    return std::string(ip) + ":" + std::to_string(ntohs(a->sin_port));
+}
+
+ino_t inode_of(int fd) {
+    struct stat st {};
+    return ::fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode) ? st.st_ino : 0;
+}
 
 }  // namespace
 
@@ -71,6 +97,21 @@ struct Coordinator::Impl {
     std::set<std::pair<std::int64_t, std::uint64_t>> kv_deadlines;
     std::uint64_t next_waiter = 0;
     std::size_t kv_waiting_keys = 0;  // the sum of every waiter's missing keys
+    // Every TCP connection libzmq accepted, by descriptor, from the monitor's "accepted" to its
+    // "disconnected": who it is, since when, and whether it got past the handshake (it sent a
+    // request, or outlived kHandshakeMs, after which libzmq would have closed it otherwise).
+    // The inode tells a descriptor number reused by another socket from the one accepted.
+    struct Conn {
+        std::string peer;
+        std::int64_t since = 0;
+        ino_t inode = 0;
+        bool authenticated = false;
+        bool dropping = false;  // shut down by us, its "disconnected" still to come
+    };
+    std::map<int, Conn> conns;
+    std::string last_failure;  // the handshake failure the next unfinished disconnect is about
+    std::vector<std::uint16_t> ports;  // the bound ports
+    std::string client_key;            // curve_keys(secret).client_public_raw
     RateLimit log_limit{20, 1000};
     std::uint64_t generation_seen = 0;
     CoordinatorCounters *counters = nullptr;  // owned by the Coordinator
@@ -397,31 +438,108 @@ struct Coordinator::Impl {
         return t;
     }
 
-    // A peer's handshake: admitted only with the job secret as its PLAIN password.
+    // A peer's handshake: admitted only with the client key derived from the job secret. A
+    // peer without the secret rarely gets here: it cannot encrypt its hello to the server
+    // key, which is derived from the secret too, and fails earlier (note_connection_event).
     bool answer_zap() {
         auto req = read_zap_request(zap);
         if (!req) return false;
-        const bool admit = req->mechanism == "PLAIN" && secrets_equal(req->password, cfg.secret);
-        if (!admit) {
-            counters->refused++;
-            log_limited(LogLevel::Warning, "refused a connection from " + req->address + ": " +
-                                               (req->password.empty() ? "no job secret" : "wrong job secret"));
-        }
+        const bool admit = req->mechanism == "CURVE" && secrets_equal(req->client_key, client_key);
+        if (!admit) last_failure = "wrong client key";  // counted at its disconnect
         send_zap_reply(zap, *req, admit);
         return true;
     }
 
-    // A handshake that failed before ZAP was asked (a peer that does not speak PLAIN).
-    bool note_failed_handshake() {
+    std::size_t pending() const {
+        std::size_t n = 0;
+        for (const auto &[fd, c] : conns) n += !c.authenticated && !c.dropping;
+        return n;
+    }
+
+    // The monitor's events: connections accepted and closed, handshakes refused by ZAP or
+    // ended without detail (a timeout, a peer that hung up). A refused connection is counted
+    // and named by the "disconnected" that ends it, which libzmq reports right after the
+    // failure on its one I/O thread. Handshakes that fail on a protocol error (a wrong
+    // secret's hello cannot be decrypted; not ZMTP; not CURVE) are not monitored
+    // (conn_auth.cc says why) and show as a connection closed before its handshake finished.
+    bool note_connection_event() {
         auto h = read_handshake_failure(monitor);
         if (!h) return false;
-        if (!h->auth) {  // auth failures were counted and logged by answer_zap
-            counters->refused++;
-            log_limited(LogLevel::Warning, "refused a connection on " + h->endpoint +
-                                               ": no job secret (ZeroMQ handshake error " +
-                                               std::to_string(h->code) + ")");
+        const std::int64_t now = now_ms();
+        if (h->accepted) {
+            // Reported after the fact: a connection refused within a millisecond may be closed
+            // by now (then it is logged as from an unknown peer), and in a rare race its
+            // number may name a newer connection already, so the name is best effort. Only a
+            // socket on one of our ports is ever shut down (bound_pending checks the inode).
+            // Its first request may even have been read before this event (receive_one
+            // then made the entry): it stays authenticated.
+            const int fd = static_cast<int>(h->code);
+            auto early = conns.find(fd);
+            const bool served = early != conns.end() && early->second.authenticated && early->second.peer.empty();
+            std::uint16_t local = 0;
+            if (address_of(fd, false, &local).empty())
+                conns[fd] = Conn{"", now, 0, served, false};
+            else if (std::find(ports.begin(), ports.end(), local) != ports.end())
+                conns[fd] = Conn{address_of(fd, true), now, inode_of(fd), served, false};
+        } else if (h->disconnected) {
+            auto it = conns.find(static_cast<int>(h->code));
+            if (it != conns.end()) {
+                const Conn &c = it->second;
+                if (!c.authenticated && !c.dropping) {
+                    counters->refused++;
+                    const std::int64_t age = now - c.since;
+                    std::string why = last_failure;
+                    if (why.empty())
+                        why = age >= kHandshakeMs - 250
+                                  ? "no handshake within " + std::to_string(kHandshakeMs) + " ms"
+                                  : "its handshake failed (no or a wrong job secret, not a slurm-omni client, or a replay)";
+                    log_limited(LogLevel::Warning, "refused a connection from " +
+                                                       (c.peer.empty() ? std::string("an unknown peer (closed before it was named)") : c.peer) +
+                                                       ": " + why + " (after " + std::to_string(age) + " ms)");
+                }
+                conns.erase(it);
+            }
+            last_failure.clear();
         }
+        counters->pending_connections = pending();
         return true;
+    }
+
+    // At most kMaxPendingConnections unfinished handshakes: each holds a descriptor and
+    // libzmq's buffers for up to kHandshakeMs, so a peer opening connections faster than
+    // they time out would otherwise exhaust descriptors and keep the job's own ranks out.
+    // The oldest go first (a slow-loris holds its connections longest; an honest client,
+    // accepted last, is the youngest and finishes its handshake in a round trip, so only 64
+    // connections opened within that round trip could push it out, and it would then report
+    // the coordinator refused it). shutdown(2) makes libzmq read end-of-file and close the
+    // connection as if the peer had.
+    void bound_pending(std::int64_t now) {
+        std::vector<std::pair<std::int64_t, int>> open;  // (since, fd)
+        for (auto it = conns.begin(); it != conns.end();) {
+            Conn &c = it->second;
+            if (!c.authenticated && !c.dropping && now - c.since > kHandshakeMs + 1000)
+                c.authenticated = true;  // libzmq would have closed it otherwise
+            if (!c.authenticated && !c.dropping) open.emplace_back(c.since, it->first);
+            ++it;
+        }
+        if (open.size() <= kMaxPendingConnections) return;
+        std::sort(open.begin(), open.end());
+        for (std::size_t i = 0; i + kMaxPendingConnections < open.size(); ++i) {
+            const int fd = open[i].second;
+            Conn &c = conns[fd];
+            if (c.inode == 0 || inode_of(fd) != c.inode) {  // closed already; its number reused
+                conns.erase(fd);
+                continue;
+            }
+            (void)::shutdown(fd, SHUT_RDWR);
+            c.dropping = true;
+            counters->dropped_connections++;
+            log_limited(LogLevel::Warning, "dropped the connection from " + c.peer + " after " +
+                                               std::to_string(now - c.since) + " ms without a handshake: " +
+                                               std::to_string(open.size()) + " unfinished, at most " +
+                                               std::to_string(kMaxPendingConnections));
+        }
+        counters->pending_connections = pending();
     }
 
     // Reads one whole multipart message; returns false when none is waiting.
@@ -434,6 +552,14 @@ struct Coordinator::Impl {
         if (parts.size() >= 2) {
             try {
                 peer = parts[1].gets("Peer-Address");
+            } catch (const zmq::error_t &) {
+            }
+        }
+        if (parts.size() >= 2) {  // its connection got past the handshake
+            try {
+                Conn &c = conns[parts[1].get(ZMQ_SRCFD)];  // made here if its "accepted" is still queued
+                c.authenticated = true;
+                if (c.since == 0) c.since = now_ms();
             } catch (const zmq::error_t &) {
             }
         }
@@ -463,10 +589,11 @@ struct Coordinator::Impl {
                 // Bounded batches, so timers run even under a flood of requests or connections.
                 for (int i = 0; i < 256 && answer_zap(); ++i) {
                 }
-                for (int i = 0; i < 256 && note_failed_handshake(); ++i) {
+                for (int i = 0; i < 1024 && note_connection_event(); ++i) {
                 }
                 for (int i = 0; i < 256 && receive_one(); ++i) {
                 }
+                bound_pending(now_ms());
                 expire(now_ms());
             }
         } catch (const std::exception &e) {
@@ -503,8 +630,9 @@ Result<std::unique_ptr<Coordinator>> Coordinator::start(const CoordinatorConfig 
         // caps it at net.core.somaxconn.
         s.set(zmq::sockopt::backlog, 4096);
         s.set(zmq::sockopt::sndhwm, 1024);
-        require_credentials(s, impl->zap);
-        impl->monitor = monitor_handshakes(impl->ctx, s, "inproc://omni-coordinator-monitor");
+        require_credentials(s, impl->zap, cfg.secret);
+        impl->client_key = curve_keys(cfg.secret).client_public_raw;
+        impl->monitor = monitor_handshakes(impl->ctx, s, "inproc://omni-coordinator-monitor", true);
         std::unique_ptr<Coordinator> c(new Coordinator(std::move(impl)));
         for (const auto &e : eps) {
             try {
@@ -513,6 +641,8 @@ Result<std::unique_ptr<Coordinator>> Coordinator::start(const CoordinatorConfig 
                 return make_error("coordinator: bind " + e.zmq() + ": " + err.what());
             }
             c->endpoints_.push_back(c->impl_->sock.get(zmq::sockopt::last_endpoint));
+            auto bound = parse_endpoint(c->endpoints_.back(), false);
+            if (bound) c->impl_->ports.push_back(bound.value().port);
         }
         c->impl_->counters = &c->counters_;
         c->thread_ = std::thread([raw = c.get()] { raw->impl_->run(raw->stopping_); });

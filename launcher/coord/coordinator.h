@@ -1,17 +1,20 @@
 // The coordinator service: the generation protocol (protocol.h) and the rendezvous store
 // (kv_store.h) behind a ZeroMQ ROUTER socket, on a thread of its own.
 //
-// Security (issue 6, item 4): it binds only to the literal IPv4 addresses it is given (the
-// job's node addresses; never a wildcard). A peer must present the job secret at the ZeroMQ
-// handshake (PLAIN password, checked by the coordinator's own ZAP handler, conn_auth.h)
-// before libzmq accepts any frame from it; peers without it are disconnected, counted as
-// refused and logged with their address (rate-limited). Every request carries the secret as
-// well, compared in constant time, and is answered "refused" without it. Inputs are bounded
-// before parsing: ZMQ_MAXMSGSIZE drops peers that send an oversized frame, a request has at
-// most two frames, the header is strict JSON (wire.h), and the store, the waiting rooms and
-// the joiners are capped. The secret is not encrypted on the wire: the coordinator trusts the
-// job's network as Slurm's own PMIx wire-up does; MUNGE for omni-ctl from outside the job is
-// later work.
+// Security (issue 6, item 4; issue 46): it binds only to the literal IPv4 addresses it is
+// given (the job's node addresses; never a wildcard). A peer must prove it holds the job
+// secret at the ZeroMQ handshake (CURVE with keys derived from the secret, checked by the
+// coordinator's own ZAP handler, conn_auth.h) before libzmq accepts any frame from it; the
+// traffic is encrypted, and a captured handshake or frame is useless on another connection
+// and ends the one it is injected into. Peers without the secret are disconnected, counted
+// as refused and logged with their address and port (rate-limited). Unauthenticated peers
+// are bounded: a handshake must finish within kHandshakeMs (5 s), at most
+// kMaxPendingConnections (64) may be unfinished at once (the oldest is dropped), and a frame
+// announcing more than ZMQ_MAXMSGSIZE (1 MiB) ends its connection before anything is
+// allocated for it. Every request carries the secret as well, compared in constant time, and
+// is answered "refused" without it. Inputs are bounded before parsing: a request has at most
+// two frames, the header is strict JSON (wire.h), and the store, the waiting rooms and the
+// joiners are capped. MUNGE for omni-ctl from outside the job is later work.
 //
 // Replies to join, boundary, kv_get and kv_wait are deferred until the protocol or the store
 // can answer (or the request's timeout passes), so ranks block in their request, not in a
@@ -45,6 +48,8 @@ struct CoordinatorCounters {
     std::atomic<std::uint64_t> requests{0};
     std::atomic<std::uint64_t> refused{0};    // missing or wrong secret: connections and requests
     std::atomic<std::uint64_t> malformed{0};  // failed parsing
+    std::atomic<std::uint64_t> pending_connections{0};  // now: accepted, handshake unfinished
+    std::atomic<std::uint64_t> dropped_connections{0};  // unfinished ones dropped for the cap
 };
 
 class Coordinator {

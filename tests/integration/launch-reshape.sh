@@ -112,7 +112,7 @@ fi
 
 expect_eq "wrong secret refused (omni-ctl exit)" "$(sed -n 's/^wrong-secret-exit //p' "$work/job.out")" 1
 grep -q refused "$work/refused.txt" || fail "omni-ctl did not report the refusal: $(cat "$work/refused.txt")"
-grep -q 'refused a connection from .*: wrong job secret' "$work/job.out" || fail "the coordinator did not log the refusal"
+grep -q 'refused a connection from .*: its handshake failed (no or a wrong job secret' "$work/job.out" || fail "the coordinator did not log the refusal"
 expect_eq "reshape beyond --max-units (omni-ctl exit)" "$(sed -n 's/^too-many-exit //p' "$work/job.out")" 1
 
 # One step per unit: units 0-3 at the start, unit 4 joining; the leavers' steps ended at the

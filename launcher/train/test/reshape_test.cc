@@ -4,6 +4,7 @@
 // shard ranges from the reference trainer's omni::train::shard_range.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <functional>
@@ -408,6 +409,9 @@ TEST(RuntimeReshape, ARankWithoutTheSecretIsRefused) {
     auto rt = Runtime::create(cl.options(0, std::string(64, '0')));
     ASSERT_FALSE(rt);
     EXPECT_NE(rt.error().find("refused"), std::string::npos) << rt.error();
+    // Counted when the coordinator sees the connection close, a poll after the rank may.
+    for (int i = 0; i < 50 && cl.coord->counters().refused.load() == 0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
     EXPECT_GE(cl.coord->counters().refused.load(), 1u);
 }
 
