@@ -726,19 +726,25 @@ void Driver::cancel_expansion(const std::string &why) {
     if (x.salloc > 0) ::kill(x.salloc, SIGTERM);
 }
 
-// squeue once a second while a satellite's units have not joined: its state, and its end.
-// One that ends before any of its units joined fails the grow it was for (Slurm could not run
-// it, or it was cancelled from outside). Once every live satellite's units are members, the
-// coordinator tells of them (a unit that leaves or is lost), and squeue only notes their end
-// for the log: every 30 s, not three RPCs a second for as long as the job stays grown.
+// squeue once a second while a satellite's units have not joined, or have left: its state,
+// and its end. One that ends before any of its units joined fails the grow it was for (Slurm
+// could not run it, or it was cancelled from outside). While every live satellite's units are
+// members, the coordinator tells of them (a unit that leaves or is lost), and squeue only
+// watches for the end: every 30 s, not three RPCs a second for as long as the job stays grown.
 void Driver::poll_satellites(const Snapshot &s) {
     constexpr std::int64_t kEveryMs = 1000, kJoinedEveryMs = 30000, kSqueueTimeoutMs = 10000;
     auto answer = satellites_look_.take();
     if (std::all_of(satellites_.begin(), satellites_.end(), [](const Satellite &x) { return x.ended; })) return;
-    const bool joining = std::any_of(satellites_.begin(), satellites_.end(), [](const Satellite &x) {
-        return !x.ended && !x.cancelled && !x.admitted;
+    // In flight: a satellite whose units have not joined, or whose units are members no more
+    // (they left, preempted, or were lost): its job is ending, and a grow may wait for that.
+    std::set<std::uint32_t> member_units;
+    for (const auto &m : s.members) member_units.insert(m.second);
+    const bool changing = std::any_of(satellites_.begin(), satellites_.end(), [&](const Satellite &x) {
+        if (x.ended || x.cancelled) return false;
+        return !x.admitted || std::none_of(x.units.begin(), x.units.end(),
+                                           [&](std::uint32_t u) { return member_units.count(u) > 0; });
     });
-    satellites_look_.start_every(mono_ms(), joining ? kEveryMs : kJoinedEveryMs,
+    satellites_look_.start_every(mono_ms(), changing ? kEveryMs : kJoinedEveryMs,
                                  [name = satellite_job_name(alloc_.job_id)] {
         return live_jobs_named(name, kSqueueTimeoutMs);
     });
