@@ -88,10 +88,13 @@ note "cut $node's link at step $(tail -n 1 cut.jsonl | sed 's/^{"step": \([0-9]*
 wait_gone $((T + 3)) "$victim" || fail "the cut-off rank still runs $((T + 3)) s after the cut"
 t_gone=$(now_ms)
 # The survivors went on: a generation without the cut-off unit trained a step.
+world=
 for _ in $(seq 200); do
-  [ "$(tail -n 1 cut.jsonl | sed -n 's/.*"world": \([0-9]*\).*/\1/p')" = 2 ] && break
+  world=$(tail -n 1 cut.jsonl | sed -n 's/.*"world": \([0-9]*\).*/\1/p')
+  [ "$world" = 2 ] && break
   sleep 0.05
 done
+[ "$world" = 2 ] || fail "the survivors trained no step without the cut-off unit within 10 s after it left"
 t_on=$(now_ms)
 nsenter --net="$ns" ip link set eth0 up || fail "cannot restore $node's link"
 wait $sbatch_pid || { cat "$work/cut.out" >&2; fail "the link-cut job failed"; }
