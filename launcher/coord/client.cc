@@ -1,6 +1,7 @@
 // The coordinator client; see client.h.
 #include "coord/client.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include <zmq.hpp>
@@ -21,6 +22,8 @@ std::int64_t now_ms() {
 constexpr std::int64_t kReplySlackMs = 5000;
 // Replies can carry a layout of every rank; bound them all the same.
 constexpr std::int64_t kMaxReplyBytes = 256 << 20;
+// How often a waiting request looks at its cancel test (set_cancel).
+constexpr std::int64_t kCancelPollMs = 100;
 
 }  // namespace
 
@@ -32,6 +35,7 @@ struct CoordinatorClient::Impl {
     zmq::socket_t monitor;  // sock's failed handshakes (conn_auth.h)
     std::string refused;    // set once the coordinator refused the handshake; sticky
     std::uint64_t next_rid = 1;
+    std::function<bool()> cancelled;  // set_cancel
 
     // A failed handshake ends this client: libzmq would retry it forever with the same secret.
     bool note_failed_handshake() {
@@ -75,6 +79,8 @@ Result<std::unique_ptr<CoordinatorClient>> CoordinatorClient::connect(const std:
     }
 }
 
+void CoordinatorClient::set_cancel(std::function<bool()> cancelled) { impl_->cancelled = std::move(cancelled); }
+
 Result<Reply> CoordinatorClient::call(Request req, std::int64_t timeout_ms) {
     req.rid = impl_->next_rid++;
     req.secret = impl_->secret;
@@ -94,8 +100,11 @@ Result<Reply> CoordinatorClient::call(Request req, std::int64_t timeout_ms) {
             if (left <= 0) break;
             zmq::pollitem_t items[] = {{static_cast<void *>(s), 0, ZMQ_POLLIN, 0},
                                        {static_cast<void *>(impl_->monitor), 0, ZMQ_POLLIN, 0}};
-            zmq::poll(items, 2, std::chrono::milliseconds(left));
+            zmq::poll(items, 2, std::chrono::milliseconds(impl_->cancelled ? std::min(left, kCancelPollMs) : left));
             if (impl_->note_failed_handshake()) return make_error(impl_->refused);
+            if (impl_->cancelled && impl_->cancelled())
+                return make_error(std::string("coordinator: gave up waiting for the reply to ") + to_string(req.op) +
+                                  ": this process is out of the job");
             if (!(items[0].revents & ZMQ_POLLIN)) continue;
             // Read the whole message; keep the header and the first value frame.
             auto parts = recv_message(s, 2);

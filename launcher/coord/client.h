@@ -9,6 +9,7 @@
 #define OMNI_LAUNCHER_CLIENT_H
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,6 +35,12 @@ public:
     ~CoordinatorClient();
     CoordinatorClient(const CoordinatorClient &) = delete;
     CoordinatorClient &operator=(const CoordinatorClient &) = delete;
+
+    // A request waiting for its reply gives up within 100 ms of `cancelled` turning true
+    // (called on the waiting thread): a rank that has concluded it is out of the job
+    // (Liveness: fenced, or cut off from the coordinator) must not wait out a long boundary
+    // timeout for a reply that will never come.
+    void set_cancel(std::function<bool()> cancelled);
 
     // Sends `req` (rid and secret are filled in) and waits up to `timeout_ms` for the reply.
     // An {"ok": false} reply becomes an error carrying the coordinator's message.

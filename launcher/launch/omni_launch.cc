@@ -250,9 +250,12 @@ int run(int argc, char **argv) {
         return kExitFail;
     }
     cfg.self = self.value();
+    // The job's own directory (derived from its id), as against one the user named.
+    bool own_job_dir = false;
     if (!cfg.options.job_dir.empty()) {
         cfg.job_dir = cfg.options.job_dir;
     } else {
+        own_job_dir = !env(kEnvJobDir) || !*env(kEnvJobDir);
         auto d = job_dir_from_env(env);
         if (!d) {
             if (!cfg.options.dry_run) {
@@ -314,7 +317,10 @@ int run(int argc, char **argv) {
     }
     cfg.endpoint = coord.value()->endpoints().front();
     // A directory made here is removed at the end if it is empty then (the events file, when
-    // it is there, stays for the user); one that existed is left as it was found.
+    // it is there, stays for the user); one that existed is left as it was found, unless it
+    // is the job's own (/tmp/omni-UID/job-CLUSTER-JOBID): then an earlier run of this job,
+    // killed before it could clean up (SIGKILL, a node's crash), made it, and the requeued
+    // run removes it at its end like its own.
     bool made_job_dir = false;
     omni::Status published = ensure_private_dir(cfg.job_dir, &made_job_dir);
     if (published) published = publish_job_files(cfg.job_dir, cfg.secret, cfg.endpoint);
@@ -338,7 +344,7 @@ int run(int argc, char **argv) {
     // The job is over: nobody may talk to a coordinator of this job again.
     ::unlink((cfg.job_dir + "/" + kAddressFile).c_str());
     ::unlink((cfg.job_dir + "/" + kSecretFile).c_str());
-    if (made_job_dir) ::rmdir(cfg.job_dir.c_str());
+    if (made_job_dir || own_job_dir) ::rmdir(cfg.job_dir.c_str());
     return rc;
 }
 

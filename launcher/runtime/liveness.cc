@@ -68,10 +68,26 @@ void Liveness::run() {
         const std::uint64_t g = hooks_.generation();
         auto ack = client_->heartbeat(id_, g, std::max(kMinRequestTimeoutMs, interval));
         if (!ack) {
-            // The coordinator is gone or slow: the rank's own requests will say so; keep trying.
+            // The coordinator is slow, gone or out of reach: keep trying until its liveness
+            // timeout has passed since its last ack; by then it has declared this rank lost
+            // (or is gone), and the rank leaves as a fenced one does (liveness.h).
             if (!said_unreachable)
                 log_line(LogLevel::Warning, "libomni", "heartbeat of '" + id_ + "': " + ack.error());
             said_unreachable = true;
+            const std::int64_t timeout = timeout_ms_.load(), last = last_ack_ms_.load();
+            if (timeout > 0 && last >= 0 && now_ms() - last >= timeout) {
+                cut_off_.store(true);
+                std::uint64_t none = 0;
+                fenced_generation_.compare_exchange_strong(none, std::max<std::uint64_t>(g, 1));
+                log_line(LogLevel::Warning, "libomni",
+                         "member '" + id_ + "' has had no reply from the coordinator for " +
+                             std::to_string(now_ms() - last) + " ms (its liveness timeout is " +
+                             std::to_string(timeout) +
+                             " ms): the coordinator has declared it lost or is gone, so it is out: it "
+                             "leaves its collectives and exits without writing anything");
+                hooks_.abandon(g, true);
+                return;
+            }
         } else {
             said_unreachable = false;
             const HeartbeatAck &a = ack.value();

@@ -12,6 +12,14 @@
 //  - fenced: this rank was declared lost itself (it comes back after SIGCONT). It is out for
 //    good: the hook aborts its collectives, the runtime refuses every further boundary and
 //    Runtime::check_member() says so, and the heartbeats end.
+//  - no reply at all for the liveness timeout (the coordinator's, from its last ack): the
+//    coordinator has declared this rank lost by now, or is gone (omni-launch killed, the
+//    node's link cut). Either way the rank is out, as if fenced ("cut off"): it cannot be
+//    told so, so it must conclude it itself, or it would wait in its boundary request (up to
+//    OMNI_BOUNDARY_TIMEOUT_MS, 300 s) or a collective while the survivors go on without it,
+//    and a cut-off side that outlived its lease could act on stale decisions. Its last ack
+//    came after the coordinator last heard from it, so it stops no earlier than the
+//    coordinator's declaration, and it stopped writing at half the timeout (lease_fresh).
 // The thread owns its coordinator connection (a ZeroMQ socket belongs to one thread) and
 // sends nothing else: no Slurm RPC, one small request per interval to the job's own
 // coordinator.
@@ -53,6 +61,8 @@ public:
     Liveness &operator=(const Liveness &) = delete;
 
     bool fenced() const { return fenced_generation_.load() != 0; }
+    // Fenced by its own conclusion: no reply from the coordinator for its liveness timeout.
+    bool cut_off() const { return cut_off_.load(); }
     std::uint64_t fenced_generation() const { return fenced_generation_.load(); }
     // Whether the coordinator acknowledged this rank recently enough that it cannot have
     // declared it lost meanwhile: an ack within half its liveness timeout (a process stopped
@@ -74,6 +84,7 @@ private:
     std::atomic<std::int64_t> last_ack_ms_{-1};  // -1: none yet
     std::atomic<std::int64_t> timeout_ms_{0};    // the coordinator's, from its acks
     std::atomic<std::uint64_t> fenced_generation_{0};
+    std::atomic<bool> cut_off_{false};
     std::uint64_t abandoned_ = 0;  // the last generation abandoned (heartbeat thread only)
     std::mutex m_;
     std::condition_variable cv_;

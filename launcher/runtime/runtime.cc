@@ -295,6 +295,8 @@ Status Runtime::start_liveness() {
     auto l = Liveness::start(opts_.endpoint, opts_.secret, opts_.member_id, std::move(hooks));
     if (!l) return make_error("the heartbeat to the coordinator at " + opts_.endpoint + ": " + l.error());
     liveness_ = std::move(l).value();
+    // A rank that is out (fenced, or cut off from the coordinator) stops waiting for replies.
+    client_->set_cancel([this] { return fenced(); });  // on the trainer thread, like liveness_.reset()
     return Status::success();
 }
 
@@ -346,6 +348,10 @@ bool Runtime::fenced() const { return liveness_ && liveness_->fenced(); }
 
 Error Runtime::fenced_error() {
     fault_ = Fault::peer;
+    if (liveness_ && liveness_->cut_off())
+        return Error{"member '" + opts_.member_id + "' has had no reply from the coordinator for its liveness timeout " +
+                     "(the coordinator is gone or out of reach, and has declared it lost if it is alive): it is out " +
+                     "of the job and must exit without writing anything"};
     return Error{"member '" + opts_.member_id + "' was declared lost in generation " +
                  u(liveness_ ? liveness_->fenced_generation() : generation_) +
                  " and is fenced out: it must exit without writing anything"};
@@ -1018,7 +1024,10 @@ Result<BoundaryResult> Runtime::boundary(std::uint64_t step) {
     if (ledger_) batch = {ledger_->config().global_batch, ledger_->config().micro_batch, opts_.mp};
     else batch.mp = opts_.mp;
     auto got = client_->boundary(opts_.member_id, generation_, step, opts_.boundary_timeout_ms, batch);
-    if (!got) return make_error("boundary after step " + u(step) + ": " + got.error());
+    if (!got) {
+        if (fenced()) return fenced_error();  // gave up waiting: out of the job meanwhile
+        return make_error("boundary after step " + u(step) + ": " + got.error());
+    }
     // A rank stopped long enough to be declared lost may find an old decision waiting in its
     // socket when it resumes: it must not act on it (Liveness::lease_fresh).
     if (auto st = check_member(); !st) return Error{st.error()};

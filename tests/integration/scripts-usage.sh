@@ -40,6 +40,13 @@ check_bad omni-cluster status --nodes 2
 check_bad omni-cluster up --purge
 check_bad omni-cluster --dir '/tmp/a b' status
 check_bad omni-cluster up --conf-extra /nonexistent/slurm.conf
+# kill and start name one daemon; --signal belongs to kill
+check_bad omni-cluster kill
+check_bad omni-cluster kill slurmd-n0
+check_bad omni-cluster kill slurmctld slurmd-n1
+check_bad omni-cluster kill slurmctld --signal BOGUS
+check_bad omni-cluster start slurmctld --signal TERM
+check_bad omni-cluster status slurmctld
 check_bad demo --nodes 65
 check_bad demo --nodes 3
 check_bad demo --out ''
