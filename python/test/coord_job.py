@@ -36,7 +36,10 @@ def run_job(test, d, worker, args, units, target, joiners=0, extra_env=None, per
     have exited, and their exit codes come back instead of its lines."""
     job = os.path.join(d, "job")
     os.mkdir(job, 0o700)
-    serve = subprocess.Popen([SERVE, job, str(units), str(target), str(seconds)], stdout=subprocess.PIPE, text=True)
+    # The coordinator keeps serving after the stop until the ranks have exited: rank 0's note
+    # of the checkpoint it writes at the stop must find it (omni-launch's lives as long).
+    serve = subprocess.Popen([SERVE, job, str(units), str(target), str(seconds)], stdout=subprocess.PIPE, text=True,
+                             env=dict(os.environ, OMNI_SERVE_LINGER_MS=str(seconds * 1000)))
     test.assertTrue(serve.stdout.readline().startswith("tcp://"))
     procs, logs = [], []
 
@@ -63,8 +66,12 @@ def run_job(test, d, worker, args, units, target, joiners=0, extra_env=None, per
         if joiners and line.startswith("generation 1 "):
             for j in range(joiners):
                 spawn(units + j)
-    serve.stdout.close()
-    test.assertEqual(serve.wait(timeout=seconds + 60), 0, seen)
+        if line.startswith("stopped at generation"):
+            break
     for p in procs:
         test.assertEqual(p.wait(timeout=seconds), 0)
+    serve.terminate()
+    serve.wait(timeout=60)
+    serve.stdout.close()
+    test.assertTrue(seen and seen[-1].startswith("stopped at generation"), seen)
     return [read(p) for p in logs], seen
