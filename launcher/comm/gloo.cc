@@ -1,5 +1,7 @@
 // Gloo backend of the communicator: TCP, host buffers. Gloo reports failures by throwing
 // gloo::Exception; every entry point here turns that into an omni::Status.
+#include "config.h"
+
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
@@ -104,7 +106,11 @@ public:
     LoopWaker &operator=(const LoopWaker &) = delete;
 
     void attach(gloo::transport::tcp::Device &dev) { dev.registerDescriptor(fd_, EPOLLIN, this); }
+#ifdef OMNI_GLOO_HANDLER_LOOP
+    void handleEvents(gloo::transport::tcp::Loop &, int) override {
+#else
     void handleEvents(int) override {
+#endif
         std::uint64_t v;
         while (::read(fd_, &v, sizeof v) > 0) {
         }
@@ -642,7 +648,13 @@ Result<std::unique_ptr<Communicator>> make_gloo_communicator(gloo::rendezvous::S
         rank, size, options,
         [&](gloo::rendezvous::Context &ctx, std::shared_ptr<gloo::transport::Device> &dev, LoopWaker &waker) {
             WakingStore waking(store, waker);
+#ifdef OMNI_GLOO_STORE_SHARED_PTR
+            // Newer Gloo takes the store as a shared_ptr: a non-owning one (the aliasing
+            // constructor with no owner), as the store outlives the call.
+            ctx.connectFullMesh(std::shared_ptr<gloo::rendezvous::Store>(std::shared_ptr<void>(), &waking), dev);
+#else
             ctx.connectFullMesh(waking, dev);
+#endif
         });
 }
 

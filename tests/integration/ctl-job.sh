@@ -17,6 +17,12 @@ u=$work/nobody
 mkdir -p "$u" && chmod 0777 "$u"
 id nobody >/dev/null && id daemon >/dev/null || skip "needs the users nobody and daemon (Debian's base passwd)"
 as() { runuser -u "$1" -- "${@:2}"; }
+# nobody's sbatch loads the plugins from the build tree (PluginDir, plugstack.conf) and its job
+# runs omni-launch from there: a tree under a 0700 directory (a home, /root) cannot be used.
+for f in "$launch" "$demo" "$ctl" "$(sed -n 's/^required \([^ ]*\).*/\1/p' "$CLUSTER_DIR/etc/plugstack.conf")"; do
+  [ -z "$f" ] || as nobody test -r "$f" ||
+    skip "user nobody cannot read $f: the build tree must be reachable by other users (chmod o+x on the directories above it)"
+done
 cat >"$u/job.sh" <<EOS
 #!/bin/bash
 exec "$launch" --units 2 --events "$u/events.jsonl" -- "$demo" --steps 400 --dataset-size 960 \

@@ -1,6 +1,7 @@
 // Gloo over the coordinator: three ranks (threads, 127.0.0.1) join, build a Gloo TCP context
 // through CoordinatorStore and allreduce; then a planned shrink to two units and a fresh
 // context under the next generation's keys, with the new rank numbers.
+#include "config.h"
 #include <gtest/gtest.h>
 
 #include <condition_variable>
@@ -36,7 +37,11 @@ std::vector<float> allreduce_once(CoordinatorClient &cl, const Decision &d, std:
     auto ctx = std::make_shared<gloo::rendezvous::Context>(static_cast<int>(rank.value_or(0)),
                                                            static_cast<int>(d.next.world));
     ctx->setTimeout(std::chrono::seconds(10));
+#ifdef OMNI_GLOO_STORE_SHARED_PTR
+    ctx->connectFullMesh(std::shared_ptr<gloo::rendezvous::Store>(std::shared_ptr<void>(), &store), dev);
+#else
     ctx->connectFullMesh(store, dev);
+#endif
     std::vector<float> x(kCount);
     for (std::size_t i = 0; i < kCount; ++i) x[i] = static_cast<float>((unit + 1) * i);
     gloo::AllreduceOptions opts(ctx);
