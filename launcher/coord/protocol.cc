@@ -230,6 +230,9 @@ Result<HeartbeatAck> Protocol::heartbeat(std::string_view id, std::uint64_t gene
         return ack;
     }
     if (pending_.count(id)) return ack;
+    // A rank that left in the last planned change may heartbeat before it has acted on its
+    // LEFT (its first heartbeat can come after a quick change): it is out, not lost.
+    if (left_.count(id)) return ack;
     return make_error("heartbeat: '" + std::string(id) + "' is neither a member nor a joiner of the job");
 }
 
@@ -540,6 +543,8 @@ std::vector<Delivery> Protocol::decide(std::int64_t now_ms) {
         r.old_world = layout_.world;
         r.new_world = d->next.world;
         last_resize_ = std::move(r);
+        for (const auto &m : layout_.members)
+            if (!d->next.find(m.id) && !lost_.count(m.id) && !fenced_.count(m.id)) left_.insert(m.id);
         layout_ = d->next;
         generation_began(now_ms);
         if (target_units_ && *target_units_ == units.size()) {

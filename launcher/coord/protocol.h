@@ -330,6 +330,9 @@ private:
     std::shared_ptr<const Decision> last_;
     std::set<std::string, std::less<>> last_members_;  // the generation that decided last_
     std::shared_ptr<const Decision> last_change_;
+    // Members that left in a planned change (never lost): their heartbeats, which may come
+    // after the change applied, are acknowledged, not refused (ids are never reused).
+    std::set<std::string, std::less<>> left_;
     std::uint64_t last_step_ = 0;
     // The current generation's start and which of its members are ready() since.
     std::int64_t generation_since_ms_ = 0;
