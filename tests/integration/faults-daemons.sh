@@ -34,6 +34,7 @@ cd "$work"
 # A daemon this test killed is started again at exit, whatever happened (a shared cluster
 # must outlive the test; an own one is stopped right after).
 down_daemon=
+# At exit, a daemon the test stopped is started again; '|| true': cluster_release stops it anyway.
 revive() { [ -z "$down_daemon" ] || "$omni_cluster" --dir "$CLUSTER_DIR" start "$down_daemon" >/dev/null 2>&1 || true; }
 trap 'revive; cluster_release; cleanup_work' EXIT
 cname=$(scontrol show config | sed -n 's/^ClusterName *= *//p')
@@ -111,12 +112,14 @@ scontrol ping >/dev/null 2>&1 && fail "slurmctld answers (the outage is not one)
 down_daemon=
 note "started slurmctld again at step $(step_now)"
 expect_eq "job $job after slurmctld's restart" "$(squeue -h -j "$job" -o %T)" RUNNING
+# '|| true': grep -c exits 1 when it counts 0, a count the check below fails.
 steps=$(squeue -h -s -j "$job" -o %j | grep -c '^omni-u' || true)
 [ "$steps" -ge 2 ] || fail "$steps unit steps after slurmctld's restart"
 advances "slurmctld was back"
 [ "$(step_now)" -lt 120 ] || fail "the training ended before slurmctld was back (the test checks nothing then)"
 
 wait $sbatch_pid || { cat train.out >&2; fail "the job failed"; }
+# Shown for the log only; '|| true': no warning at all is the expected case.
 grep -E 'warning|launch-exit' train.out | sort | uniq -c | head -20 || true
 expect_eq "omni-launch exit" "$(sed -n 's/^launch-exit //p' train.out)" 0
 expect_eq "job $job state" "$(job_state "$job")" COMPLETED

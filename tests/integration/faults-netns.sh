@@ -82,6 +82,7 @@ ns=/run/netns/omni$base-$node
 t_cut=$(now_ms)
 nsenter --net="$ns" ip link set eth0 down || fail "cannot cut $node's link"
 # Whatever happens below, the link comes back before the cluster goes down.
+# At exit the cut link comes back ('|| true': its namespace may be gone already).
 trap 'nsenter --net="$ns" ip link set eth0 up 2>/dev/null || true; cluster_release; cleanup_work' EXIT
 note "cut $node's link at step $(tail -n 1 cut.jsonl | sed 's/^{"step": \([0-9]*\),.*/\1/') (rank pid $victim of unit $u)"
 # The cut-off rank stops by itself, its link still down: no reply for T, then out.
@@ -98,6 +99,7 @@ done
 t_on=$(now_ms)
 nsenter --net="$ns" ip link set eth0 up || fail "cannot restore $node's link"
 wait $sbatch_pid || { cat "$work/cut.out" >&2; fail "the link-cut job failed"; }
+# Shown for the log only; '|| true': the checks below fail a run without these lines.
 grep -E 'lost|fenced|no reply|rewound|went on|launch-exit' cut.out || true
 same_training cut 45 720 15 redone-ok
 /usr/bin/python3 - cut-events.jsonl "$t_cut" >cut-times.txt <<'PY' || fail "link cut events: $(cat cut-events.jsonl)"
@@ -160,6 +162,7 @@ out=$(timeout 120 sbatch --wait -N3 --ntasks-per-node=1 -t 5 --open-mode=append 
   fail "the job whose omni-launch was killed succeeded"
 job=${out%%;*}
 [ -n "$job" ] || fail "no job id from sbatch"
+# Shown for the log only; '|| true': the checks below fail a run without these lines.
 grep -E '^run|ranks|no reply' kill.out || true
 gone=$(sed -n 's/^ranks-gone-ms //p' kill.out)
 [ -n "$gone" ] || fail "after omni-launch's SIGKILL: $(grep 'ranks still' kill.out || tail -5 kill.out)"
@@ -174,12 +177,14 @@ scontrol requeue "$job" || fail "scontrol requeue $job failed"
 sleep 1
 scontrol update JobId="$job" StartTime=now || fail "cannot release the requeued job $job"
 for _ in $(seq 1200); do
+  # '|| true': squeue fails once the job has left slurmctld's memory; empty means gone.
   s=$(squeue -h -j "$job" -o %T 2>/dev/null || true)
   [ -z "$s" ] && break
   sleep 0.1
 done
 [ -z "$s" ] || fail "the requeued job $job did not end: $s"
 expect_eq "job $job state after the requeue" "$(job_state "$job")" COMPLETED
+# Shown for the log only; '|| true': a run without these lines fails the checks below.
 grep -E '^run|resumed|launch-exit' kill.out || true
 expect_eq "runs of the batch script" "$(grep -c '^run ' kill.out)" 2
 # The newest checkpoint (every 5 steps) at the step omni-launch was killed at or just before

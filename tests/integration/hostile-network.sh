@@ -42,6 +42,7 @@ bg=()
 jobdirs=()
 cleanup() {
   local p
+  # '|| true': a probe may have ended already.
   for p in "${bg[@]}"; do kill "$p" 2>/dev/null || true; done
   scancel -u "$user" 2>/dev/null || true
   userdel "$user" 2>/dev/null || true

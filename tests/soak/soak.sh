@@ -85,6 +85,7 @@ cd "$work"
 pids=()
 stop_children() {
   local p
+  # '|| true': a background job may have ended already.
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   # Only while the cluster is up: against a stopped slurmctld scancel would wait its timeout.
   if [ -n "$own_cluster" ]; then timeout 30 scancel -u nobody; timeout 30 scancel -u daemon; fi 2>/dev/null || true
