@@ -378,6 +378,35 @@ TEST(Protocol, AFencedMemberIsRefused) {
     EXPECT_FALSE(p.heartbeat("stranger", 1, 5000));
 }
 
+// A leaver's heartbeat that comes after its planned change is acknowledged (it is out, not
+// lost), but the protocol forgets leavers a minute later (at the next change after that):
+// a job that resizes for weeks would otherwise hold every leaver it ever had. Without the
+// pruning, the last check fails (u3's heartbeat is still acknowledged).
+TEST(Protocol, LeaversAreForgottenAMinuteAfterTheyLeft) {
+    Protocol p = formed(config(1, 4, 1, 4), 4);
+    ASSERT_TRUE(p.request_reshape(3, 0));
+    (void)all_arrive(p, 1, 1, {"u0", "u1", "u2", "u3"}, 100);
+    ASSERT_EQ(p.generation(), 2u);
+    auto late = p.heartbeat("u3", 1, 200);
+    ASSERT_TRUE(late) << late.error();
+    EXPECT_FALSE(late.value().fenced);
+    // Still known at the next change within the minute.
+    ASSERT_TRUE(p.request_reshape(2, 300));
+    (void)all_arrive(p, 2, 2, {"u0", "u1", "u2"}, 60000);
+    ASSERT_EQ(p.generation(), 3u);
+    EXPECT_TRUE(p.heartbeat("u3", 1, 60050));
+    EXPECT_TRUE(p.heartbeat("u2", 2, 60050));
+    // A change more than a minute after u3 left drops it; u2 (left at 60000) stays.
+    ASSERT_TRUE(p.request_reshape(1, 60100));
+    (void)all_arrive(p, 3, 3, {"u0", "u1"}, 60101);
+    ASSERT_EQ(p.generation(), 4u);
+    auto gone = p.heartbeat("u3", 1, 60150);
+    ASSERT_FALSE(gone);
+    EXPECT_NE(gone.error().find("neither a member nor a joiner"), std::string::npos) << gone.error();
+    EXPECT_TRUE(p.heartbeat("u2", 2, 60150));
+    EXPECT_TRUE(p.heartbeat("u1", 3, 60150));
+}
+
 TEST(Protocol, HeartbeatsKeepAMemberThatNeverReachesABoundary) {
     auto p = formed(with_liveness(config(1, 2, 1, 2), 1000), 2);
     for (std::int64_t t = 400; t <= 20000; t += 400) {
