@@ -1303,6 +1303,9 @@ int Driver::run() {
             std::this_thread::sleep_for(std::chrono::milliseconds(100));
         if (!reaped) ::kill(expansion_->salloc, SIGKILL);
     }
+    // salloc's messages were for omni-launch (a refusal is logged): the job directory, which
+    // omni-launch removes when it is empty, is not left behind for them.
+    if (expansion_) ::unlink((cfg_.job_dir + "/salloc.out").c_str());
     if (ranks_signalled_ && !satellite()) await_preemption();
     const int status = exit_status();
     settle_pending(nullptr, mono_ms());

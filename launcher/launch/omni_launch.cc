@@ -90,6 +90,18 @@ int exec_task(int argc, char **argv) {
     return fail(std::string("cannot run ") + argv[3] + ": " + std::strerror(errno));
 }
 
+// The events file when --events is not given: in a Slurm job, omni-events-JOBID.jsonl in the
+// working directory, where sbatch writes slurm-JOBID.out, since it is the job's record for
+// the user: the job directory is on the batch host's /tmp (often private to the job and
+// removed with it, job_container/tmpfs), holds only what the running job needs, and goes
+// when omni-launch exits. Outside Slurm, JOB_DIR/events.jsonl.
+std::string default_events_file(std::uint32_t job_id, const std::string &job_dir) {
+    if (job_id == 0) return job_dir + "/events.jsonl";
+    const std::string name = "omni-events-" + std::to_string(job_id) + ".jsonl";
+    char cwd[4096];
+    return ::getcwd(cwd, sizeof cwd) ? std::string(cwd) + "/" + name : name;
+}
+
 void install_signal_handlers() {
     struct sigaction sa{};
     sa.sa_handler = on_signal;
@@ -329,7 +341,7 @@ int run(int argc, char **argv) {
         if (made_job_dir) ::rmdir(cfg.job_dir.c_str());
         return kExitFail;
     }
-    cfg.events = cfg.options.events.empty() ? cfg.job_dir + "/events.jsonl" : cfg.options.events;
+    cfg.events = cfg.options.events.empty() ? default_events_file(cfg.alloc.job_id, cfg.job_dir) : cfg.options.events;
     cfg.metrics = cfg.options.metrics_file;
     log_line(LogLevel::Info, kComponent,
              "coordinator " + cfg.endpoint + ", job directory " + cfg.job_dir + ", events " +
