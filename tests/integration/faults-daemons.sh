@@ -76,6 +76,21 @@ advances() {
   fail "no step trained while $1 (step ${s0:-none})"
 }
 
+# slurmctld_outage SECONDS WHAT: slurmctld stopped (SIGTERM, as a restart does) for SECONDS,
+# the training going on meanwhile, then started again from its saved state.
+slurmctld_outage() {
+  down_daemon=slurmctld
+  "$omni_cluster" --dir "$CLUSTER_DIR" kill slurmctld --signal TERM >/dev/null || fail "cannot stop slurmctld"
+  note "stopped slurmctld$2 at step $(step_now)"
+  advances "slurmctld was down"
+  sleep "$1"
+  advances "slurmctld was down"
+  scontrol ping >/dev/null 2>&1 && fail "slurmctld answers (the outage is not one)"
+  "$omni_cluster" --dir "$CLUSTER_DIR" start slurmctld >/dev/null || fail "cannot start slurmctld again"
+  down_daemon=
+  note "started slurmctld again at step $(step_now)"
+}
+
 start_training train 3 "--units 3 --boundary-timeout 6 --satellite-args=--exclusive" \
   "$train --pace-ms 200 --ckpt $work/ckpt --ckpt-every 10"
 "$at_step" "$work/train.jsonl" 5 60 || fail "the job never reached step 5: $(tail -5 train.out)"
@@ -106,16 +121,7 @@ srun --jobid="$job" --overlap -N1 -w "$node" true || fail "no step runs on $node
 [ -f "$top_build/job_submit/.libs/job_submit_omni.so" ] && grep -qx "JobSubmitPlugins=omni" "$CLUSTER_DIR/etc/slurm.conf" ||
   fail "the cluster does not load job_submit/omni"
 scontrol update JobId="$job" NumNodes=2 || fail "scontrol update NumNodes=2 failed"
-down_daemon=slurmctld
-"$omni_cluster" --dir "$CLUSTER_DIR" kill slurmctld --signal TERM >/dev/null || fail "cannot stop slurmctld"
-note "stopped slurmctld at step $(step_now)"
-advances "slurmctld was down"
-sleep 3
-advances "slurmctld was down"
-scontrol ping >/dev/null 2>&1 && fail "slurmctld answers (the outage is not one)"
-"$omni_cluster" --dir "$CLUSTER_DIR" start slurmctld >/dev/null || fail "cannot start slurmctld again"
-down_daemon=
-note "started slurmctld again at step $(step_now)"
+slurmctld_outage 3 ""
 expect_eq "job $job after slurmctld's restart" "$(squeue -h -j "$job" -o %T)" RUNNING
 # '|| true': grep -c exits 1 when it counts 0, a count the check below fails.
 steps=$(squeue -h -s -j "$job" -o %j | grep -c '^omni-u' || true)
@@ -139,14 +145,7 @@ sat_state() { squeue -h --name "omni-sat-$job" -o %T; }
 for _ in $(seq 100); do [ "$(sat_state)" = PENDING ] && break; sleep 0.1; done
 expect_eq "the satellite of job $job before the restart" "$(sat_state)" PENDING
 sat=$(squeue -h --name "omni-sat-$job" -o %i)
-down_daemon=slurmctld
-"$omni_cluster" --dir "$CLUSTER_DIR" kill slurmctld --signal TERM >/dev/null || fail "cannot stop slurmctld"
-note "stopped slurmctld with satellite $sat pending, at step $(step_now)"
-advances "slurmctld was down"
-sleep 11
-advances "slurmctld was down"
-"$omni_cluster" --dir "$CLUSTER_DIR" start slurmctld >/dev/null || fail "cannot start slurmctld again"
-down_daemon=
+slurmctld_outage 11 " with satellite $sat pending"
 expect_eq "the satellite of job $job after the restart" "$(sat_state)" PENDING
 t0=$(date +%s%N)
 scancel "$holder"
