@@ -79,6 +79,17 @@ std::vector<Delivery> all_arrive(Protocol &p, std::uint64_t gen, std::uint64_t s
     return last;
 }
 
+// The last resize status() reports: its kind, its units before and after, and its step.
+void expect_last_resize(Protocol &p, const std::string &kind, std::uint32_t old_units, std::uint32_t new_units,
+                        std::uint64_t step) {
+    auto r = p.status().last_resize;
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->kind, kind);
+    EXPECT_EQ(r->old_units, old_units);
+    EXPECT_EQ(r->new_units, new_units);
+    EXPECT_EQ(r->step, step);
+}
+
 }  // namespace
 
 TEST(ProtocolConfig, Validation) {
@@ -558,15 +569,10 @@ TEST(Protocol, LastResizeSaysItsKind) {
     EXPECT_FALSE(p.request_reshape(2, 0, {}, {}, "whim"));
     ASSERT_TRUE(p.request_reshape(2, 0, {2}, {}, kCausePreemption));
     (void)all_arrive(p, 1, 4, {"u0", "u1", "u2"});
-    auto r = p.status().last_resize;
-    ASSERT_TRUE(r);
-    EXPECT_EQ(r->kind, kCausePreemption);
-    EXPECT_EQ(r->generation, 2u);
-    EXPECT_EQ(r->step, 4u);
-    EXPECT_EQ(r->old_units, 3u);
-    EXPECT_EQ(r->new_units, 2u);
-    EXPECT_EQ(r->old_world, 3u);
-    EXPECT_EQ(r->new_world, 2u);
+    expect_last_resize(p, kCausePreemption, 3, 2, 4);
+    EXPECT_EQ(p.status().last_resize->generation, 2u);
+    EXPECT_EQ(p.status().last_resize->old_world, 3u);
+    EXPECT_EQ(p.status().last_resize->new_world, 2u);
     ASSERT_TRUE(p.request_reshape(1, 0));
     (void)all_arrive(p, 2, 5, {"u0", "u1"});
     EXPECT_EQ(p.status().last_resize->kind, kCausePlanned);
@@ -578,12 +584,7 @@ TEST(Protocol, ALossIsAResizeOfKindLost) {
     (void)ok(p.boundary("u0", 1, 5, 1000));
     (void)ok(p.boundary("u1", 1, 5, 1200));
     (void)p.tick(2000);
-    auto r = p.status().last_resize;
-    ASSERT_TRUE(r);
-    EXPECT_EQ(r->kind, kResizeLost);
-    EXPECT_EQ(r->old_units, 3u);
-    EXPECT_EQ(r->new_units, 2u);
-    EXPECT_EQ(r->step, 5u);
+    expect_last_resize(p, kResizeLost, 3, 2, 5);
 }
 
 TEST(Protocol, AnnouncedShrinkAppliesAtTheFollowingBoundary) {
