@@ -236,6 +236,13 @@ Result<HeartbeatAck> Protocol::heartbeat(std::string_view id, std::uint64_t gene
     return make_error("heartbeat: '" + std::string(id) + "' is neither a member nor a joiner of the job");
 }
 
+void Protocol::prune_left(std::int64_t now_ms) {
+    const std::int64_t keep =
+        std::max({kLeftKeepMs, 4 * cfg_.liveness_timeout_ms, 4 * cfg_.boundary_timeout_ms});
+    for (auto it = left_.begin(); it != left_.end();)
+        it = now_ms - it->second > keep ? left_.erase(it) : std::next(it);
+}
+
 std::vector<Delivery> Protocol::form(const std::vector<std::uint32_t> &units,
                                      std::string reason, std::int64_t now_ms) {
     auto d = std::make_shared<Decision>();
@@ -544,7 +551,8 @@ std::vector<Delivery> Protocol::decide(std::int64_t now_ms) {
         r.new_world = d->next.world;
         last_resize_ = std::move(r);
         for (const auto &m : layout_.members)
-            if (!d->next.find(m.id) && !lost_.count(m.id) && !fenced_.count(m.id)) left_.insert(m.id);
+            if (!d->next.find(m.id) && !lost_.count(m.id) && !fenced_.count(m.id)) left_[m.id] = now_ms;
+        prune_left(now_ms);
         layout_ = d->next;
         generation_began(now_ms);
         if (target_units_ && *target_units_ == units.size()) {

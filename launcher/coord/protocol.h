@@ -330,9 +330,15 @@ private:
     std::shared_ptr<const Decision> last_;
     std::set<std::string, std::less<>> last_members_;  // the generation that decided last_
     std::shared_ptr<const Decision> last_change_;
-    // Members that left in a planned change (never lost): their heartbeats, which may come
-    // after the change applied, are acknowledged, not refused (ids are never reused).
-    std::set<std::string, std::less<>> left_;
+    // Members that left in a planned change (never lost), with the time they left: their
+    // heartbeats, which may come after the change applied, are acknowledged, not refused
+    // (ids are never reused). A leaver stops its heartbeats once it acts on its LEFT, within
+    // a heartbeat interval or two, so an entry is kept kLeftKeepMs or a few timeouts, if
+    // longer, and then dropped: a job that resizes for weeks would otherwise hold one per
+    // leaver it ever had.
+    std::map<std::string, std::int64_t, std::less<>> left_;
+    static constexpr std::int64_t kLeftKeepMs = 60000;
+    void prune_left(std::int64_t now_ms);
     std::uint64_t last_step_ = 0;
     // The current generation's start and which of its members are ready() since.
     std::int64_t generation_since_ms_ = 0;

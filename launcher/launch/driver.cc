@@ -170,6 +170,7 @@ private:
     void watch_preemption();
     void await_preemption();
     void watch_release_request();
+    void look_at_job_on_news(BackgroundLook<Result<JobInfo>> &look, int &news_read);
     Result<JobInfo> own_job(std::int64_t max_age_ms);
     bool start_ctl_shrink(std::vector<std::string> args, const std::string &what);
     bool ctl_shrink_running();
@@ -203,7 +204,9 @@ private:
     BackgroundLook<LiveJobs> expansion_look_;
     BackgroundLook<LiveJobs> satellites_look_;
     BackgroundLook<Result<JobInfo>> release_look_;
-    std::int64_t preempt_polled_ms_ = 0;      // a satellite's look at its own job
+    // A satellite's look at its own job for a preemption (watch_preemption).
+    BackgroundLook<Result<JobInfo>> preempt_look_;
+    int preempt_news_read_ = 0;  // the SIGURG count the last such look started after
     // job_submit/omni's deferred shrinks (watch_release_request): the last record acted on.
     std::string release_handled_;
     int release_news_read_ = 0;  // the SIGURG count the last look started after
@@ -830,16 +833,21 @@ void Driver::finish_satellites() {
 // members leave at the next boundary as a planned shrink would make them, so nothing is
 // recomputed. When that cannot be (no unit has joined, or the rest of the job would break
 // its GA or elastic range), the steps end now and the job recovers from the loss.
-// Slurm preempting a satellite with a GraceTime signals the job's steps, not its batch
-// script: the ranks ignore that SIGTERM (omni-launch --exec-task), and omni-launch sees the
-// preemption in the job's PreemptTime instead, looked at every few seconds.
+// Slurm preempting a satellite with a GraceTime sends SIGCONT and SIGTERM to the job's steps,
+// not to its batch script (slurmctld's _job_check_grace: job_signal with no flags, which
+// slurmd applies to every step but the batch one). The ranks ignore that SIGTERM, and the
+// first task of each step leaves a sentinel that asks Slurm to pass it on to this process as
+// SIGURG (omni-launch --exec-task): omni-launch reads the job then and finds PreemptTime set.
+// It also reads it at start and every 120 s, in case the signal was lost (a slurmd down
+// at that moment, the sentinel unable to run scancel): the units are then lost at the end of
+// the grace time instead, and the job recovers from that. Read every 2 s, as it was, a joined
+// satellite cost slurmctld 1.5 RPC/s (a job read is three RPCs) for as long as it ran.
 void Driver::watch_preemption() {
-    constexpr std::int64_t kEveryMs = 2000;
+    auto answer = preempt_look_.take();
     if (alloc_.job_id == 0 || leaving_ || shutdown_deadline_) return;
-    const std::int64_t now = mono_ms();
-    if (now - preempt_polled_ms_ < kEveryMs) return;
-    preempt_polled_ms_ = now;
-    auto job = own_job(0);
+    look_at_job_on_news(preempt_look_, preempt_news_read_);
+    if (!answer) return;
+    const Result<JobInfo> &job = answer->value;
     if (!job) {
         log_line(LogLevel::Warning, kComponent, job.error());
         return;
@@ -848,26 +856,32 @@ void Driver::watch_preemption() {
     leave_job("Slurm is preempting satellite job " + std::to_string(alloc_.job_id), kCausePreemption);
 }
 
+// Starts `look` at this job (scontrol show job, in the background) when a SIGURG came since
+// the last one started (`news_read`: the count it started after), else every kSafetyMs, in
+// case a signal was lost. News that came while a look was in flight may postdate what that
+// look read: it is only used up by a look started after it.
+void Driver::look_at_job_on_news(BackgroundLook<Result<JobInfo>> &look, int &news_read) {
+    constexpr std::int64_t kSafetyMs = 120000, kScontrolTimeoutMs = 10000;
+    const int news = cfg_.slurm_news ? cfg_.slurm_news->load() : 0;
+    const bool fresh = news != news_read && !look.in_flight();
+    if (fresh) news_read = news;
+    look.start_every(mono_ms(), fresh ? 0 : kSafetyMs,
+                     [job_id = alloc_.job_id] { return load_job(job_id, kScontrolTimeoutMs); });
+}
+
 // A plain `scontrol update JobId=J NumNodes=N` (or NodeList=) that would take nodes where
 // units run: job_submit/omni (job_submit/job_submit_omni.c) keeps Slurm from applying it,
 // records the nodes in the job's SystemComment and sends SIGURG to this process's group.
-// omni-launch reads the job then (and at start, and every kSafetyMs in case a signal was
+// omni-launch reads the job then (and at start, and every 120 s in case a signal was
 // lost: a slurmd down at that moment) and hands the record to `omni-ctl shrink --nodes`
 // (its units leave at the next boundary, then the nodes go back to Slurm), one record at a
 // time; a record it acted on is not acted on again (the plugin writes a new one, with its
 // time, for every request). A job read is three RPCs to slurmctld (the job, its nodes, the
 // federation): polled every 3 s, as it was, that made an idle job cost slurmctld 1 RPC/s.
 void Driver::watch_release_request() {
-    constexpr std::int64_t kSafetyMs = 120000, kScontrolTimeoutMs = 10000;
     auto answer = release_look_.take();
     if (!release_watch_ || alloc_.job_id == 0 || shutdown_deadline_ || ctl_shrink_running()) return;
-    // News that came while a look was in flight may postdate what that look read: it is
-    // only used up by a look started after it.
-    const int news = cfg_.slurm_news ? cfg_.slurm_news->load() : 0;
-    const bool fresh = news != release_news_read_ && !release_look_.in_flight();
-    if (fresh) release_news_read_ = news;
-    release_look_.start_every(mono_ms(), fresh ? 0 : kSafetyMs,
-                              [job_id = alloc_.job_id] { return load_job(job_id, kScontrolTimeoutMs); });
+    look_at_job_on_news(release_look_, release_news_read_);
     if (!answer) return;
     const Result<JobInfo> &job = answer->value;
     if (!job) {
@@ -1303,6 +1317,9 @@ int Driver::run() {
             std::this_thread::sleep_for(std::chrono::milliseconds(100));
         if (!reaped) ::kill(expansion_->salloc, SIGKILL);
     }
+    // salloc's messages were for omni-launch (a refusal is logged): the job directory, which
+    // omni-launch removes when it is empty, is not left behind for them.
+    if (expansion_) ::unlink((cfg_.job_dir + "/salloc.out").c_str());
     if (ranks_signalled_ && !satellite()) await_preemption();
     const int status = exit_status();
     settle_pending(nullptr, mono_ms());

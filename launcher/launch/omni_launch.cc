@@ -18,6 +18,8 @@
 #include <iostream>
 #include <string>
 
+#include <fcntl.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -55,6 +57,38 @@ extern "C" void on_slurm_news(int) { g_slurm_news.fetch_add(1); }
 
 const char *env(const char *name) { return std::getenv(name); }
 
+// In a satellite, the first task of a step forks this sentinel before it execs the rank: it
+// waits for the SIGTERM that Slurm sends the job's steps when it preempts the job (never to
+// the batch script, which runs the satellite's omni-launch), and then runs `scancel --batch
+// --signal=URG` for its job, so that omni-launch reads the job at once instead of polling it
+// (driver.cc, watch_preemption). One RPC per step, only then. It dies with the rank
+// (PR_SET_PDEATHSIG); its output goes nowhere, the step's is the rank's. A sentinel that
+// cannot start costs nothing but the signal: omni-launch's slow look remains.
+void start_preemption_sentinel() {
+    const char *job = env("SLURM_JOB_ID");
+    if (!job) return;
+    const pid_t task = ::getpid();
+    if (::fork() != 0) return;
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != task) ::_exit(0);
+    const int null = ::open("/dev/null", O_RDWR);
+    if (null >= 0) {
+        for (int fd = 0; fd <= 2; ++fd) ::dup2(null, fd);
+        if (null > 2) ::close(null);
+    }
+    // Blocked and at its default action, so that sigwait receives it (an ignored signal is
+    // discarded, blocked or not).
+    sigset_t term;
+    sigemptyset(&term);
+    sigaddset(&term, SIGTERM);
+    ::sigprocmask(SIG_BLOCK, &term, nullptr);
+    ::signal(SIGTERM, SIG_DFL);
+    int sig = 0;
+    if (::sigwait(&term, &sig) != 0) ::_exit(0);
+    ::execlp("scancel", "scancel", "--batch", "--signal=URG", job, static_cast<char *>(nullptr));
+    ::_exit(kExitCannotExec);
+}
+
 // The per-task shim: OMNI_LAUNCH_UNITS + OMNI_UNIT_SIZE + SLURM_PROCID -> OMNI_UNIT_ID,
 // OMNI_UNIT_SLOT, OMNI_MEMBER_ID, then exec PROGRAM. Single-threaded, so setenv is safe.
 int exec_task(int argc, char **argv) {
@@ -85,9 +119,24 @@ int exec_task(int argc, char **argv) {
     // A satellite's ranks ignore SIGTERM: Slurm preempting the satellite sends it to every
     // step, and its omni-launch turns the preemption into a leave at the next boundary
     // (launch/satellite.h). SIGKILL at the end of the grace time still ends them.
-    if (env(kEnvSatelliteOf)) ::signal(SIGTERM, SIG_IGN);
+    if (env(kEnvSatelliteOf)) {
+        if (procid.value() == 0) start_preemption_sentinel();
+        ::signal(SIGTERM, SIG_IGN);
+    }
     ::execvp(argv[3], argv + 3);
     return fail(std::string("cannot run ") + argv[3] + ": " + std::strerror(errno));
+}
+
+// The events file when --events is not given: in a Slurm job, omni-events-JOBID.jsonl in the
+// working directory, where sbatch writes slurm-JOBID.out, since it is the job's record for
+// the user: the job directory is on the batch host's /tmp (often private to the job and
+// removed with it, job_container/tmpfs), holds only what the running job needs, and goes
+// when omni-launch exits. Outside Slurm, JOB_DIR/events.jsonl.
+std::string default_events_file(std::uint32_t job_id, const std::string &job_dir) {
+    if (job_id == 0) return job_dir + "/events.jsonl";
+    const std::string name = "omni-events-" + std::to_string(job_id) + ".jsonl";
+    char cwd[4096];
+    return ::getcwd(cwd, sizeof cwd) ? std::string(cwd) + "/" + name : name;
 }
 
 void install_signal_handlers() {
@@ -329,7 +378,7 @@ int run(int argc, char **argv) {
         if (made_job_dir) ::rmdir(cfg.job_dir.c_str());
         return kExitFail;
     }
-    cfg.events = cfg.options.events.empty() ? cfg.job_dir + "/events.jsonl" : cfg.options.events;
+    cfg.events = cfg.options.events.empty() ? default_events_file(cfg.alloc.job_id, cfg.job_dir) : cfg.options.events;
     cfg.metrics = cfg.options.metrics_file;
     log_line(LogLevel::Info, kComponent,
              "coordinator " + cfg.endpoint + ", job directory " + cfg.job_dir + ", events " +

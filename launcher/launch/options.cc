@@ -33,7 +33,7 @@ po::options_description describe() {
                                                 "(default $OMNI_ELASTIC_MAX, else the capacity)")
         ("unit-size", po::value<std::string>(), "N: ranks per unit (default $OMNI_UNIT_SIZE, else 1)")
         ("events", po::value<std::string>(), "FILE: JSONL generation events "
-                                             "(default JOB_DIR/events.jsonl)")
+                                             "(default omni-events-JOBID.jsonl in a Slurm job, else JOB_DIR/events.jsonl)")
         ("metrics-file", po::value<std::string>(), "FILE: the job's figures in Prometheus text "
                                                    "format, rewritten atomically every second "
                                                    "(node_exporter's textfile collector)")

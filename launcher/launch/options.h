@@ -15,7 +15,7 @@ namespace omni::launcher {
 
 struct LaunchOptions {
     std::optional<std::uint32_t> units, min_units, max_units, unit_size;
-    std::string events;                    // empty: JOB_DIR/events.jsonl
+    std::string events;                    // empty: omni-events-JOBID.jsonl (omni_launch.cc)
     std::string metrics_file;              // empty: no Prometheus text file
     std::string job_dir;                   // empty: OMNI_JOB_DIR or /tmp/omni-UID/job-CLUSTER-JOBID
     std::int64_t boundary_timeout_ms = 30000;

@@ -7,7 +7,10 @@
 # satellite, whose units leave at a boundary. Against a static run of 4 units:
 #  - per-step loss, LR and samples bitwise the same, no step trained twice, every sample of
 #    each epoch once; worlds 2 -> 4 -> 2, the events an initial 2 and planned 2 -> 4 -> 2 (a
-#    graceful leave, not a loss);
+#    graceful leave, not a loss). Slurm's grace-time SIGTERM reaches the satellite's steps
+#    only; a sentinel in each step passes it on to the satellite's omni-launch as SIGURG.
+#    Without it (tried) omni-launch would only read its job at its 120 s safety look, after
+#    the 30 s GraceTime: "units after the preemption: got '1', expected '0'";
 #  - the satellite ran on nodes other than the job's, and the job secret appears in no
 #    process's command line, in neither squeue nor scontrol show job, nor in the satellite's
 #    batch script;

@@ -9,15 +9,27 @@
 #     again from its saved state: the shrink is carried out across the restart. Not SIGKILL: a slurmctld that crashes loses what it had not saved
 #     yet, which is Slurm's matter (seen: a job allocated 2.7 s before the crash came back
 #     PENDING, its running steps were killed when the nodes registered, the job was requeued
-#     and its batch host drained, "Duplicate jobid").
+#     and its batch host drained, "Duplicate jobid");
+#  3. slurmctld is stopped for 11 s while an `omni-ctl grow --units 3` waits in a
+#     satellite job (omni-sat-J, --exclusive) that Slurm cannot run yet: a job of 100 s holds
+#     the one node the shrink gave back. Started again, slurmctld still has the satellite
+#     pending; the holder is cancelled, the satellite runs and its unit joins at a boundary
+#     (2 -> 3). 11 s is longer than omni-launch's 10 s bound on each squeue, so its once-a-
+#     second look at the satellite fails meanwhile: a failed look is logged and tried again,
+#     never taken for "the satellite is gone". Taken so, omni-launch gives the units up and
+#     withdraws the grow while the satellite still waits (tried: an empty list for a failed
+#     look in poll_satellites: "satellite job 4 ended before its units joined; the grow to 3
+#     units is withdrawn", the satellite then ran its unit for nobody until the job's end,
+#     and the test failed with "the training ended before the grow").
 # Neither daemon is in the training's path: the ranks talk to the coordinator in omni-launch
 # and to each other, the unit steps' slurmstepd live on without slurmd, and omni-launch's
 # looks at Slurm (scontrol/squeue, in the background) that fail meanwhile are logged and
 # tried again, never taken for an answer. Checked: training never paused for a lost rank
-# (events: initial, the planned 3 -> 2 of the shrink, the final stop), every step's loss, LR and samples bitwise the
-# static run's and none trained twice, every sample once per epoch; the steps went on while
-# each daemon was down; afterwards slurmd answers for its node again, slurmctld still knows
-# the job and its unit steps, the shrink gave one node back, and the job ends COMPLETED
+# (events: initial, the planned 3 -> 2 of the shrink and 2 -> 3 of the grow, the final
+# stop), every step's loss, LR and samples bitwise the static run's and none trained twice,
+# every sample once per epoch; the steps went on while each daemon was down; afterwards
+# slurmd answers for its node again, slurmctld still knows the job and its unit steps, the
+# shrink gave one node back, the satellite ended with the job, and the job ends COMPLETED
 # with status 0.
 # What it guards is a property of the design rather than one switch: nothing on the
 # training path (ranks, coordinator, omni-launch's loop) waits on slurmd or slurmctld. Were
@@ -34,13 +46,19 @@ cd "$work"
 # A daemon this test killed is started again at exit, whatever happened (a shared cluster
 # must outlive the test; an own one is stopped right after).
 down_daemon=
+holder=
 # At exit, a daemon the test stopped is started again; '|| true': cluster_release stops it anyway.
 revive() { [ -z "$down_daemon" ] || "$omni_cluster" --dir "$CLUSTER_DIR" start "$down_daemon" >/dev/null 2>&1 || true; }
-trap 'revive; cluster_release; cleanup_work' EXIT
+# The holder of part 3 is bounded by -t 2; cancelled at once, '|| true': it may have ended.
+# So is the training's sbatch --wait, which would otherwise outlive a failed test.
+sbatch_pid=
+trap 'revive; { [ -z "$holder" ] || scancel "$holder" 2>/dev/null || true; }
+  { [ -z "$sbatch_pid" ] || kill "$sbatch_pid" 2>/dev/null || true; }; cluster_release; cleanup_work' EXIT
 cname=$(scontrol show config | sed -n 's/^ClusterName *= *//p')
 [ -n "$cname" ] || fail "cannot read the cluster's name"
-# 15 steps per epoch (720 / 48), 8 epochs.
-train="--steps 120 --dataset-size 720 --lr 0.05 --warmup 5 --global-batch 48 --micro-batch 4"
+# 15 steps per epoch (720 / 48), 16 epochs.
+total=240
+train="--steps $total --dataset-size 720 --lr 0.05 --warmup 5 --global-batch 48 --micro-batch 4"
 write_static_job static.sh 3 "$train"
 timeout 120 sbatch --wait -N3 --ntasks-per-node=1 -t 5 -o "$work/static.out" static.sh >/dev/null ||
   { cat "$work/static.out" >&2; fail "the static job failed"; }
@@ -58,21 +76,23 @@ advances() {
   fail "no step trained while $1 (step ${s0:-none})"
 }
 
-mkdir -p samples
-cat >train.sh <<EOS
-#!/bin/bash
-"$launch" --units 3 --boundary-timeout 6 --events "$work/train-events.jsonl" \
-  -- "$demo" $train --pace-ms 200 --ckpt "$work/ckpt" --ckpt-every 10 --metrics "$work/train.jsonl" \
-  --sample-log "$work/samples"
-rc=\$?
-echo "launch-exit \$rc"
-exit \$rc
-EOS
-chmod +x train.sh
-timeout 180 sbatch --wait -N3 --ntasks-per-node=1 -t 5 -o "$work/train.out" --parsable train.sh >job.id &
-sbatch_pid=$!
-for _ in $(seq 100); do [ -s job.id ] && break; sleep 0.1; done
-job=$(cat job.id)
+# slurmctld_outage SECONDS WHAT: slurmctld stopped (SIGTERM, as a restart does) for SECONDS,
+# the training going on meanwhile, then started again from its saved state.
+slurmctld_outage() {
+  down_daemon=slurmctld
+  "$omni_cluster" --dir "$CLUSTER_DIR" kill slurmctld --signal TERM >/dev/null || fail "cannot stop slurmctld"
+  note "stopped slurmctld$2 at step $(step_now)"
+  advances "slurmctld was down"
+  sleep "$1"
+  advances "slurmctld was down"
+  scontrol ping >/dev/null 2>&1 && fail "slurmctld answers (the outage is not one)"
+  "$omni_cluster" --dir "$CLUSTER_DIR" start slurmctld >/dev/null || fail "cannot start slurmctld again"
+  down_daemon=
+  note "started slurmctld again at step $(step_now)"
+}
+
+start_training train 3 "--units 3 --boundary-timeout 6 --satellite-args=--exclusive" \
+  "$train --pace-ms 200 --ckpt $work/ckpt --ckpt-every 10"
 "$at_step" "$work/train.jsonl" 5 60 || fail "the job never reached step 5: $(tail -5 train.out)"
 
 # 1. slurmd of a node with a unit (not the batch host's).
@@ -101,24 +121,44 @@ srun --jobid="$job" --overlap -N1 -w "$node" true || fail "no step runs on $node
 [ -f "$top_build/job_submit/.libs/job_submit_omni.so" ] && grep -qx "JobSubmitPlugins=omni" "$CLUSTER_DIR/etc/slurm.conf" ||
   fail "the cluster does not load job_submit/omni"
 scontrol update JobId="$job" NumNodes=2 || fail "scontrol update NumNodes=2 failed"
-down_daemon=slurmctld
-"$omni_cluster" --dir "$CLUSTER_DIR" kill slurmctld --signal TERM >/dev/null || fail "cannot stop slurmctld"
-note "stopped slurmctld at step $(step_now)"
-advances "slurmctld was down"
-sleep 3
-advances "slurmctld was down"
-scontrol ping >/dev/null 2>&1 && fail "slurmctld answers (the outage is not one)"
-"$omni_cluster" --dir "$CLUSTER_DIR" start slurmctld >/dev/null || fail "cannot start slurmctld again"
-down_daemon=
-note "started slurmctld again at step $(step_now)"
+slurmctld_outage 3 ""
 expect_eq "job $job after slurmctld's restart" "$(squeue -h -j "$job" -o %T)" RUNNING
 # '|| true': grep -c exits 1 when it counts 0, a count the check below fails.
 steps=$(squeue -h -s -j "$job" -o %j | grep -c '^omni-u' || true)
 [ "$steps" -ge 2 ] || fail "$steps unit steps after slurmctld's restart"
 advances "slurmctld was back"
-[ "$(step_now)" -lt 120 ] || fail "the training ended before slurmctld was back (the test checks nothing then)"
+[ "$(step_now)" -lt $total ] || fail "the training ended before slurmctld was back (the test checks nothing then)"
+
+# 3. slurmctld, with a satellite grow pending. Once the shrink has applied (3 -> 2 in the
+# events), a holder takes the node it gives back (the one idle node, when Slurm has it).
+for _ in $(seq 200); do grep -q '"old_world":3,.*"reason":"planned"' train-events.jsonl && break; sleep 0.05; done
+grep -q '"old_world":3,.*"reason":"planned"' train-events.jsonl || fail "the shrink never applied"
+holder=$(sbatch --parsable -N1 --exclusive -t 2 -o /dev/null --wrap 'sleep 100') || fail "cannot submit the holder"
+for _ in $(seq 300); do [ "$(squeue -h -j "$holder" -o %T)" = RUNNING ] && break; sleep 0.1; done
+expect_eq "holder $holder" "$(squeue -h -j "$holder" -o %T)" RUNNING
+note "holder $holder runs on $(squeue -h -j "$holder" -o %N), the job on $(squeue -h -j "$job" -o %N), at step $(step_now)"
+# omni-ctl from this host through the job's directory (the test runs as the job's user): its
+# --job J would run a step of the job, which Slurm refuses here for the memory the units hold.
+"$ctl" --job-dir "/tmp/omni-$(id -u)/job-$cname-$job" grow --units 3 --wait 0 >grow-ctl.out 2>&1 ||
+  fail "omni-ctl grow: $(cat grow-ctl.out)"
+sat_state() { squeue -h --name "omni-sat-$job" -o %T; }
+for _ in $(seq 100); do [ "$(sat_state)" = PENDING ] && break; sleep 0.1; done
+expect_eq "the satellite of job $job before the restart" "$(sat_state)" PENDING
+sat=$(squeue -h --name "omni-sat-$job" -o %i)
+slurmctld_outage 11 " with satellite $sat pending"
+expect_eq "the satellite of job $job after the restart" "$(sat_state)" PENDING
+t0=$(date +%s%N)
+scancel "$holder"
+for _ in $(seq 200); do [ "$(sat_state)" = RUNNING ] && break; sleep 0.05; done
+sat_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+expect_eq "the satellite of job $job after the holder" "$(sat_state)" RUNNING
+for _ in $(seq 400); do grep -q '"old_world":2,.*"reason":"planned"' train-events.jsonl && break; sleep 0.05; done
+grow_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+note "satellite running $sat_ms ms, grow 2 -> 3 applied $grow_ms ms after the holder was cancelled (step $(step_now))"
+[ "$(step_now)" -lt $total ] || fail "the training ended before the grow (the test checks nothing then)"
 
 wait $sbatch_pid || { cat train.out >&2; fail "the job failed"; }
+sbatch_pid=
 # Shown for the log only; '|| true': no warning at all is the expected case.
 grep -E 'warning|launch-exit' train.out | sort | uniq -c | head -20 || true
 expect_eq "omni-launch exit" "$(sed -n 's/^launch-exit //p' train.out)" 0
@@ -127,10 +167,11 @@ expect_eq "job $job state" "$(job_state "$job")" COMPLETED
 import json, sys
 ev = [json.loads(l) for l in open(sys.argv[1])]
 got = [(e["reason"], e["old_world"], e["new_world"]) for e in ev]
-assert got == [("initial", 0, 3), ("planned", 3, 2), ("stop", 2, 0)], got
+assert got == [("initial", 0, 3), ("planned", 3, 2), ("planned", 2, 3), ("stop", 3, 0)], got
 print("ok: events", got)
 PY
-same_training train 120 720 15
+same_training train $total 720 15
 grep -q "the shrink Slurm asked for (scontrol update of nodes n[0-9]" train.out || fail "omni-launch did not carry out the scontrol shrink"
 expect_eq "job $job's nodes at its end" "$(sacct -n -X -P -j "$job" -o NNodes | tail -n 1)" 2
-note "ok: slurmd on $node killed and slurmctld stopped, both started again during training: nothing lost, bitwise the static run"
+expect_eq "omni-sat-$job jobs after the job" "$(squeue -h --name "omni-sat-$job" -o %i | wc -l)" 0
+note "ok: slurmd on $node killed and slurmctld stopped, both started again during training, slurmctld again with a grow pending (applied $grow_ms ms after its node was free): nothing lost, bitwise the static run"

@@ -53,21 +53,7 @@ wait_gone() {
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 
 # 1. The link cut.
-mkdir -p samples
-cat >cut.sh <<EOS
-#!/bin/bash
-"$launch" --units 3 --boundary-timeout $T --events "$work/cut-events.jsonl" \
-  -- "$demo" $train --pace-ms 100 --ckpt "$work/cut-ckpt" --ckpt-every 5 --metrics "$work/cut.jsonl" \
-  --sample-log "$work/samples"
-rc=\$?
-echo "launch-exit \$rc"
-exit \$rc
-EOS
-chmod +x cut.sh
-timeout 180 sbatch --wait -N3 --ntasks-per-node=1 -t 5 -o "$work/cut.out" --parsable cut.sh >cut.id &
-sbatch_pid=$!
-for _ in $(seq 100); do [ -s cut.id ] && break; sleep 0.1; done
-job=$(cat cut.id)
+start_training cut 3 "--units 3 --boundary-timeout $T" "$train --pace-ms 100 --ckpt $work/cut-ckpt --ckpt-every 5"
 "$at_step" "$work/cut.jsonl" 12 60 || fail "the link-cut job never reached step 12: $(tail -5 "$work/cut.out")"
 # The rank of unit 2, or of unit 1 if unit 2 runs on the batch host (the coordinator's).
 victim= node=

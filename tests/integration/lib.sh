@@ -193,6 +193,29 @@ print("ok: worlds", seq, "events", got)
 PY
 }
 
+# start_training NAME NODES 'LAUNCH ARGS' 'TRAINER ARGS': $work/NAME.sh runs omni-train-demo
+# under omni-launch (its events in $work/NAME-events.jsonl, its metrics in $work/NAME.jsonl,
+# its samples in $work/samples), prints "launch-exit STATUS" and exits with it; submitted with
+# `sbatch --wait -NNODES --ntasks-per-node=1` in the background (output $work/NAME.out).
+# Sets sbatch_pid (wait for it) and job (the job's id).
+start_training() {
+  mkdir -p "$work/samples"
+  cat >"$work/$1.sh" <<EOS
+#!/bin/bash
+"$launch" $3 --events "$work/$1-events.jsonl" \\
+  -- "$demo" $4 --metrics "$work/$1.jsonl" --sample-log "$work/samples"
+rc=\$?
+echo "launch-exit \$rc"
+exit \$rc
+EOS
+  chmod +x "$work/$1.sh"
+  timeout 180 sbatch --wait -N"$2" --ntasks-per-node=1 -t 5 -o "$work/$1.out" --parsable "$work/$1.sh" >"$work/$1.id" &
+  sbatch_pid=$!
+  for _ in $(seq 100); do [ -s "$work/$1.id" ] && break; sleep 0.1; done
+  job=$(cat "$work/$1.id")
+  [ -n "$job" ] || fail "no job id from sbatch for $1.sh"
+}
+
 # elastic_job FILE NAME 'LAUNCH ARGS' 'TRAINER ARGS' < BODY: a batch script that runs
 # omni-train-demo under omni-launch in the background, its metrics in $work/NAME.jsonl and
 # its events in $work/NAME-events.jsonl, then BODY (shell lines read from stdin), then waits

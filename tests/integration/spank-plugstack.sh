@@ -29,7 +29,7 @@ eval "$("$omni_cluster" --dir "$dir" env)"
 # the job (OMNI_SITE_MAX_UNITS), not against the default. Above the site's limit, sbatch
 # refuses with the limit in the message.
 out=$(sbatch --parsable --wait -N1 --omni-elastic=1:2048 -o "$work/big.out" \
-  --wrap "\"$top_build/launcher/omni-launch\" --units 1 -- \"$top_build/launcher/omni-train-demo\" --steps 3 --global-batch 8 --metrics \"$work/big.jsonl\"") ||
+  --wrap "\"$top_build/launcher/omni-launch\" --units 1 --events \"$work/big-events.jsonl\" -- \"$top_build/launcher/omni-train-demo\" --steps 3 --global-batch 8 --metrics \"$work/big.jsonl\"") ||
   fail "a job with --omni-elastic=1:2048 under max_units=4096 failed: $(tail -5 "$work/big.out")"
 expect_eq "steps trained by the job with --omni-elastic=1:2048" "$(grep -c '"step"' "$work/big.jsonl")" 3
 expect_eq "OMNI_SITE_MAX_UNITS in the job" \
