@@ -4,9 +4,11 @@
 // listening socket on an ephemeral port of the rank's address, from the pair's creation until
 // its peer connects (a communicator's build), and takes the FIRST connection it accepts as
 // the peer, unauthenticated: a stranger who connects first (a port scan finds the port) is the
-// peer (the real one is refused, and the stranger's bytes are parsed as Gloo frames; a frame
-// Gloo does not expect fails an enforcement in Gloo's device thread, which ends the process).
-// Once built, no pair listens: connections are refused by the kernel.
+// peer: Gloo closes the listener, so the real peer is refused and the build fails or hangs
+// (until Gloo's connect timeout), and the stranger's bytes are parsed as Gloo frames (by
+// Gloo's pair.cc, a frame for a slot nothing receives on fails a GLOO_ENFORCE in Gloo's device
+// thread, which ends the process through std::terminate). Once built, no pair listens:
+// connections are refused by the kernel.
 //
 // A guarded pair (make_guarded_context) publishes, next to its address and through the same
 // authenticated channel (the coordinator's store, CurveZMQ; or a PMIx fence), a fresh random

@@ -6,9 +6,10 @@
 // once built.
 //
 // How it fails without the protection (make_guarded_context returning Gloo's own context,
-// tried 2026-12-06): Gloo takes the garbage connection as the peer: the rank's device thread
-// parses the bytes as a frame, fails an enforcement and the test process is ended by
-// std::terminate.
+// tried 2026-12-06): Gloo takes the garbage connection as the pair's peer ("garbage
+// closed-after -1": still open after 3 s), closes that pair's listener (the next attack's
+// connect is refused), and the build never completes: the real peer was refused, and the
+// test was still waiting when `timeout 60` ended it.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
