@@ -31,9 +31,11 @@
 # here: "half: not closed"); without the cap the log has no "dropped the connection from"
 # line; without ZMQ_MAXMSGSIZE "huge" stays open. Tried here: with the job directory 0755 and
 # the secret 0644 the mode check fails (the secret stays unreadable all the same: the
-# parent, /tmp/omni-0, is 0700). Without the pairs' guard (make_guarded_context returning
-# Gloo's own context) the garbage is accepted as the pair's peer: see the note at the rank
-# checks below.
+# parent, /tmp/omni-0, is 0700). Tried without the pairs' guard (make_guarded_context
+# returning Gloo's own context, 2026-12-06): a survivor's pair took n4's garbage as its peer
+# in the 3 -> 2 reshape (the next attack on that port was refused: Gloo had closed the
+# listener), the build failed ("gloo allgather ... Connection closed by peer"), the job
+# stopped below its minimum at step 17 and this test failed with "the elastic job failed".
 . "$(dirname "$0")/lib.sh"
 train_commands
 cluster_acquire 4 0 netns
@@ -217,8 +219,6 @@ cat ranks.txt 2>/dev/null || true
 grep -q "^launch-exit 0" "$work/elastic.out" || { tail -n 20 "$work/elastic.out" >&2; fail "the elastic job failed"; }
 # The pairs' guard: each answer within its bound; "refused" is the kernel's (the pair had
 # connected and stopped listening). The reshapes 3 -> 2 and 2 -> 3 build 2 + 6 listeners.
-# Without the guard (tried once, 2026-12-06) the job does not end as the static run: see the
-# report in gloo_guard_test.cc and doc/design.md.
 [ "$listeners" -ge 4 ] || fail "only $listeners rank listeners seen (the reshapes build 8)"
 awk '
   $2 == "open" { print "still open: " $0; bad = 1 }
