@@ -97,6 +97,9 @@ struct GlooOptions {
     std::string hostname = "127.0.0.1";  // address this rank listens on (a job node address)
     std::chrono::milliseconds timeout{30000};  // per operation, and for the rendezvous
     SameHostCopy same_host_copy = SameHostCopy::on;
+    // For tests of the pairs' guard (comm/gloo_guard.h): every pair keeps listening this long
+    // after the rendezvous, before any connects, so that an attack can reach each listener.
+    std::chrono::milliseconds hold_before_connect{0};
 };
 
 // Connects `size` ranks through `store` (keys as the store's owner prefixes them, e.g. per

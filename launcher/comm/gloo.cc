@@ -33,6 +33,7 @@
 
 #include "comm/bf16.h"
 #include "comm/comm.h"
+#include "comm/gloo_guard.h"
 #include "comm/pair_sockets.h"
 #include "comm/same_host.h"
 #include "coord/log.h"
@@ -158,38 +159,6 @@ private:
     std::condition_variable cv_;
     bool poking_ = false, paused_ = false;
     std::thread poker_;
-};
-
-// The rendezvous store as connectFullMesh sees it: the caller's, with the waker paused for
-// the duration of every call (see LoopWaker).
-class WakingStore final : public gloo::rendezvous::Store {
-public:
-    WakingStore(gloo::rendezvous::Store &inner, LoopWaker &waker) : inner_(inner), waker_(waker) {}
-    void set(const std::string &key, const std::vector<char> &data) override {
-        Paused p(waker_);
-        inner_.set(key, data);
-    }
-    std::vector<char> get(const std::string &key) override {
-        Paused p(waker_);
-        return inner_.get(key);
-    }
-    void wait(const std::vector<std::string> &keys) override {
-        Paused p(waker_);
-        inner_.wait(keys);
-    }
-    void wait(const std::vector<std::string> &keys, const std::chrono::milliseconds &timeout) override {
-        Paused p(waker_);
-        inner_.wait(keys, timeout);
-    }
-
-private:
-    struct Paused {
-        explicit Paused(LoopWaker &w) : w_(w) { w_.pause(true); }
-        ~Paused() { w_.pause(false); }
-        LoopWaker &w_;
-    };
-    gloo::rendezvous::Store &inner_;
-    LoopWaker &waker_;
 };
 
 class GlooCommunicator final : public Communicator {
@@ -504,14 +473,17 @@ private:
 
 // A full mesh from one exchange of pair addresses (make_gloo_communicator(BlobExchange)):
 // what connectFullMesh does, with every address published at once. Blob of rank r: for each
-// peer p, (u32 p, u32 length, the address of r's pair to p).
+// peer p, (u32 p, u32 length, the address of r's pair to p, then that pair's token). The
+// pairs are guarded (gloo_guard.h): a connection to r's pair to p must send r's token first,
+// which only p learns, through the exchange (authenticated: the coordinator's store over
+// CurveZMQ, or a PMIx fence).
 class ExchangedContext final : public gloo::Context {
 public:
     ExchangedContext(int rank, int size) : gloo::Context(rank, size) {}
     void connect(const std::shared_ptr<gloo::transport::Device> &dev, const BlobExchange &exchange,
-                 LoopWaker &waker) {
+                 LoopWaker &waker, std::chrono::milliseconds hold) {
         device_ = dev;
-        transportContext_ = dev->createContext(rank, size);
+        transportContext_ = make_guarded_context(dev, rank, size);
         transportContext_->setTimeout(getTimeout());
         std::vector<char> mine;
         auto put32 = [&](std::uint32_t v) {
@@ -519,10 +491,13 @@ public:
         };
         for (int p = 0; p < size; ++p) {
             if (p == rank) continue;
-            const std::vector<char> a = transportContext_->createPair(p)->address().bytes();
+            auto &pair = transportContext_->createPair(p);
+            const std::vector<char> a = pair->address().bytes();
+            const PairToken t = own_token(*pair);
             put32(static_cast<std::uint32_t>(p));
-            put32(static_cast<std::uint32_t>(a.size()));
+            put32(static_cast<std::uint32_t>(a.size() + t.size()));
             mine.insert(mine.end(), a.begin(), a.end());
+            mine.insert(mine.end(), t.begin(), t.end());
         }
         std::vector<std::vector<char>> all;
         {
@@ -532,13 +507,23 @@ public:
                 ~Resume() { w.pause(false); }
             } resume{waker};
             all = exchange(mine);
+            if (hold.count() > 0) std::this_thread::sleep_for(hold);
         }
         if (all.size() != static_cast<std::size_t>(size))
             throw std::runtime_error("the exchange returned " + std::to_string(all.size()) + " blobs for " +
                                      std::to_string(size) + " ranks");
         for (int p = 0; p < size; ++p) {
             if (p == rank) continue;
-            transportContext_->getPair(p)->connect(address_for(all[p], p));
+            std::vector<char> a = address_for(all[p], p);
+            if (a.size() <= kPairTokenBytes)
+                throw std::runtime_error("rank " + std::to_string(p) + "'s address for rank " + std::to_string(rank) +
+                                         " has " + std::to_string(a.size()) + " bytes, expected an address and a token");
+            PairToken t;
+            std::memcpy(t.data(), a.data() + a.size() - kPairTokenBytes, kPairTokenBytes);
+            a.resize(a.size() - kPairTokenBytes);
+            auto &pair = transportContext_->getPair(p);
+            set_peer_token(*pair, t);
+            pair->connect(a);
         }
     }
 
@@ -644,18 +629,19 @@ Result<std::unique_ptr<Communicator>> build_gloo(int rank, int size, const GlooO
 Result<std::unique_ptr<Communicator>> make_gloo_communicator(gloo::rendezvous::Store &store,
                                                              int rank, int size,
                                                              const GlooOptions &options) {
-    return build_gloo<gloo::rendezvous::Context>(
-        rank, size, options,
-        [&](gloo::rendezvous::Context &ctx, std::shared_ptr<gloo::transport::Device> &dev, LoopWaker &waker) {
-            WakingStore waking(store, waker);
-#ifdef OMNI_GLOO_STORE_SHARED_PTR
-            // Newer Gloo takes the store as a shared_ptr: a non-owning one (the aliasing
-            // constructor with no owner), as the store outlives the call.
-            ctx.connectFullMesh(std::shared_ptr<gloo::rendezvous::Store>(std::shared_ptr<void>(), &waking), dev);
-#else
-            ctx.connectFullMesh(waking, dev);
-#endif
-        });
+    // Gloo's connectFullMesh, through the store: each rank sets its blob under its rank
+    // number and reads everyone else's (ExchangedContext, so that its pairs are guarded).
+    const BlobExchange exchange = [&](const std::vector<char> &mine) {
+        store.set(std::to_string(rank), mine);
+        std::vector<std::string> keys;
+        for (int p = 0; p < size; ++p)
+            if (p != rank) keys.push_back(std::to_string(p));
+        if (!keys.empty()) store.wait(keys, options.timeout);
+        std::vector<std::vector<char>> all(static_cast<std::size_t>(size));
+        for (int p = 0; p < size; ++p) all[static_cast<std::size_t>(p)] = p == rank ? mine : store.get(std::to_string(p));
+        return all;
+    };
+    return make_gloo_communicator(exchange, rank, size, options);
 }
 
 Result<std::unique_ptr<Communicator>> make_gloo_communicator(const BlobExchange &exchange, int rank,
@@ -663,7 +649,7 @@ Result<std::unique_ptr<Communicator>> make_gloo_communicator(const BlobExchange 
     return build_gloo<ExchangedContext>(
         rank, size, options,
         [&](ExchangedContext &ctx, std::shared_ptr<gloo::transport::Device> &dev, LoopWaker &waker) {
-            ctx.connect(dev, exchange, waker);
+            ctx.connect(dev, exchange, waker, options.hold_before_connect);
         });
 }
 

@@ -197,6 +197,9 @@ Result<RuntimeOptions> runtime_options_from_env(const EnvLookup &get,
     o.join_timeout_ms = static_cast<std::int64_t>(jt.value());
     o.boundary_timeout_ms = static_cast<std::int64_t>(bt.value());
     o.comm_timeout_ms = static_cast<std::int64_t>(ct.value());
+    auto gh = env_uint(get, "OMNI_GLOO_TEST_HOLD_MS", 0, 60000, o.gloo_hold_ms);
+    if (!gh) return Error{gh.error()};
+    o.gloo_hold_ms = static_cast<std::int64_t>(gh.value());
     return o;
 }
 

@@ -69,6 +69,7 @@ struct RuntimeOptions {
     ProcessIdentity process;   // this process in its srun step (PMIx): the unit's MP wire-up
     std::string gloo_host = "127.0.0.1";
     bool same_host_copy = true;  // OMNI_SAME_HOST_COPY: hand-off copies between local ranks
+    std::int64_t gloo_hold_ms = 0;  // OMNI_GLOO_TEST_HOLD_MS: pairs listen this long (tests)
     std::string mp_wireup = "auto";  // OMNI_MP_WIREUP: auto, pmix or coordinator
     CommBackend backend = CommBackend::gloo;
     int cuda_device = 0;

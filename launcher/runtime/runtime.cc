@@ -480,6 +480,7 @@ GlooOptions Runtime::gloo_options() const {
     go.hostname = opts_.gloo_host;
     go.timeout = std::chrono::milliseconds(opts_.comm_timeout_ms);
     go.same_host_copy = opts_.same_host_copy ? SameHostCopy::on : SameHostCopy::off;
+    go.hold_before_connect = std::chrono::milliseconds(opts_.gloo_hold_ms);
     return go;
 }
 

@@ -7,8 +7,14 @@
 #    6.5 s; the owner's own omni-ctl, relayed through n4 and recorded there, has its last
 #    frame injected into its own connection (closed within 1 s) and everything it sent
 #    replayed on a new connection (closed within 1.5 s); the coordinator logs the refusals,
-#    the deadline and the cap's drops naming n4, and grows by less than 32 MiB. Every port
-#    a rank of ours listens on while the job runs gets garbage and half a greeting too;
+#    the deadline and the cap's drops naming n4, and grows by less than 32 MiB;
+#  - from n4 too, every port a rank of ours listens on (only a Gloo pair's, while a reshape
+#    builds its communicator: OMNI_GLOO_TEST_HOLD_MS=3000 keeps each pair listening 3 s
+#    after the rendezvous, so each is reached; while the job trains no rank listens at all)
+#    gets garbage, a Gloo frame header announcing 1 GiB (each closed within 1 s), half a
+#    token then silence (closed within 2.6 s: the pairs' 2 s deadline, or the pair connecting)
+#    and 20 idle connections (all closed within 3 s, at most 8 held); each rank logs the
+#    refusals naming n4, and the reshapes go on (comm/gloo_guard.h);
 #  - a second Unix user, created here, cannot read the job secret or the job directory, is
 #    refused by the coordinator with a guessed secret, by omni-ctl --job, and as a satellite
 #    of the job (omni-launch --satellite without the secret, and an sbatch of theirs with a
@@ -25,7 +31,11 @@
 # here: "half: not closed"); without the cap the log has no "dropped the connection from"
 # line; without ZMQ_MAXMSGSIZE "huge" stays open. Tried here: with the job directory 0755 and
 # the secret 0644 the mode check fails (the secret stays unreadable all the same: the
-# parent, /tmp/omni-0, is 0700).
+# parent, /tmp/omni-0, is 0700). Tried without the pairs' guard (make_guarded_context
+# returning Gloo's own context, 2026-12-06): a survivor's pair took n4's garbage as its peer
+# in the 3 -> 2 reshape (the next attack on that port was refused: Gloo had closed the
+# listener), the build failed ("gloo allgather ... Connection closed by peer"), the job
+# stopped below its minimum at step 17 and this test failed with "the elastic job failed".
 . "$(dirname "$0")/lib.sh"
 train_commands
 cluster_acquire 4 0 netns
@@ -72,7 +82,7 @@ at_step 15 || exit 11
 "$ctl" reshape --units 2 || exit 12
 at_step 35 && "$ctl" reshape --units 3 || exit 13
 EOS
-sed -i '2a umask 077' elastic.sh
+sed -i '2a umask 077\nexport OMNI_GLOO_TEST_HOLD_MS=3000' elastic.sh
 mkdir -p "$work/samples"
 # Job ids are unique per cluster only: other clusters on this machine have jobs of these ids.
 cluster=$(scontrol show config | awk '$1 == "ClusterName" { print $3 }')
@@ -97,6 +107,11 @@ coord_pid=$(in_ns n1 ss -Htlnp "sport = :$cport" | grep -o 'pid=[0-9]*' | head -
 [ -n "$coord_pid" ] || fail "no process listens on $endpoint"
 rss() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 rss_before=$(rss "$coord_pid")
+# While the job trains, no rank of ours listens (Gloo's pairs listen only while built).
+for n in n1 n2 n3; do
+  l=$(in_ns "$n" ss -Htlnp 2>/dev/null | awk '/"omni-train-demo"/ && !/"slurmstepd"/ { print $4 }')
+  [ -z "$l" ] || fail "a rank on $n listens on $l while the job trains"
+done
 
 # The attacks, from n4, in the background while the job trains.
 HOSTILE_LIMIT_S=8 in_ns n4 /usr/bin/python3 "$tcp" "$cip" "$cport" garbage huge half idle:200 >attacks.txt 2>&1 &
@@ -109,8 +124,9 @@ in_ns n4 env OMNI_COORD_SECRET="$(cat "$jobdir/secret")" "$ctl" --address "tcp:/
   >relayed-status.out 2>&1 || fail "the owner's omni-ctl through the relay: $(cat relayed-status.out)"
 # Every port a rank of ours listens on while the job runs (Gloo pairs listen on the node's
 # address while a communicator is built, until their peer connects), attacked from n4 as
-# soon as it is seen (polled every 50 ms). Sockets slurmstepd holds too are Slurm's (mpi/pmix's
-# listener on 0.0.0.0, inherited by tasks; lib.sh check_sockets), not ours.
+# soon as it is seen (polled every 50 ms), three attackers at once so that all land within
+# the 3 s hold. Sockets slurmstepd holds too are Slurm's (mpi/pmix's listener on 0.0.0.0,
+# inherited by tasks; lib.sh check_sockets), not ours.
 watch_ranks() {
   local seen=" " n l
   while [ -n "$(squeue -h -j "$job" -t R -o %i)" ]; do
@@ -119,7 +135,9 @@ watch_ranks() {
         case "$seen" in *" $n/$l "*) continue ;; esac
         seen="$seen$n/$l "
         echo "$n $l $(date +%s.%N)" >>rank-listeners.txt
-        HOSTILE_LIMIT_S=6 in_ns n4 /usr/bin/python3 "$tcp" "${l%:*}" "${l##*:}" garbage half >>ranks.txt 2>&1 &
+        HOSTILE_LIMIT_S=6 in_ns n4 /usr/bin/python3 "$tcp" "${l%:*}" "${l##*:}" garbage gloo-huge >>ranks.txt 2>&1 &
+        HOSTILE_LIMIT_S=6 in_ns n4 /usr/bin/python3 "$tcp" "${l%:*}" "${l##*:}" half >>ranks.txt 2>&1 &
+        HOSTILE_LIMIT_S=6 in_ns n4 /usr/bin/python3 "$tcp" "${l%:*}" "${l##*:}" idle:20 >>ranks.txt 2>&1 &
       done
     done
     sleep 0.05
@@ -195,9 +213,24 @@ note "coordinator RSS ${rss_before} -> ${rss_after} KiB during the attacks"
 for _ in $(seq 900); do [ -z "$(squeue -h -j "$job" -t PD,R,CG -o %i)" ] && break; sleep 0.1; done
 wait "${bg[2]}" || true
 bg=()
-note "ports ranks of ours listened on, each attacked from n4: $(cat rank-listeners.txt 2>/dev/null | wc -l)"
+listeners=$(cat rank-listeners.txt 2>/dev/null | wc -l)
+note "ports ranks of ours listened on, each attacked from n4: $listeners"
 cat ranks.txt 2>/dev/null || true
 grep -q "^launch-exit 0" "$work/elastic.out" || { tail -n 20 "$work/elastic.out" >&2; fail "the elastic job failed"; }
+# The pairs' guard: each answer within its bound; "refused" is the kernel's (the pair had
+# connected and stopped listening). The reshapes 3 -> 2 and 2 -> 3 build 2 + 6 listeners.
+[ "$listeners" -ge 4 ] || fail "only $listeners rank listeners seen (the reshapes build 8)"
+awk '
+  $2 == "open" { print "still open: " $0; bad = 1 }
+  ($1 == "garbage" || $1 == "gloo-huge") && $2 == "closed-after" { n++; if ($3 > 1) { print "late: " $0; bad = 1 } }
+  $1 == "half" && $2 == "closed-after" && $3 > 2.6 { print "late: " $0; bad = 1 }
+  $1 == "idle" && ($8 != $4 || ($4 > 0 && ($10 < 0 || $10 > 3))) { print "idle: " $0; bad = 1 }
+  END { if (n < 4) { print "only " n + 0 " garbage/gloo-huge attacks reached a listener"; bad = 1 } exit bad }
+' ranks.txt || fail "attacks on the ranks' Gloo listeners"
+grep -q "refused a Gloo pair connection from $attacker:[0-9]*: wrong token" "$work/elastic.out" ||
+  fail "no rank logged a refused Gloo pair connection from n4"
+grep -q "refused a Gloo pair connection from $attacker:[0-9]*: no token within 2000 ms" "$work/elastic.out" ||
+  fail "no rank logged the pairs' token deadline"
 planned_worlds elastic 3 2 3
 same_training elastic 60 480 20
 

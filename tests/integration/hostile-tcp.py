@@ -4,6 +4,8 @@
 Usage: hostile-tcp.py IP PORT ATTACK... where ATTACK is one of
   garbage     4 KiB of pseudo-random bytes
   huge        a ZMTP 3.0 greeting (CURVE), then a command frame announcing 1 GiB
+  gloo-huge   a Gloo TCP frame header (six little-endian size_t: nbytes, opcode SEND_BUFFER,
+              slot, offset, length, roffset) announcing 1 GiB, then 1 KiB
   half        half a greeting, then silence
   idle:N      N connections that send nothing
   replay:LPORT  listen on IP's host at LPORT (the address in $HOSTILE_LISTEN), relay one
@@ -17,6 +19,7 @@ answer too: "refused").
 import os
 import select
 import socket
+import struct
 import sys
 import time
 
@@ -65,6 +68,10 @@ def attack(ip, port, what):
         elif what == "huge":
             s = dial(ip, port)
             s.sendall(greeting() + bytes([0x06, 0, 0, 0, 0, 0x40, 0, 0, 0]) + b"x" * 1024)
+            show(what, seconds_to_close(s, LIMIT))
+        elif what == "gloo-huge":
+            s = dial(ip, port)
+            s.sendall(struct.pack("<6Q", 48 + (1 << 30), 0, 1, 0, 1 << 30, 0) + b"x" * 1024)
             show(what, seconds_to_close(s, LIMIT))
         elif what == "half":
             s = dial(ip, port)

@@ -1,0 +1,224 @@
+// Guarded Gloo pairs (comm/gloo_guard.h) under raw TCP from a stranger, on 127.0.0.1: three
+// ranks build a communicator through a BlobExchange that holds every rank for a while after
+// all blobs are in, with every pair listening; meanwhile the test, which reads the pairs'
+// addresses out of the blobs, attacks each listener. Each attack must be closed within its
+// bound, the communicator must build and sum correctly, and its ports refuse connections
+// once built.
+//
+// How it fails without the protection (make_guarded_context returning Gloo's own context,
+// tried 2026-12-06): Gloo takes the garbage connection as the pair's peer ("garbage
+// closed-after -1": still open after 3 s), closes that pair's listener (the next attack's
+// connect is refused), and the build never completes: the real peer was refused, and the
+// test was still waiting when `timeout 60` ended it.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <gloo/transport/tcp/address.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "comm/comm.h"
+#include "comm/gloo_guard.h"
+
+namespace omni::launcher {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+int dial(const sockaddr_storage &ss) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    if (::connect(fd, reinterpret_cast<const sockaddr *>(&ss), sizeof(sockaddr_in)) != 0) {
+        ::close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+// Seconds until the peer closes fd (EOF or an error), or -1 past `limit`.
+double closed_after(int fd, double limit) {
+    const auto t0 = Clock::now();
+    char buf[4096];
+    while (since(t0) < limit) {
+        pollfd p{fd, POLLIN, 0};
+        if (::poll(&p, 1, 10) <= 0) continue;
+        const ssize_t r = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (r <= 0) return since(t0);
+    }
+    return -1;
+}
+
+// The listeners of one build: every address in every blob, and the tokens.
+struct Blobs {
+    std::vector<sockaddr_storage> listeners;
+    std::vector<PairToken> tokens;
+};
+Blobs parse(const std::vector<std::vector<char>> &all) {
+    Blobs b;
+    for (const auto &blob : all) {
+        std::size_t at = 0;
+        while (blob.size() - at >= 8) {
+            std::uint32_t len = 0;
+            std::memcpy(&len, blob.data() + at + 4, 4);  // little-endian host
+            at += 8;
+            std::vector<char> a(blob.begin() + static_cast<long>(at), blob.begin() + static_cast<long>(at + len - kPairTokenBytes));
+            b.listeners.push_back(gloo::transport::tcp::Address(a).getSockaddr());
+            PairToken t;
+            std::memcpy(t.data(), blob.data() + at + len - kPairTokenBytes, kPairTokenBytes);
+            b.tokens.push_back(t);
+            at += len;
+        }
+    }
+    return b;
+}
+
+// n ranks as threads; `during(blobs)` runs once every blob is in, while every rank waits.
+// `built(blobs)` runs on rank 0 once the communicator summed, while every rank still holds it.
+void build(int n, const std::function<void(const Blobs &)> &during, Blobs *seen = nullptr,
+           const std::function<void(const Blobs &)> &built = {}) {
+    std::mutex m;
+    std::condition_variable cv;
+    std::vector<std::vector<char>> all(static_cast<std::size_t>(n));
+    int in = 0;
+    bool released = false;
+    std::vector<std::string> errors(static_cast<std::size_t>(n));
+    std::vector<float> sums(static_cast<std::size_t>(n));
+    std::vector<std::thread> threads;
+    Blobs b;
+    const Blobs *seen_now = &b;  // complete before any rank is released
+    for (int r = 0; r < n; ++r)
+        threads.emplace_back([&, r] {
+            BlobExchange ex = [&](const std::vector<char> &mine) {
+                std::unique_lock<std::mutex> l(m);
+                all[static_cast<std::size_t>(r)] = mine;
+                if (++in == n) cv.notify_all();
+                cv.wait(l, [&] { return released; });
+                return all;
+            };
+            GlooOptions o;
+            o.timeout = std::chrono::milliseconds(20000);
+            auto c = make_gloo_communicator(ex, r, n, o);
+            if (!c) {
+                errors[static_cast<std::size_t>(r)] = c.error();
+                return;
+            }
+            float v = static_cast<float>(r + 1);
+            auto st = c.value()->allreduce(&v, 1, DType::fp32, ReduceOp::sum);
+            if (!st) errors[static_cast<std::size_t>(r)] = st.error();
+            sums[static_cast<std::size_t>(r)] = v;
+            if (r == 0 && built) built(*seen_now);
+            EXPECT_TRUE(c.value()->barrier().ok());
+        });
+    {
+        std::unique_lock<std::mutex> l(m);
+        cv.wait(l, [&] { return in == n; });
+        b = parse(all);
+    }
+    during(b);
+    {
+        std::lock_guard<std::mutex> l(m);
+        released = true;
+    }
+    cv.notify_all();
+    for (auto &t : threads) t.join();
+    for (const auto &e : errors) EXPECT_EQ(e, "");
+    for (float s : sums) EXPECT_EQ(s, static_cast<float>(n * (n + 1) / 2));
+    if (seen) *seen = b;
+}
+
+TEST(GlooGuard, ThisGlooIsGuarded) { EXPECT_TRUE(gloo_pairs_guarded()); }
+
+TEST(GlooGuard, StrangersAreRefusedAndTheCommunicatorBuilds) {
+    if (!gloo_pairs_guarded()) GTEST_SKIP() << "this Gloo shares one listener per device";
+    const std::size_t refused0 = refused_pair_connections();
+    Blobs first;
+    build(3, [](const Blobs &) {}, &first);
+    build(3, [&](const Blobs &b) {
+        ASSERT_EQ(b.listeners.size(), 6u);  // 3 ranks x 2 pairs, each listening
+        // Garbage, and a Gloo frame announcing 1 GiB (preamble: nbytes, opcode SEND_BUFFER,
+        // slot, offset, length, roffset): wrong tokens, closed at once.
+        for (int k = 0; k < 2; ++k) {
+            const int fd = dial(b.listeners[0]);
+            ASSERT_GE(fd, 0);
+            std::vector<char> bytes(4096);
+            if (k == 0) {
+                for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>((i * 2654435761u) >> 13);
+            } else {
+                std::uint64_t pre[6] = {48 + (1ull << 30), 0, 1, 0, 1ull << 30, 0};
+                std::memcpy(bytes.data(), pre, sizeof pre);
+            }
+            ASSERT_EQ(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
+            const double t = closed_after(fd, 3);
+            std::printf("%s closed-after %.3f s\n", k == 0 ? "garbage" : "huge", t);
+            EXPECT_GE(t, 0);
+            EXPECT_LT(t, 0.5);
+            ::close(fd);
+        }
+        // Replay: the token this pair had in the previous build.
+        {
+            const int fd = dial(b.listeners[1]);
+            ASSERT_GE(fd, 0);
+            ASSERT_EQ(::send(fd, first.tokens[1].data(), kPairTokenBytes, MSG_NOSIGNAL), 16);
+            const double t = closed_after(fd, 3);
+            std::printf("replay closed-after %.3f s\n", t);
+            EXPECT_GE(t, 0);
+            EXPECT_LT(t, 0.5);
+            ::close(fd);
+        }
+        // Half a token, then silence: closed at the deadline.
+        {
+            const int fd = dial(b.listeners[2]);
+            ASSERT_GE(fd, 0);
+            ASSERT_EQ(::send(fd, b.tokens[2].data(), 8, MSG_NOSIGNAL), 8);
+            const double t = closed_after(fd, 4);
+            std::printf("half closed-after %.3f s\n", t);
+            EXPECT_GE(t, 1.9);
+            EXPECT_LT(t, 2.5);
+            ::close(fd);
+        }
+        // 40 idle connections to one pair: at most 8 held, all closed by the deadline.
+        {
+            const auto t0 = Clock::now();
+            std::vector<int> fds;
+            for (int i = 0; i < 40; ++i) {
+                const int fd = dial(b.listeners[3]);
+                if (fd >= 0) fds.push_back(fd);
+            }
+            EXPECT_EQ(fds.size(), 40u);
+            int early = 0;
+            double last = 0;
+            for (int fd : fds) {
+                const double t = closed_after(fd, std::max(0.01, 3.5 - since(t0)));
+                EXPECT_GE(t, 0) << "an idle connection stayed open";
+                if (since(t0) < 1.0) ++early;
+                last = since(t0);
+                ::close(fd);
+            }
+            std::printf("idle 40: %d closed within 1 s, the last after %.3f s\n", early, last);
+            EXPECT_GE(early, 32);  // all but the 8 held
+            EXPECT_LT(last, 2.6);
+        }
+    }, nullptr, [](const Blobs &b) {
+        // Built: nothing listens on those ports any more (the kernel refuses).
+        for (const auto &ss : b.listeners) {
+            const int fd = dial(ss);
+            EXPECT_LT(fd, 0) << "a built communicator's port still takes connections";
+            if (fd >= 0) ::close(fd);
+        }
+    });
+    EXPECT_GE(refused_pair_connections() - refused0, 44u);
+}
+
+}  // namespace
+}  // namespace omni::launcher
