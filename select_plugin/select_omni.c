@@ -5,8 +5,8 @@
  * plugin loader (plugin_context_create) into a table of its functions. The entry points, and
  * so the table, are those of the release configure found in the source tree
  * (OMNI_SELECT_API: 2205, 36 of them; 2411, 31: 23.02 dropped job_signal, jobinfo_sprint,
- * jobinfo_xstrdup, update_node_config and resv_test, 23.11 changed job_test's reservation
- * argument and 24.11 added its will_run argument). 24.11 keeps its table private
+ * jobinfo_xstrdup and update_node_config, 23.11 resv_test and changed job_test's reservation
+ * argument, 24.11 added its will_run argument). From 24.05 Slurm keeps its table private
  * (src/interfaces/select.c), so the table and its names are this file's. Linking against
  * select_cons_tres.so instead would bind its `plugin_id` to ours and make it act as
  * cons_res. cons_tres's init() runs a second time when this plugin loads it (slurmctld has
