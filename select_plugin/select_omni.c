@@ -1,8 +1,13 @@
 /*
- * select/omni: Slurm 22.05's node selection, with select/cons_tres doing the work.
+ * select/omni: node selection for Slurm 22.05 and 24.11, with select/cons_tres doing the work.
  *
  * Every select_p_* entry point forwards to select/cons_tres, loaded through Slurm's own
- * plugin loader (plugin_context_create) into a table of its functions. Linking against
+ * plugin loader (plugin_context_create) into a table of its functions. The entry points, and
+ * so the table, are those of the release configure found in the source tree
+ * (OMNI_SELECT_API: 2205, 36 of them; 2411, 31: 23.02 dropped job_signal, jobinfo_sprint,
+ * jobinfo_xstrdup and update_node_config, 23.11 resv_test and changed job_test's reservation
+ * argument, 24.11 added its will_run argument). From 24.05 Slurm keeps its table private
+ * (src/interfaces/select.c), so the table and its names are this file's. Linking against
  * select_cons_tres.so instead would bind its `plugin_id` to ours and make it act as
  * cons_res. cons_tres's init() runs a second time when this plugin loads it (slurmctld has
  * loaded every select plugin already); it is idempotent.
@@ -42,15 +47,22 @@
 #include "slurm/slurm.h"
 #include "slurm/slurm_errno.h"
 #include "src/common/bitstring.h"
-#include "src/common/gres.h"
 #include "src/common/list.h"
 #include "src/common/log.h"
 #include "src/common/node_conf.h"
 #include "src/common/plugin.h"
 #include "src/common/read_config.h"
 #include "src/common/run_in_daemon.h"
-#include "src/common/select.h"
 #include "src/common/xmalloc.h"
+#if OMNI_SELECT_API == 2205
+#include "src/common/gres.h"
+#include "src/common/select.h"
+#elif OMNI_SELECT_API == 2411
+#include "src/interfaces/gres.h"
+#include "src/interfaces/select.h"
+#else
+#error "OMNI_SELECT_API must be 2205 or 2411 (configure sets it from the Slurm source tree)"
+#endif
 #include "src/slurmctld/slurmctld.h"
 
 #include "select_core.h"
@@ -62,15 +74,135 @@ const uint32_t plugin_id = 190;
 const uint32_t plugin_version = SLURM_VERSION_NUMBER;
 
 #define PREFIX "select/omni: "
-/* node_select_syms is declared without its size: plugin_id and the 36 entry points. */
-#define SELECT_SYMS 37
+
+/* 22.05 names lists List and ListIterator, 24.11 list_t and list_itr_t; the structs are
+ * the same in both. */
+typedef struct xlist omni_list_t;
+typedef struct listIterator omni_list_itr_t;
+
+/* job_test's last arguments: cores reserved for others (22.05); what reservations exclude,
+ * and the window of a will-run test (24.11). */
+#if OMNI_SELECT_API == 2205
+#define JOB_TEST_TAIL_PARAMS bitstr_t *exc_core_bitmap
+#define JOB_TEST_TAIL_ARGS exc_core_bitmap
+#else
+#define JOB_TEST_TAIL_PARAMS resv_exc_t *resv_exc_ptr, will_run_data_t *will_run_ptr
+#define JOB_TEST_TAIL_ARGS resv_exc_ptr, will_run_ptr
+#endif
+
+/* cons_tres's entry points, in the order of ct_syms below (plugin_context_create fills the
+ * table by name). */
+typedef struct {
+	uint32_t *plugin_id;
+	int (*state_save)(char *dir_name);
+	int (*state_restore)(char *dir_name);
+	int (*job_init)(omni_list_t *job_list);
+	int (*node_init)(void);
+	int (*job_test)(job_record_t *job_ptr, bitstr_t *bitmap, uint32_t min_nodes, uint32_t max_nodes,
+			uint32_t req_nodes, uint16_t mode, omni_list_t *preemptee_candidates,
+			omni_list_t **preemptee_job_list, JOB_TEST_TAIL_PARAMS);
+	int (*job_begin)(job_record_t *job_ptr);
+	int (*job_ready)(job_record_t *job_ptr);
+	int (*job_expand)(job_record_t *from_job_ptr, job_record_t *to_job_ptr);
+	int (*job_resized)(job_record_t *job_ptr, node_record_t *node_ptr);
+#if OMNI_SELECT_API == 2205
+	int (*job_signal)(job_record_t *job_ptr, int signal);
+#endif
+	int (*job_fini)(job_record_t *job_ptr);
+	int (*job_suspend)(job_record_t *job_ptr, bool indf_susp);
+	int (*job_resume)(job_record_t *job_ptr, bool indf_susp);
+	bitstr_t *(*step_pick_nodes)(job_record_t *job_ptr, select_jobinfo_t *step_jobinfo,
+				     uint32_t node_count, bitstr_t **avail_nodes);
+	int (*step_start)(step_record_t *step_ptr);
+	int (*step_finish)(step_record_t *step_ptr, bool killing_step);
+	int (*nodeinfo_pack)(select_nodeinfo_t *nodeinfo, buf_t *buffer, uint16_t protocol_version);
+	int (*nodeinfo_unpack)(select_nodeinfo_t **nodeinfo, buf_t *buffer, uint16_t protocol_version);
+	select_nodeinfo_t *(*nodeinfo_alloc)(void);
+	int (*nodeinfo_free)(select_nodeinfo_t *nodeinfo);
+	int (*nodeinfo_set_all)(void);
+	int (*nodeinfo_set)(job_record_t *job_ptr);
+	int (*nodeinfo_get)(select_nodeinfo_t *nodeinfo, enum select_nodedata_type dinfo,
+			    enum node_states state, void *data);
+	select_jobinfo_t *(*jobinfo_alloc)(void);
+	int (*jobinfo_free)(select_jobinfo_t *jobinfo);
+	int (*jobinfo_set)(select_jobinfo_t *jobinfo, enum select_jobdata_type data_type, void *data);
+	int (*jobinfo_get)(select_jobinfo_t *jobinfo, enum select_jobdata_type data_type, void *data);
+	select_jobinfo_t *(*jobinfo_copy)(select_jobinfo_t *jobinfo);
+	int (*jobinfo_pack)(select_jobinfo_t *jobinfo, buf_t *buffer, uint16_t protocol_version);
+	int (*jobinfo_unpack)(select_jobinfo_t **jobinfo, buf_t *buffer, uint16_t protocol_version);
+#if OMNI_SELECT_API == 2205
+	char *(*jobinfo_sprint)(select_jobinfo_t *jobinfo, char *buf, size_t size, int mode);
+	char *(*jobinfo_xstrdup)(select_jobinfo_t *jobinfo, int mode);
+#endif
+	int (*get_info_from_plugin)(enum select_plugindata_info dinfo, job_record_t *job_ptr, void *data);
+#if OMNI_SELECT_API == 2205
+	int (*update_node_config)(int index);
+#endif
+	int (*reconfigure)(void);
+#if OMNI_SELECT_API == 2205
+	bitstr_t *(*resv_test)(resv_desc_msg_t *resv_desc_ptr, uint32_t node_cnt, bitstr_t *avail_bitmap,
+			       bitstr_t **core_bitmap);
+#endif
+} ct_ops_t;
+
+/* The release's entry points, as select_omni-RELEASE.map exports them (configure checked
+ * that list against the source tree's select.c). */
+static const char *ct_syms[] = {
+	"plugin_id",
+	"select_p_state_save",
+	"select_p_state_restore",
+	"select_p_job_init",
+	"select_p_node_init",
+	"select_p_job_test",
+	"select_p_job_begin",
+	"select_p_job_ready",
+	"select_p_job_expand",
+	"select_p_job_resized",
+#if OMNI_SELECT_API == 2205
+	"select_p_job_signal",
+#endif
+	"select_p_job_fini",
+	"select_p_job_suspend",
+	"select_p_job_resume",
+	"select_p_step_pick_nodes",
+	"select_p_step_start",
+	"select_p_step_finish",
+	"select_p_select_nodeinfo_pack",
+	"select_p_select_nodeinfo_unpack",
+	"select_p_select_nodeinfo_alloc",
+	"select_p_select_nodeinfo_free",
+	"select_p_select_nodeinfo_set_all",
+	"select_p_select_nodeinfo_set",
+	"select_p_select_nodeinfo_get",
+	"select_p_select_jobinfo_alloc",
+	"select_p_select_jobinfo_free",
+	"select_p_select_jobinfo_set",
+	"select_p_select_jobinfo_get",
+	"select_p_select_jobinfo_copy",
+	"select_p_select_jobinfo_pack",
+	"select_p_select_jobinfo_unpack",
+#if OMNI_SELECT_API == 2205
+	"select_p_select_jobinfo_sprint",
+	"select_p_select_jobinfo_xstrdup",
+#endif
+	"select_p_get_info_from_plugin",
+#if OMNI_SELECT_API == 2205
+	"select_p_update_node_config",
+#endif
+	"select_p_reconfigure",
+#if OMNI_SELECT_API == 2205
+	"select_p_resv_test",
+#endif
+};
+_Static_assert(sizeof(ct_syms) / sizeof(ct_syms[0]) == sizeof(ct_ops_t) / sizeof(void *),
+	       "one name for each entry of ct_ops_t");
 
 /* The site topology file, beside slurm.conf (get_extra_conf_path). */
 #define SITE_FILE "omni-topology.json"
 /* Stale nodes named at load; the rest are counted. */
 #define STALE_NAMED 8
 
-static slurm_select_ops_t ct;
+static ct_ops_t ct;
 static plugin_context_t *ct_context = NULL;
 /* slurmctld only: the site's layouts (NULL: place every job as cons_tres does), read with
  * slurmctld's configuration, which holds every lock job_test could race with. */
@@ -83,7 +215,7 @@ extern int init(void)
 	if (ct_context)
 		return SLURM_SUCCESS;
 	ct_context = plugin_context_create("select", "select/cons_tres", (void **) &ct,
-					   node_select_syms, SELECT_SYMS * sizeof(char *));
+					   ct_syms, sizeof(ct_syms));
 	if (!ct_context) {
 		error(PREFIX "cannot load select/cons_tres, which select/omni forwards to");
 		return SLURM_ERROR;
@@ -114,7 +246,7 @@ extern int select_p_state_restore(char *dir_name)
 	return (*(ct.state_restore))(dir_name);
 }
 
-extern int select_p_job_init(List job_list)
+extern int select_p_job_init(omni_list_t *job_list)
 {
 	return (*(ct.job_init))(job_list);
 }
@@ -203,7 +335,7 @@ static gres_job_state_t *_job_gpus(job_record_t *job_ptr, uint32_t gpu_id, const
 {
 	gres_job_state_t *found = NULL;
 	gres_state_t *gs;
-	ListIterator it;
+	omni_list_itr_t *it;
 
 	*why = "asks for no GPUs";
 	if (!job_ptr->gres_list_req)
@@ -286,8 +418,8 @@ static void _set_gpus(job_record_t *job_ptr, gres_job_state_t *js, bitstr_t *bit
  */
 static int _job_test_units(job_record_t *job_ptr, const omni_select_job_t *job, bitstr_t *bitmap,
 			   uint32_t min_nodes, uint32_t max_nodes, uint32_t req_nodes, uint16_t mode,
-			   List preemptee_candidates, List *preemptee_job_list, bitstr_t *exc_core_bitmap,
-			   bool *forward)
+			   omni_list_t *preemptee_candidates, omni_list_t **preemptee_job_list,
+			   JOB_TEST_TAIL_PARAMS, bool *forward)
 {
 	bitstr_t *required = job_ptr->details ? job_ptr->details->req_node_bitmap : NULL;
 	const char *why = NULL;
@@ -357,7 +489,7 @@ static int _job_test_units(job_record_t *job_ptr, const omni_select_job_t *job, 
 			bit_set(bitmap, cand_inx[c]);
 	rc = (*(ct.job_test))(job_ptr, bitmap, min_nodes, MIN(req_nodes, (uint32_t) chosen),
 			      MIN(max_nodes, (uint32_t) chosen), mode, preemptee_candidates, preemptee_job_list,
-			      exc_core_bitmap);
+			      JOB_TEST_TAIL_ARGS);
 	if (rc == SLURM_SUCCESS) {
 		_set_gpus(job_ptr, js, bitmap, cand, cand_inx, ncand);
 		debug(PREFIX "%pJ: %u unit(s) of %u GPU(s) a node inside %s domains, on %d node(s)", job_ptr,
@@ -372,7 +504,9 @@ out:
 	return *forward ? SLURM_ERROR : rc;
 }
 
-extern int select_p_job_test(job_record_t *job_ptr, bitstr_t *bitmap, uint32_t min_nodes, uint32_t max_nodes, uint32_t req_nodes, uint16_t mode, List preemptee_candidates, List *preemptee_job_list, bitstr_t *exc_core_bitmap)
+extern int select_p_job_test(job_record_t *job_ptr, bitstr_t *bitmap, uint32_t min_nodes, uint32_t max_nodes,
+			     uint32_t req_nodes, uint16_t mode, omni_list_t *preemptee_candidates,
+			     omni_list_t **preemptee_job_list, JOB_TEST_TAIL_PARAMS)
 {
 	omni_select_job_t job;
 	int rc;
@@ -383,14 +517,15 @@ extern int select_p_job_test(job_record_t *job_ptr, bitstr_t *bitmap, uint32_t m
 			bool forward;
 
 			rc = _job_test_units(job_ptr, &job, bitmap, min_nodes, max_nodes, req_nodes, mode,
-					     preemptee_candidates, preemptee_job_list, exc_core_bitmap, &forward);
+					     preemptee_candidates, preemptee_job_list, JOB_TEST_TAIL_ARGS, &forward);
 			if (!forward)
 				return rc;
 		} else if (rc != OMNI_ENOENT) {
 			debug(PREFIX "%pJ: its units are not placed by domain: %s", job_ptr, omni_select_last_error());
 		}
 	}
-	return (*(ct.job_test))(job_ptr, bitmap, min_nodes, max_nodes, req_nodes, mode, preemptee_candidates, preemptee_job_list, exc_core_bitmap);
+	return (*(ct.job_test))(job_ptr, bitmap, min_nodes, max_nodes, req_nodes, mode, preemptee_candidates,
+				preemptee_job_list, JOB_TEST_TAIL_ARGS);
 }
 
 extern int select_p_job_begin(job_record_t *job_ptr)
@@ -479,7 +614,7 @@ static void _put_cores(job_resources_t *jr, int n, int node_inx, const node_core
 extern int select_p_job_expand(job_record_t *from_job_ptr, job_record_t *to_job_ptr)
 {
 	node_cores_t *from_cores, *to_cores;
-	List from_gres, to_gres;
+	omni_list_t *from_gres, *to_gres;
 	job_resources_t *jr;
 	int from_cnt, to_cnt, i, n = 0, last, rc;
 
@@ -520,10 +655,12 @@ extern int select_p_job_resized(job_record_t *job_ptr, node_record_t *node_ptr)
 	return (*(ct.job_resized))(job_ptr, node_ptr);
 }
 
+#if OMNI_SELECT_API == 2205
 extern int select_p_job_signal(job_record_t *job_ptr, int signal)
 {
 	return (*(ct.job_signal))(job_ptr, signal);
 }
+#endif
 
 extern int select_p_job_fini(job_record_t *job_ptr)
 {
@@ -625,6 +762,7 @@ extern int select_p_select_jobinfo_unpack(select_jobinfo_t **jobinfo, buf_t *buf
 	return (*(ct.jobinfo_unpack))(jobinfo, buffer, protocol_version);
 }
 
+#if OMNI_SELECT_API == 2205
 extern char *select_p_select_jobinfo_sprint(select_jobinfo_t *jobinfo, char *buf, size_t size, int mode)
 {
 	return (*(ct.jobinfo_sprint))(jobinfo, buf, size, mode);
@@ -634,23 +772,28 @@ extern char *select_p_select_jobinfo_xstrdup(select_jobinfo_t *jobinfo, int mode
 {
 	return (*(ct.jobinfo_xstrdup))(jobinfo, mode);
 }
+#endif
 
 extern int select_p_get_info_from_plugin(enum select_plugindata_info dinfo, job_record_t *job_ptr, void *data)
 {
 	return (*(ct.get_info_from_plugin))(dinfo, job_ptr, data);
 }
 
+#if OMNI_SELECT_API == 2205
 extern int select_p_update_node_config(int index)
 {
 	return (*(ct.update_node_config))(index);
 }
+#endif
 
 extern int select_p_reconfigure(void)
 {
 	return (*(ct.reconfigure))();
 }
 
+#if OMNI_SELECT_API == 2205
 extern bitstr_t *select_p_resv_test(resv_desc_msg_t *resv_desc_ptr, uint32_t node_cnt, bitstr_t *avail_bitmap, bitstr_t **core_bitmap)
 {
 	return (*(ct.resv_test))(resv_desc_ptr, node_cnt, avail_bitmap, core_bitmap);
 }
+#endif
