@@ -76,7 +76,7 @@ TEST(LaunchOptions, UsageErrorsNameTheOption) {
              {{"--satellite-args", "--job-name=x", "--", "x"}, "--satellite-args: '--job-name=x' is set by omni-launch"},
              {{"--satellite", "--dry-run", "--", "x"}, "--satellite and --dry-run"},
              {{"--mpi", "pmi2", "--", "x"}, "--mpi 'pmi2': expected auto, pmix or none"},
-             {{"--mpi=", "--", "x"}, "--mpi '': expected auto, pmix or none"},
+             {{"--mpi", "", "--", "x"}, "--mpi '': expected auto, pmix or none"},
              {{"--frobnicate", "--", "x"}, "frobnicate"},
          }) {
         auto p = parse(c.args);
