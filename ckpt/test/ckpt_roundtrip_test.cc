@@ -294,6 +294,7 @@ TEST(Incremental, ChainOfFiveMergeEqualsFullCheckpoint) {
         prev = write_ckpt(root, step, 4, specs, prev, &written);
         const auto &changed = specs[step % specs.size()];
         EXPECT_EQ(written, element_count(changed.shape) * dtype_size(changed.dtype)) << "step " << step;
+        EXPECT_LT(written, full_bytes) << "step " << step << ": an increment wrote a full checkpoint's bytes";
         auto r = Reader::open(prev);
         ASSERT_TRUE(r.ok()) << r.error();
         for (const auto &s : specs) expect_logical(*r.value(), s);

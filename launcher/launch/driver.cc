@@ -299,6 +299,7 @@ Status Driver::launch(const std::vector<std::uint32_t> &units, bool joiner) {
         spec.extra = cfg_.options.srun_args;
         spec.extra.insert(spec.extra.end(), share_args_.begin(), share_args_.end());
         spec.self = cfg_.self;
+        spec.mpi = cfg_.mpi;
         spec.program = cfg_.options.program;
         spec.tasks = cfg_.settings.unit_size;
         spec.nodes = step_nodes();
@@ -569,6 +570,7 @@ Status Driver::submit_satellite(const std::vector<std::uint32_t> &units) {
     spec.sbatch_extra = cfg_.options.satellite_args;
     spec.self = cfg_.self;
     spec.srun_extra = cfg_.options.srun_args;
+    spec.mpi = cfg_.mpi;
     spec.boundary_timeout_ms = cfg_.options.boundary_timeout_ms;
     spec.program = cfg_.options.program;
     // sbatch reads the script when it submits (Slurm keeps its own copy), so the file in the

@@ -27,6 +27,7 @@ struct DriverConfig {
     LaunchOptions options;
     Allocation alloc;
     std::string self;       // omni-launch's own path (the per-task shim)
+    std::string mpi = kMpiPmix;  // every step's srun --mpi= (resolved: pmix or none)
     std::string job_dir;
     std::string endpoint;   // the coordinator, as ranks reach it
     std::string secret;

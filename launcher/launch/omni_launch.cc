@@ -3,8 +3,9 @@
 //   omni-launch [OPTIONS] -- PROGRAM [ARGS...]      in the batch script of the job
 //
 // It generates the job secret, starts the coordinator on this node's address, publishes the
-// job files (JOB_DIR/secret, JOB_DIR/coordinator), launches the ranks with srun --mpi=pmix and
-// supervises them (launch/driver.h) until they end.
+// job files (JOB_DIR/secret, JOB_DIR/coordinator), launches the ranks with srun (--mpi=pmix,
+// or --mpi=none where Slurm has no mpi/pmix: launch/plan.h) and supervises them
+// (launch/driver.h) until they end.
 //
 // Each srun step runs omni-launch itself on every task first ("--exec-task", internal): srun
 // gives a step one environment for all its tasks, but every rank needs its own unit and slot,
@@ -169,6 +170,29 @@ void raise_open_files(std::uint64_t max_world) {
                      " coordinator connections: raise the hard limit (ulimit -Hn) for larger jobs");
 }
 
+// How the steps start their ranks (launch/plan.h): --mpi, OMNI_LAUNCH_MPI, or auto, which
+// asks `srun --mpi=list` once. Errors name the setting; the caller exits with usage status.
+omni::Result<std::string> launch_mpi(const LaunchOptions &o) {
+    auto mode = mpi_mode_setting(o, env);
+    if (!mode) return omni::Error{mode.error()};
+    std::optional<bool> offers;
+    if (mode.value() == kMpiAuto) {
+        auto list = run_capture({"srun", "--mpi=list"}, kScontrolTimeoutMs, 64 << 10);
+        if (list) offers = mpi_list_offers_pmix(list.value());
+        else
+            log_line(LogLevel::Warning, kComponent,
+                     "--mpi auto: " + list.error() + "; the steps start their ranks without PMIx (--mpi=none)");
+    }
+    auto mpi = resolve_mpi(mode.value(), offers, env);
+    if (mpi && mode.value() == kMpiAuto)
+        log_line(LogLevel::Info, kComponent,
+                 mpi.value() == kMpiPmix ? std::string("--mpi auto: srun offers pmix; the steps use it")
+                                         : std::string("--mpi auto: the steps start their ranks with --mpi=none "
+                                                       "(model-parallel groups wire up through the coordinator)") +
+                                               (offers ? ": srun --mpi=list offers no pmix" : ""));
+    return mpi;
+}
+
 // omni-launch --satellite, the batch script of a satellite job (launch/satellite.h): its
 // units join the main job's coordinator, named in the environment the main omni-launch gave
 // sbatch. It runs no coordinator and records no events.
@@ -200,6 +224,9 @@ int run_satellite(DriverConfig &cfg) {
     if (!self) return fail(self.error());
     cfg.self = self.value();
     install_signal_handlers();
+    auto mpi = launch_mpi(cfg.options);
+    if (!mpi) return fail(mpi.error());
+    cfg.mpi = mpi.value();
     const char *of = env(kEnvSatelliteOf);
     log_line(LogLevel::Info, kComponent,
              std::string("satellite of job ") + (of ? of : "?") + ": units [" +
@@ -230,6 +257,7 @@ void print_dry_run(const DriverConfig &cfg) {
         spec.extra = cfg.options.srun_args;
         spec.extra.insert(spec.extra.end(), share.begin(), share.end());
         spec.self = cfg.self;
+        spec.mpi = cfg.mpi;
         spec.program = cfg.options.program;
         spec.tasks = st.unit_size;
         spec.nodes = cfg.alloc.nodes > 0 ? std::min(st.capacity.nodes_per_unit, cfg.alloc.nodes) : 0;
@@ -316,6 +344,12 @@ int run(int argc, char **argv) {
             cfg.job_dir = d.value();
         }
     }
+    auto mpi = launch_mpi(cfg.options);
+    if (!mpi) {
+        std::cerr << "omni-launch: " << mpi.error() << "\nTry 'omni-launch --help'.\n";
+        return kExitUsage;
+    }
+    cfg.mpi = mpi.value();
     if (cfg.options.dry_run) {
         print_dry_run(cfg);
         return 0;

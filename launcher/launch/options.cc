@@ -18,7 +18,7 @@ namespace {
 constexpr const char *kUsage =
     "Usage: omni-launch [OPTIONS] -- PROGRAM [ARGS...]\n\n"
     "Runs PROGRAM as the ranks of an elastic slurm-omni job, inside the job's batch script:\n"
-    "starts the job's coordinator, launches the ranks with srun --mpi=pmix, applies resizes\n"
+    "starts the job's coordinator, launches the ranks with srun (--mpi), applies resizes\n"
     "requested with omni-ctl and exits with the ranks' status (see omni-launch(1)).\n\nOptions";
 
 po::options_description describe() {
@@ -47,6 +47,10 @@ po::options_description describe() {
                                                 "it has after this long (default 60)")
         ("bind", po::value<std::string>(), "ADDR: IPv4 address the coordinator listens on "
                                            "(default: this node's NodeAddr)")
+        ("mpi", po::value<std::string>(), "auto|pmix|none: how srun starts the ranks: pmix (Slurm's "
+                                          "mpi/pmix), none (no PMI: model-parallel groups wire up "
+                                          "through the coordinator) or auto (default $OMNI_LAUNCH_MPI, "
+                                          "else pmix where srun --mpi=list offers it, else none)")
         ("srun-args", po::value<std::string>(), "'ARGS': extra srun options for every step, "
                                                 "e.g. '--gres=gpu:4'")
         ("satellite-args", po::value<std::string>(), "'ARGS': extra sbatch options for the satellite "
@@ -104,7 +108,7 @@ ParsedCommandLine parse_command_line(int argc, const char *const *argv) {
         std::ostringstream s;
         s << desc << "\nEnvironment: OMNI_ELASTIC_MIN, OMNI_ELASTIC_MAX, OMNI_UNIT_SIZE (set by "
                      "sbatch --omni-elastic/--omni-unit),\nOMNI_POLICY (sbatch --omni-policy=auto: "
-                     "the job resizes itself), OMNI_JOB_DIR.\nRanks get OMNI_UNIT_ID, "
+                     "the job resizes itself), OMNI_JOB_DIR,\nOMNI_LAUNCH_MPI (the default of --mpi).\nRanks get OMNI_UNIT_ID, "
                      "OMNI_UNIT_SLOT, OMNI_UNIT_SIZE, OMNI_MEMBER_ID, OMNI_COORD_ADDR, "
                      "OMNI_COORD_SECRET and OMNI_JOB_DIR.\n"
                      "Exit status: the trainer's: 0 when the ranks finished (also after losing units\n"
@@ -165,6 +169,11 @@ ParsedCommandLine parse_command_line(int argc, const char *const *argv) {
         if (!e) return usage("--bind '" + o.bind + "': expected a literal IPv4 address such as 10.0.0.5 (" + e.error() + ")");
         if (o.bind == "0.0.0.0") return usage("--bind 0.0.0.0: the coordinator never listens on a wildcard address");
     }
+    if (vm.count("mpi")) {
+        auto m = parse_mpi_mode(vm["mpi"].as<std::string>(), "--mpi");
+        if (!m) return usage(m.error());
+        o.mpi = m.value();
+    }
     if (vm.count("srun-args")) {
         auto words = split_srun_args(vm["srun-args"].as<std::string>());
         if (!words) return usage(words.error() + " (expected --srun-args 'SRUN OPTIONS')");
@@ -184,6 +193,25 @@ ParsedCommandLine parse_command_line(int argc, const char *const *argv) {
         o.announce = a.value();
     }
     return out;
+}
+
+Result<std::string> mpi_mode_setting(const LaunchOptions &o, GetEnv get) {
+    if (!o.mpi.empty()) return o.mpi;
+    const char *v = get(kEnvLaunchMpi);
+    if (!v || !*v) return std::string(kMpiAuto);  // set empty: as unset
+    return parse_mpi_mode(v, kEnvLaunchMpi);
+}
+
+Result<std::string> resolve_mpi(const std::string &mode, std::optional<bool> offers_pmix, GetEnv get) {
+    std::string mpi = mode;
+    if (mode == kMpiAuto) mpi = offers_pmix.value_or(false) ? kMpiPmix : kMpiNone;
+    const char *wireup = get("OMNI_MP_WIREUP");
+    if (mpi == kMpiNone && wireup && std::string_view(wireup) == "pmix")
+        return make_error(std::string("the ranks would start without PMIx (--mpi ") + mode +
+                          (mode == kMpiAuto ? ": srun --mpi=list offers no pmix" : "") +
+                          "), but OMNI_MP_WIREUP=pmix wires their model-parallel groups up through "
+                          "PMIx only: unset it (auto), set it to coordinator, or give --mpi pmix");
+    return mpi;
 }
 
 Result<LaunchSettings> resolve_settings(const LaunchOptions &o, const Allocation &a,

@@ -23,6 +23,7 @@ struct LaunchOptions {
     std::int64_t grow_wait_ms = 60000;
     bool announce = true;                  // planned resizes announced a boundary ahead
     std::string bind;                      // empty: the batch node's NodeAddr
+    std::string mpi;                       // --mpi auto|pmix|none; empty: not given (plan.h)
     std::vector<std::string> srun_args;    // split --srun-args
     std::vector<std::string> satellite_args;  // split --satellite-args: sbatch options
     bool satellite = false;                // run a satellite job's units (launch/satellite.h)
@@ -38,6 +39,16 @@ struct ParsedCommandLine {
     std::string text;
 };
 ParsedCommandLine parse_command_line(int argc, const char *const *argv);
+
+// How the steps start their ranks before `srun --mpi=list` is asked: --mpi, else
+// OMNI_LAUNCH_MPI (empty: as unset), else auto (launch/plan.h). A bad OMNI_LAUNCH_MPI is an
+// error naming it.
+Result<std::string> mpi_mode_setting(const LaunchOptions &o, GetEnv get);
+
+// The mode the steps use, once auto is resolved: `offers_pmix` is what `srun --mpi=list`
+// said (nullopt: it could not be asked; then none, which needs nothing of Slurm). Refuses
+// none for ranks told to wire up through PMIx only (OMNI_MP_WIREUP=pmix), naming both.
+Result<std::string> resolve_mpi(const std::string &mode, std::optional<bool> offers_pmix, GetEnv get);
 
 // The settings of the run once defaults are applied:
 //   unit size: --unit-size, else OMNI_UNIT_SIZE, else 1;

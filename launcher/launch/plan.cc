@@ -180,8 +180,8 @@ Result<std::vector<std::string>> split_sbatch_args(const std::string &text) {
 }
 
 std::vector<std::string> srun_argv(const StepSpec &s) {
-    std::vector<std::string> a = {s.srun,         "--mpi=pmix", "--no-kill", "--kill-on-bad-exit=0",
-                                  "--export=ALL", "-J",         s.name,      "-n",
+    std::vector<std::string> a = {s.srun,         "--mpi=" + s.mpi, "--no-kill", "--kill-on-bad-exit=0",
+                                  "--export=ALL", "-J",             s.name,      "-n",
                                   std::to_string(s.tasks)};
     if (s.nodes > 0) {
         a.push_back("-N");
@@ -193,6 +193,30 @@ std::vector<std::string> srun_argv(const StepSpec &s) {
     a.push_back("--");
     a.insert(a.end(), s.program.begin(), s.program.end());
     return a;
+}
+
+Result<std::string> parse_mpi_mode(const std::string &text, const std::string &what) {
+    if (text == kMpiAuto || text == kMpiPmix || text == kMpiNone) return text;
+    return make_error(what + " " + quoted(text.substr(0, 64)) + ": expected auto, pmix or none");
+}
+
+bool mpi_list_offers_pmix(const std::string &text) {
+    // Plugin lines are indented names; the versioned plugins (mpi_pmix_v4.so ...) come in a
+    // closing "specific pmix plugin versions available: pmix_v4,pmix_v5" line.
+    std::size_t pos = 0;
+    while (pos < text.size()) {
+        std::size_t nl = text.find('\n', pos);
+        if (nl == std::string::npos) nl = text.size();
+        std::string_view line(text.data() + pos, nl - pos);
+        pos = nl + 1;
+        while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
+        while (!line.empty() && (line.back() == ' ' || line.back() == '\t' || line.back() == '\r')) line.remove_suffix(1);
+        if (line == "pmix" || line.rfind("pmix_v", 0) == 0) return true;
+        constexpr std::string_view kVersions = "specific pmix plugin versions available:";
+        if (line.rfind(kVersions, 0) == 0 && line.find("pmix_", kVersions.size()) != std::string_view::npos)
+            return true;
+    }
+    return false;
 }
 
 const std::vector<std::string> &step_env_removed() {

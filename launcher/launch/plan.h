@@ -62,8 +62,26 @@ Result<std::vector<std::string>> split_srun_args(const std::string &text);
 // sets itself there: -n/--ntasks, -N/--nodes, -J/--job-name, --export, --wrap, --parsable.
 Result<std::vector<std::string>> split_sbatch_args(const std::string &text);
 
+// How a unit's step starts its ranks (omni-launch --mpi, else OMNI_LAUNCH_MPI, else auto):
+//   pmix  srun --mpi=pmix: each step is a PMIx namespace; ranks learn their step rank through
+//         PMIx, and a unit's model-parallel groups wire up through it (runtime/mp_wireup.h).
+//   none  srun --mpi=none: no PMI at all. Nothing is lost: the per-task shim gives each rank
+//         its unit and slot from SLURM_PROCID, and the model-parallel groups wire up through
+//         the coordinator (OMNI_MP_WIREUP=auto picks it where a process has no PMIx). For a
+//         Slurm built without mpi/pmix (Debian unstable's 26.05.5) or sites that run none.
+//   auto  pmix when `srun --mpi=list` offers it, else none.
+inline constexpr const char *kEnvLaunchMpi = "OMNI_LAUNCH_MPI";
+inline constexpr const char *kMpiAuto = "auto", *kMpiPmix = "pmix", *kMpiNone = "none";
+// "auto", "pmix" or "none"; else an error naming `what` (the option or variable), the value
+// and what was expected.
+Result<std::string> parse_mpi_mode(const std::string &text, const std::string &what);
+// Whether `srun --mpi=list`'s output offers mpi/pmix: a plugin line "pmix" (or a versioned
+// "pmix_vN"), as Slurm 22.05 through 26.05 print them (src/common/plugrack.c).
+bool mpi_list_offers_pmix(const std::string &text);
+
 struct StepSpec {
     std::string srun = "srun";           // the srun program
+    std::string mpi = kMpiPmix;          // srun --mpi=: pmix or none (resolved, never auto)
     std::vector<std::string> extra;      // split_srun_args(--srun-args)
     std::string self;                    // absolute path of omni-launch (the per-task shim)
     std::vector<std::string> program;    // PROGRAM ARGS
@@ -79,11 +97,12 @@ struct StepSpec {
 // at once and what each step asks for: launch/capacity.h.
 
 // The argv of one unit's step:
-//   srun --mpi=pmix --no-kill --kill-on-bad-exit=0 --export=ALL -J NAME -n T [-N NODES]
+//   srun --mpi=MPI --no-kill --kill-on-bad-exit=0 --export=ALL -J NAME -n T [-N NODES]
 //        EXTRA... SELF --exec-task -- PROGRAM ARGS
 // --no-kill: a lost node must not take the step down before the coordinator has turned the
 // loss into an unplanned shrink. --kill-on-bad-exit=0: the launcher, not srun, decides what
-// a failed rank means.
+// a failed rank means. MPI: spec.mpi, always explicit, so that a site's MpiDefault (or a
+// user's SLURM_MPI_TYPE) never decides how the ranks meet.
 std::vector<std::string> srun_argv(const StepSpec &spec);
 
 // Variables of the batch step that srun would read as options of every step and that

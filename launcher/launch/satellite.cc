@@ -32,6 +32,10 @@ std::vector<std::string> satellite_sbatch_args(const SatelliteSpec &spec) {
 std::string satellite_script(const SatelliteSpec &spec) {
     std::vector<std::string> argv = {"exec", spec.self, "--satellite", "--boundary-timeout",
                                      std::to_string(spec.boundary_timeout_ms / 1000)};
+    if (!spec.mpi.empty()) {
+        argv.push_back("--mpi");
+        argv.push_back(spec.mpi);
+    }
     if (!spec.srun_extra.empty()) {
         argv.push_back("--srun-args");
         argv.push_back(shell_join(spec.srun_extra));

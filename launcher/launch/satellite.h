@@ -38,6 +38,7 @@ struct SatelliteSpec {
     // The command the satellite runs.
     std::string self;                      // omni-launch's absolute path
     std::vector<std::string> srun_extra;   // the main job's --srun-args
+    std::string mpi;                       // the main job's resolved --mpi (empty: not passed)
     std::int64_t boundary_timeout_ms = 30000;
     std::vector<std::string> program;      // PROGRAM ARGS
 };
@@ -51,7 +52,8 @@ std::string satellite_job_name(std::uint32_t main_job);
 std::vector<std::string> satellite_sbatch_args(const SatelliteSpec &spec);
 
 // The satellite's batch script: `exec omni-launch --satellite ... -- PROGRAM ARGS`, every
-// word quoted for the shell. It holds no secret.
+// word quoted for the shell. It holds no secret. Its steps start their ranks as the main
+// job's do (--mpi, as resolved there): the same cluster, and no second `srun --mpi=list`.
 std::string satellite_script(const SatelliteSpec &spec);
 
 // The environment changes for sbatch: the names of `environ` to remove (every SLURM_* and

@@ -20,8 +20,7 @@
 #    planned changes in its events, and no satellite outlives it.
 . "$(dirname "$0")/lib.sh"
 train_commands
-[ -f "$top_build/job_submit/.libs/job_submit_omni.so" ] ||
-  skip "job_submit/omni is not built (configure without --with-slurm-source): no deferred shrink to learn of"
+need_plugin job_submit "no deferred shrink to learn of"
 cluster_acquire 3 0 local --no-accounting
 grep -qx "JobSubmitPlugins=omni" "$CLUSTER_DIR/etc/slurm.conf" ||
   fail "the cluster in $CLUSTER_DIR does not load job_submit/omni"

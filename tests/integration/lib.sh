@@ -128,6 +128,29 @@ proc_alive() {
   [ -n "$st" ] && [ "$st" != Z ] && [ "$st" != X ]
 }
 
+# launch_mpi: how omni-launch's steps start their ranks on this cluster (omni-launch --mpi):
+# OMNI_LAUNCH_MPI when it says pmix or none (the tests then run without PMIx with
+# OMNI_LAUNCH_MPI=none, on a Slurm that has it), else pmix where srun --mpi=list offers it,
+# else none (Debian unstable's 26.05.5). Call it after cluster_acquire (srun needs SLURM_CONF).
+launch_mpi() {
+  case "${OMNI_LAUNCH_MPI:-auto}" in
+    pmix|none) echo "$OMNI_LAUNCH_MPI" ;;
+    *) if srun --mpi=list 2>/dev/null | grep -qE '^[[:space:]]*pmix(_v[0-9]+)?[[:space:]]*$|versions available: .*pmix_'
+       then echo pmix; else echo none; fi ;;
+  esac
+}
+
+# need_plugin job_submit|select WHY: skip unless job_submit/omni (select/omni) was built, with
+# configure's own reason (its summary in config.log: on Debian unstable's 26.05, that it needs
+# a source tree of Slurm 26.05.5, which the mirror lacks), and WHY the test needs it.
+need_plugin() {
+  local so=$top_build/job_submit/.libs/job_submit_omni.so note
+  [ "$1" = select ] && so=$top_build/select_plugin/.libs/select_omni.so
+  [ -f "$so" ] && return 0
+  note=$(sed -n "s|^  $1/omni built *||p" "$top_build/config.log" 2>/dev/null | tail -n 1)
+  skip "$1/omni is not built (configure: ${note:-no summary in $top_build/config.log}): $2"
+}
+
 # need_built PATH...: every program the test runs exists in the build tree.
 need_built() {
   local p

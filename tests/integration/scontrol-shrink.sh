@@ -16,8 +16,7 @@
 #    epoch, no step trained twice; events initial 4, planned 4 -> 2, planned 2 -> 1, stop.
 . "$(dirname "$0")/lib.sh"
 train_commands
-[ -f "$top_build/job_submit/.libs/job_submit_omni.so" ] ||
-  skip "job_submit/omni is not built (configure without --with-slurm-source); scontrol-shrink-lost.sh covers the path without it"
+need_plugin job_submit "scontrol-shrink-lost.sh covers the path without it"
 cluster_acquire 4 0 netns
 grep -qx "JobSubmitPlugins=omni" "$CLUSTER_DIR/etc/slurm.conf" ||
   fail "the cluster in $CLUSTER_DIR does not load job_submit/omni"

@@ -15,8 +15,7 @@
 # that counts n2's GPUs wrong, slurmctld says so in its log and places X as cons_tres does.
 . "$(dirname "$0")/lib.sh"
 need_root
-[ -f "$top_build/select_plugin/.libs/select_omni.so" ] ||
-  skip "select/omni is not built (configure without --with-slurm-source)"
+need_plugin select "this test checks its placement"
 # At exit, whichever cluster is still up goes down; '|| true': the other one is down already
 # (run stops each cluster itself and fails the test when that fails).
 trap 'for k in cons_tres omni; do "$omni_cluster" --dir "$work/$k" down >/dev/null 2>&1 || true; done; cleanup_work' EXIT

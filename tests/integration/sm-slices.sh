@@ -9,8 +9,7 @@
 #  - a slice that also asks for whole GPUs is refused at submit, naming both, nothing queued;
 #  - a job without --omni-* options keeps its request untouched.
 . "$(dirname "$0")/lib.sh"
-[ -f "$top_build/job_submit/.libs/job_submit_omni.so" ] ||
-  skip "job_submit/omni is not built (configure without --with-slurm-source): it turns slices into gres/mps"
+need_plugin job_submit "it turns slices into gres/mps"
 cluster_acquire 1 1 local --mps --spank-args "allow_sm_slice=yes"
 grep -qx "JobSubmitPlugins=omni" "$CLUSTER_DIR/etc/slurm.conf" || fail "the cluster does not load job_submit/omni"
 expect_eq "the node's GRES" "$(sinfo -h -N -o '%G' | head -n1)" "gpu:h100:1,mps:h100:100"

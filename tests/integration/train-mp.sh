@@ -18,10 +18,27 @@
 #  - bad layouts refused with errors that name them, nothing lost: --omni-mp=3 with units of
 #    4 at submit; a trainer's --mp 2 in an --omni-mp=4 job and omni-launch --unit-size 2 with
 #    --omni-mp=4 at start, the checkpoint untouched.
+# Without PMIx (omni-launch --mpi=none: OMNI_LAUNCH_MPI=none, or a Slurm without mpi/pmix such
+# as Debian unstable's 26.05.5) every step says --mpi=none and every group meets through the
+# coordinator instead, with the same bitwise results.
 . "$(dirname "$0")/lib.sh"
 train_commands
 cluster_acquire 4 0 netns
 cd "$work"
+mpi=$(launch_mpi)
+if [ "$mpi" = pmix ]; then
+  across="wired up through PMIx across the unit's nodes" on_node='wired up through PMIx on this node'
+else
+  across='wired up through the coordinator' on_node='wired up through the coordinator'
+fi
+note "omni-launch starts the steps with --mpi=$mpi: groups expected $across"
+# steps_used_mpi OUT: every step omni-launch started in OUT ran srun --mpi=$mpi.
+steps_used_mpi() {
+  local all ours
+  all=$(grep -c ' unit [0-9]*: srun ' "$1" || true)
+  ours=$(grep -c " unit [0-9]*: srun --mpi=$mpi " "$1" || true)
+  [ "$all" -gt 0 ] && [ "$all" = "$ours" ] || fail "$1: $ours of $all steps ran srun --mpi=$mpi"
+}
 # B = 48, b = 2: GA = 48 / (2 x DP) is whole for DP = 1, 2, 4. 20 steps per epoch of 960.
 schedule="--steps 60 --dataset-size 960 --lr 0.05 --warmup 5"
 train="$schedule --global-batch 48 --micro-batch 2"
@@ -45,8 +62,9 @@ EOS
 chmod +x mp2.sh
 mkdir -p "$work/layout-mp2" "$work/layout-elastic" "$work/layout-mp4" "$work/samples"
 batch "static M=2" "$work/mp2.out" -N4 -n8 --omni-unit=4 --omni-mp=2 -t 3 mp2.sh
-grep -c "wired up through PMIx across the unit's nodes" "$work/mp2.out" | grep -qx 8 ||
-  fail "not every rank's MP group met through PMIx across nodes: $(grep -m1 'model-parallel group' "$work/mp2.out")"
+grep -c "$across" "$work/mp2.out" | grep -qx 8 ||
+  fail "not every rank's MP group $across: $(grep -m1 'model-parallel group' "$work/mp2.out")"
+steps_used_mpi "$work/mp2.out"
 /usr/bin/python3 "$top_src/tests/integration/same-steps.py" "$work/static.jsonl" "$work/mp2.jsonl" 60 ||
   fail "M=2 differs from the single rank (above)"
 /usr/bin/python3 "$layout" "$work/layout-mp2" 4 2 60 || fail "the static M=2 run's layout (above)"
@@ -58,8 +76,8 @@ exec "$launch" --units 4 -- "$demo" $train --metrics "$work/mp2-node.jsonl"
 EOS
 chmod +x mp2-node.sh
 batch "static M=2 in units of 2" "$work/mp2-node.out" -N4 -n8 --omni-unit=2 --omni-mp=2 -t 3 mp2-node.sh
-grep -c 'wired up through PMIx on this node' "$work/mp2-node.out" | grep -qx 8 ||
-  fail "not every rank's MP group met through PMIx on its node: $(grep -m1 'model-parallel group' "$work/mp2-node.out")"
+grep -c "$on_node" "$work/mp2-node.out" | grep -qx 8 ||
+  fail "not every rank's MP group $on_node: $(grep -m1 'model-parallel group' "$work/mp2-node.out")"
 /usr/bin/python3 "$top_src/tests/integration/same-steps.py" "$work/static.jsonl" "$work/mp2-node.jsonl" 60 ||
   fail "M=2 in units of 2 differs from the single rank (above)"
 
@@ -86,9 +104,11 @@ assert seq == [8, 4, 8], seq
 print("ok: worlds", seq)
 PY
 /usr/bin/python3 "$layout" "$work/layout-elastic" 4 2 "$stopped" || fail "the elastic run's layout (above)"
-# The joining unit's groups met through PMIx in its own srun step, off the survivors' pause.
-grep -q "model-parallel group of unit 2 replica 1: rank 1 of 2 (wired up through PMIx across the unit's nodes)" "$work/elastic.out" ||
-  fail "the joining unit's MP group did not meet through PMIx"
+# The joining unit's groups met through PMIx in its own srun step, off the survivors' pause
+# (or through the coordinator, without PMIx).
+grep -q "model-parallel group of unit 2 replica 1: rank 1 of 2 ($across)" "$work/elastic.out" ||
+  fail "the joining unit's MP group was not $across"
+steps_used_mpi "$work/elastic.out"
 # The checkpoint: one logical tensor per parameter, whatever wrote it.
 "$top_build/ckpt/omni-ckpt" verify "$work/ckpt/latest" >/dev/null || fail "the stop checkpoint does not verify"
 "$top_build/ckpt/omni-ckpt" show "$work/ckpt/latest" >"$work/ckpt-show.txt" 2>&1 ||
@@ -130,8 +150,8 @@ exec "$launch" --units 2 -- "$demo" $train --ckpt "$work/ckpt" --metrics "$work/
 EOS
 chmod +x mp4.sh
 batch "resume at M=4" "$work/mp4.out" -N4 -n8 --omni-unit=4 --omni-mp=4 -t 3 mp4.sh
-grep -c "wired up through PMIx across the unit's nodes" "$work/mp4.out" | grep -qx 8 ||
-  fail "the M=4 groups span two nodes and should meet through PMIx: $(grep -m1 'model-parallel group' "$work/mp4.out")"
+grep -c "$across" "$work/mp4.out" | grep -qx 8 ||
+  fail "the M=4 groups span two nodes and should be $across: $(grep -m1 'model-parallel group' "$work/mp4.out")"
 grep -q "resumed at step $stopped from" "$work/mp4.out" || fail "the M=4 run did not resume at step $stopped: $(grep -m2 resumed "$work/mp4.out")"
 /usr/bin/python3 "$top_src/tests/integration/same-steps.py" "$work/static.jsonl" "$work/elastic.jsonl" 60 ||
   fail "elastic M=2 then M=4 differ from the single rank (above)"
@@ -181,7 +201,7 @@ EOS
     fail "the M=$m run with a lost rank differs from the single rank (above)"
 }
 lost_run 2 coordinator 'wired up through the coordinator'
-lost_run 4 auto "wired up through PMIx across the unit's nodes"
+lost_run 4 auto "$across"
 
 # The layout check can fail: one rank's fingerprint changed at step 13.
 mkdir -p "$work/layout-bad"
@@ -191,4 +211,4 @@ awk '$1 == 13 { $9 = "1" } { print }' "$f" >"$f.new" && mv "$f.new" "$f"
 rc=0; /usr/bin/python3 "$layout" "$work/layout-bad" 4 2 "$stopped" >"$work/layout-bad.out" || rc=$?
 expect_eq "layout check on a log with one rank's parameters changed" "$rc" 1
 grep -q "step 13: the DP ranks of MP index" "$work/layout-bad.out" || fail "the checker missed it: $(cat "$work/layout-bad.out")"
-note "ok: M=2 static, M=2 elastic 2 -> 1 -> 2, a resume at M=4, M=2 and M=4 after a lost rank train bitwise as one rank; groups per the rule; bad layouts refused"
+note "ok (--mpi=$mpi): M=2 static, M=2 elastic 2 -> 1 -> 2, a resume at M=4, M=2 and M=4 after a lost rank train bitwise as one rank; groups per the rule; bad layouts refused"

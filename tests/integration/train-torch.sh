@@ -31,8 +31,7 @@ example=$top_src/python/examples/train_torch.py
 pkg=$top_build/python/pkg
 [ -f "$pkg/omni/_omni.so" ] || skip "the Python module is not built (configure found no Python headers or pybind11)"
 "$py" -c 'import torch' 2>/dev/null || skip "Debian's python3-torch is not installed (scripts/install-deps installs it)"
-[ -f "$top_build/job_submit/.libs/job_submit_omni.so" ] ||
-  skip "job_submit/omni is not built (configure without --with-slurm-source): the scontrol shrink would not be graceful"
+need_plugin job_submit "the scontrol shrink would not be graceful"
 cluster_acquire 4 0 netns
 cd "$work"
 export PYTHONPATH=$pkg LD_LIBRARY_PATH=$top_build/launcher/.libs:$top_build/ckpt/.libs

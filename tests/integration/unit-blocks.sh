@@ -12,8 +12,7 @@
 # skipped, naming the version.
 . "$(dirname "$0")/lib.sh"
 need_root
-[ -f "$top_build/job_submit/.libs/job_submit_omni.so" ] ||
-  skip "job_submit/omni is not built (configure without --with-slurm-source)"
+need_plugin job_submit "this test checks the blocks it keeps units in"
 version=$(slurmctld -V | awk '{ print $2 }')
 case "$version" in
   2[0-3].*|24.0[0-4].*) skip "topology/block with segments needs Slurm 24.05 or later; this is $version" ;;

@@ -16,8 +16,7 @@
 # free (at most the 4 nodes there are), and omni-launch (no --units) starts the units those
 # nodes hold, one a node, not MAX.
 . "$(dirname "$0")/lib.sh"
-[ -f "$top_build/job_submit/.libs/job_submit_omni.so" ] ||
-  skip "job_submit/omni is not built (configure without --with-slurm-source)"
+need_plugin job_submit "this test checks the node ranges it gives units"
 cluster_acquire 4 2
 grep -qx "JobSubmitPlugins=omni" "$CLUSTER_DIR/etc/slurm.conf" || fail "the cluster does not load job_submit/omni"
 

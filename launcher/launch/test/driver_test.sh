@@ -17,10 +17,16 @@ cleanup() { [ -n "$launcher" ] && kill "$launcher" 2>/dev/null; wait 2>/dev/null
 trap cleanup EXIT
 unset OMNI_COORD_ADDR OMNI_COORD_SECRET OMNI_JOB_DIR SLURM_JOB_ID OMNI_ELASTIC_MIN OMNI_ELASTIC_MAX OMNI_UNIT_SIZE
 
-# The stand-in srun: reads -n, runs the command after the options once per task.
+# The stand-in srun: reads -n, runs the command after the options once per task. Its
+# --mpi=list offers pmix unless FAKE_SRUN_NO_PMIX is set (as Debian unstable's 26.05.5).
 mkdir "$tmp/bin"
 cat >"$tmp/bin/srun" <<'EOS'
 #!/bin/bash
+if [ "${1-}" = --mpi=list ]; then
+  printf 'MPI plugin types are...\n\tnone\n\tpmi2\n'
+  [ -n "${FAKE_SRUN_NO_PMIX-}" ] || printf '\tpmix\nspecific pmix plugin versions available: pmix_v4\n'
+  exit 0
+fi
 n=1
 while [ $# -gt 0 ]; do
   case $1 in
@@ -51,6 +57,21 @@ grep -q -- "--srun-args" "$tmp/err" || { echo "FAIL: --srun-args message"; fails
 "$OMNI_LAUNCH" --units 2 --unit-size 2 --srun-args '--gres=gpu:2' --dry-run -- ./train --lr 1 >"$tmp/dry" 2>&1
 check "--dry-run" 0 $?
 check "--dry-run lines" 2 "$(grep -c 'srun --mpi=pmix --no-kill --kill-on-bad-exit=0 --export=ALL -J omni-u[01] -n 2 --gres=gpu:2 .*--exec-task -- ./train --lr 1$' "$tmp/dry")"
+# Without PMIx: auto where srun --mpi=list offers none, OMNI_LAUNCH_MPI=none, --mpi none (which
+# wins over the variable). Fails if auto stopped asking srun, or a setting were ignored.
+FAKE_SRUN_NO_PMIX=1 "$OMNI_LAUNCH" --units 2 --dry-run -- ./train >"$tmp/dry" 2>&1
+check "--mpi auto without pmix" 2 "$(grep -c 'srun --mpi=none --no-kill .* -J omni-u[01] -n 1 .*--exec-task -- ./train$' "$tmp/dry")"
+grep -q 'srun --mpi=list offers no pmix' "$tmp/dry" || { echo "FAIL: --mpi auto says why it chose none"; fails=$((fails + 1)); }
+OMNI_LAUNCH_MPI=none "$OMNI_LAUNCH" --units 1 --dry-run -- ./train >"$tmp/dry" 2>&1
+check "OMNI_LAUNCH_MPI=none" 1 "$(grep -c 'srun --mpi=none ' "$tmp/dry")"
+OMNI_LAUNCH_MPI=none "$OMNI_LAUNCH" --mpi pmix --units 1 --dry-run -- ./train >"$tmp/dry" 2>&1
+check "--mpi pmix over OMNI_LAUNCH_MPI" 1 "$(grep -c 'srun --mpi=pmix ' "$tmp/dry")"
+"$OMNI_LAUNCH" --mpi pmi2 --units 1 --dry-run -- ./train >"$tmp/err" 2>&1; check "--mpi pmi2" 2 $?
+grep -q -- "--mpi 'pmi2': expected auto, pmix or none" "$tmp/err" || { echo "FAIL: --mpi message"; fails=$((fails + 1)); }
+OMNI_LAUNCH_MPI=yes "$OMNI_LAUNCH" --units 1 --dry-run -- ./train >"$tmp/err" 2>&1; check "OMNI_LAUNCH_MPI=yes" 2 $?
+grep -q "OMNI_LAUNCH_MPI 'yes'" "$tmp/err" || { echo "FAIL: OMNI_LAUNCH_MPI message"; fails=$((fails + 1)); }
+OMNI_MP_WIREUP=pmix "$OMNI_LAUNCH" --mpi none --units 1 --dry-run -- ./train >"$tmp/err" 2>&1; check "--mpi none with OMNI_MP_WIREUP=pmix" 2 $?
+grep -q "OMNI_MP_WIREUP=pmix" "$tmp/err" || { echo "FAIL: --mpi none / OMNI_MP_WIREUP message"; fails=$((fails + 1)); }
 
 # Reshape 3 -> 1 -> 2 with omni-ctl, then the ranks finish on their own. 200 steps of 50 ms:
 # both changes must land before the last step, and on a loaded machine each poll below

@@ -75,12 +75,74 @@ TEST(LaunchOptions, UsageErrorsNameTheOption) {
              {{"--srun-args", "--gres='gpu:1", "--", "x"}, "unbalanced single quote"},
              {{"--satellite-args", "--job-name=x", "--", "x"}, "--satellite-args: '--job-name=x' is set by omni-launch"},
              {{"--satellite", "--dry-run", "--", "x"}, "--satellite and --dry-run"},
+             {{"--mpi", "pmi2", "--", "x"}, "--mpi 'pmi2': expected auto, pmix or none"},
+             {{"--mpi", "", "--", "x"}, "--mpi '': expected auto, pmix or none"},
              {{"--frobnicate", "--", "x"}, "frobnicate"},
          }) {
         auto p = parse(c.args);
         EXPECT_EQ(p.exit_code, 2) << c.args.front();
         EXPECT_NE(p.text.find(c.needle), std::string::npos) << p.text;
     }
+}
+
+// --mpi, OMNI_LAUNCH_MPI and auto (launch/plan.h). Fails if a bad value passed, the option
+// stopped winning over the variable, or auto stopped falling back to none.
+TEST(LaunchOptions, MpiMode) {
+    g_env.clear();
+    auto p = parse({"--", "x"});
+    ASSERT_EQ(p.exit_code, -1) << p.text;
+    EXPECT_EQ(p.options.mpi, "");
+    EXPECT_EQ(mpi_mode_setting(p.options, fake_env).value(), "auto");
+    g_env[kEnvLaunchMpi] = "";
+    EXPECT_EQ(mpi_mode_setting(p.options, fake_env).value(), "auto");
+    g_env[kEnvLaunchMpi] = "none";
+    EXPECT_EQ(mpi_mode_setting(p.options, fake_env).value(), "none");
+    for (const char *m : {"auto", "pmix", "none"}) {
+        auto q = parse({"--mpi", m, "--", "x"});
+        ASSERT_EQ(q.exit_code, -1) << q.text;
+        EXPECT_EQ(mpi_mode_setting(q.options, fake_env).value(), m);  // the option wins
+    }
+    g_env[kEnvLaunchMpi] = "PMIx";
+    auto bad = mpi_mode_setting(p.options, fake_env);
+    ASSERT_FALSE(bad);
+    EXPECT_NE(bad.error().find("OMNI_LAUNCH_MPI 'PMIx': expected auto, pmix or none"), std::string::npos)
+        << bad.error();
+    g_env.clear();
+    // auto: what srun --mpi=list said; none when it could not be asked.
+    EXPECT_EQ(resolve_mpi("auto", true, fake_env).value(), "pmix");
+    EXPECT_EQ(resolve_mpi("auto", false, fake_env).value(), "none");
+    EXPECT_EQ(resolve_mpi("auto", std::nullopt, fake_env).value(), "none");
+    EXPECT_EQ(resolve_mpi("pmix", false, fake_env).value(), "pmix");  // as asked: srun says the rest
+    EXPECT_EQ(resolve_mpi("none", true, fake_env).value(), "none");
+    // Ranks told to wire up through PMIx only cannot start without it.
+    g_env["OMNI_MP_WIREUP"] = "pmix";
+    auto clash = resolve_mpi("auto", false, fake_env);
+    ASSERT_FALSE(clash);
+    EXPECT_NE(clash.error().find("OMNI_MP_WIREUP=pmix"), std::string::npos) << clash.error();
+    EXPECT_NE(clash.error().find("srun --mpi=list offers no pmix"), std::string::npos) << clash.error();
+    EXPECT_FALSE(resolve_mpi("none", true, fake_env));
+    EXPECT_EQ(resolve_mpi("pmix", false, fake_env).value(), "pmix");
+    g_env["OMNI_MP_WIREUP"] = "coordinator";
+    EXPECT_EQ(resolve_mpi("none", true, fake_env).value(), "none");
+    g_env.clear();
+}
+
+// `srun --mpi=list` as Slurm 22.05 (Debian 12, with pmix), 24.11 (Debian 13, versioned pmix
+// plugins) and Debian unstable's 26.05.5 (no mpi/pmix) print it.
+TEST(LaunchPlan, MpiListOffersPmix) {
+    EXPECT_TRUE(mpi_list_offers_pmix("MPI plugin types are...\n\tnone\n\tcray_shasta\n\tpmi2\n\tpmix\n"
+                                     "specific pmix plugin versions available: pmix_v4\n"));
+    EXPECT_TRUE(mpi_list_offers_pmix("MPI plugin types are...\n\tnone\n\tpmi2\n"
+                                     "specific pmix plugin versions available: pmix_v5\n"));
+    EXPECT_TRUE(mpi_list_offers_pmix("MPI plugin types are...\r\n  pmix_v3  \r\n"));
+    EXPECT_FALSE(mpi_list_offers_pmix("MPI plugin types are...\n\tnone\n\tcray_shasta\n\tpmi2\n"));
+    EXPECT_FALSE(mpi_list_offers_pmix(""));
+    EXPECT_FALSE(mpi_list_offers_pmix("srun: error: Invalid MPI type 'pmix'\n\tpmixy\n"));
+    EXPECT_FALSE(mpi_list_offers_pmix("specific pmix plugin versions available: \n"));
+    EXPECT_TRUE(parse_mpi_mode("none", "--mpi"));
+    auto bad = parse_mpi_mode("list", "--mpi");
+    ASSERT_FALSE(bad);
+    EXPECT_NE(bad.error().find("--mpi 'list': expected auto, pmix or none"), std::string::npos) << bad.error();
 }
 
 // A job of `nodes` nodes that asked for `per` ranks a node.
@@ -264,6 +326,12 @@ TEST(LaunchPlan, SrunCommandLine) {
               "--gres=gpu:1 /usr/bin/omni-launch --exec-task -- ./train --steps 5");
     s.nodes = 0;  // unknown: srun decides
     EXPECT_EQ(srun_argv(s)[9], "--gres=gpu:1");
+    // Without PMIx (--mpi none, or auto where srun offers no pmix): the same step, --mpi=none
+    // explicitly, so that the cluster's MpiDefault cannot put pmix back.
+    s.mpi = "none";
+    EXPECT_EQ(shell_join(srun_argv(s)),
+              "srun --mpi=none --no-kill --kill-on-bad-exit=0 --export=ALL -J omni-u4 -n 2 "
+              "--gres=gpu:1 /usr/bin/omni-launch --exec-task -- ./train --steps 5");
     EXPECT_EQ(shell_join({"a b", "it's", "plain-1"}), "'a b' 'it'\\''s' plain-1");
 }
 
@@ -491,6 +559,12 @@ TEST(LaunchSatellite, SbatchArgsAndScript) {
     auto back = split_srun_args("--gres=gpu:2 '--comment=a b'");
     ASSERT_TRUE(back);
     EXPECT_EQ(back.value(), s.srun_extra);
+    // The main job's --mpi, as resolved there: its satellite's steps start their ranks alike.
+    s.mpi = "none";
+    const std::string with_mpi = satellite_script(s);
+    EXPECT_NE(with_mpi.find("--satellite --boundary-timeout 45 --mpi none --srun-args "), std::string::npos)
+        << with_mpi;
+    s.mpi.clear();
     // A job without GRES or a partition name: none asked for.
     s.tres_per_node.clear();
     s.partition.clear();
