@@ -172,7 +172,9 @@ Result<JobInfo> parse_scontrol_job(const std::string &text, std::uint32_t job_id
 }
 
 Result<JobInfo> load_job(std::uint32_t job_id, std::int64_t timeout_ms) {
-    auto out = run_capture({"scontrol", "show", "job", "-d", std::to_string(job_id)}, timeout_ms);
+    // --local: one RPC, not two. Without it every look first reads the federation
+    // (REQUEST_FED_INFO), which the job of this cluster's batch step never needs.
+    auto out = run_capture({"scontrol", "--local", "show", "job", "-d", std::to_string(job_id)}, timeout_ms);
     if (!out) return make_error("reading job " + std::to_string(job_id) + " from Slurm: " + out.error());
     return parse_scontrol_job(out.value(), job_id);
 }
@@ -285,7 +287,7 @@ Result<std::uint32_t> submit_batch(const std::vector<std::string> &args, const s
 
 Result<std::map<std::uint32_t, std::string>> live_jobs_named(const std::string &name,
                                                               std::int64_t timeout_ms) {
-    auto out = run_capture({"squeue", "--me", "--noheader", "--name", name, "--format", "%i %T"},
+    auto out = run_capture({"squeue", "--local", "--me", "--noheader", "--name", name, "--format", "%i %T"},
                            timeout_ms);
     if (!out) return make_error("listing jobs named " + name + ": " + out.error());
     std::map<std::uint32_t, std::string> jobs;
@@ -341,7 +343,7 @@ Result<std::string> cluster_name(std::int64_t timeout_ms) {
 }
 
 Result<std::vector<std::string>> job_step_names(std::uint32_t job_id, std::int64_t timeout_ms) {
-    auto out = run_capture({"squeue", "--steps", "--noheader", "--jobs", std::to_string(job_id),
+    auto out = run_capture({"squeue", "--local", "--steps", "--noheader", "--jobs", std::to_string(job_id),
                             "--format", "%j"},
                            timeout_ms);
     if (!out) return make_error("listing the steps of job " + std::to_string(job_id) + ": " + out.error());

@@ -44,7 +44,7 @@ Result<std::vector<PendingJob>> parse_pending_jobs(const std::string &text) {
 }
 
 Result<std::vector<PendingJob>> pending_jobs(const std::string &partition, std::int64_t timeout_ms) {
-    auto out = run_capture({"squeue", "--noheader", "--states=PD", "--partition", partition,
+    auto out = run_capture({"squeue", "--local", "--noheader", "--states=PD", "--partition", partition,
                             "--format=%A %Q %D %r"},
                            timeout_ms, kMaxOutput);
     if (!out) return make_error("reading the queue of partition " + partition + ": " + out.error());
