@@ -153,6 +153,29 @@ public:
         poker_.join();
     }
 
+    // Drops the caller's hold on the device and stops the waker; the last hold joins the
+    // device's loop. Gloo with tcp/loop.h (OMNI_GLOO_HANDLER_LOOP: upstream since 2025-03,
+    // Debian unstable's) leaves its loop only on an epoll_wait that times out, 10 ms without
+    // an event; pokes every 200 us give it one every turn, so the join never returned (sid:
+    // gloo_test hung in ~Device -> Loop::shutdown -> thread::join with every poker running,
+    // and ranks freeing a communicator stalled). There the waker stops before the join, which
+    // then costs one 10 ms timeout; older Gloo checks its flag every turn, so pokes still make
+    // its join quick. If someone else still holds the device, its loop may call the waker
+    // later: the waker is kept alive (a few bytes and one descriptor) rather than risk that.
+    static void release_device(std::shared_ptr<gloo::transport::Device> &device,
+                               std::unique_ptr<LoopWaker> &waker) {
+        if (device.use_count() == 1) {
+#ifdef OMNI_GLOO_HANDLER_LOOP
+            waker->stop();
+#endif
+            device.reset();  // joins the loop
+            waker->stop();
+        } else {
+            waker->stop();
+            (void)waker.release();
+        }
+    }
+
 private:
     int fd_;
     std::mutex m_;
@@ -171,15 +194,7 @@ public:
     ~GlooCommunicator() override {
         waker_->start();
         ctx_.reset();  // closes every pair: one loop turn each
-        if (device_.use_count() == 1) {
-            device_.reset();  // joins the loop: one more turn
-            waker_->stop();
-        } else {
-            // Someone still holds the device, so its loop may call the waker later: keep
-            // the waker alive (a few bytes and one descriptor) rather than risk that.
-            waker_->stop();
-            (void)waker_.release();
-        }
+        LoopWaker::release_device(device_, waker_);
     }
 
     int rank() const override { return ctx_->rank; }
@@ -599,15 +614,9 @@ Result<std::unique_ptr<Communicator>> build_gloo(int rank, int size, const GlooO
             // Still waking: the first messages below go over pairs the loop has just
             // started to watch.
         } catch (...) {
-            // Tear down (pairs, then the device's loop) while the waker still runs.
+            // Tear down (pairs while the waker still runs, then the device's loop).
             ctx.reset();
-            if (device.use_count() == 1) {
-                device.reset();
-                waker->stop();
-            } else {
-                waker->stop();
-                (void)waker.release();  // see ~GlooCommunicator
-            }
+            LoopWaker::release_device(device, waker);
             throw;
         }
         auto comm = std::make_unique<GlooCommunicator>(ctx, std::move(device), std::move(waker), options);
