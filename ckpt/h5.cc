@@ -16,6 +16,7 @@
 #include <cstring>
 #include <functional>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "format.h"
@@ -327,6 +328,24 @@ Status write_1d(hid_t loc, const std::string &name, hid_t file_type, hid_t mem_t
 }
 
 namespace {
+// HDF5 2.x's global lock is a pthread recursive mutex, which records its owner by kernel thread
+// id: a child forked while this thread holds it (inside a callback, as below for older
+// versions) finds it held by a thread id that is not its own and waits forever at its first
+// HDF5 call. There the fork happens outside HDF5 instead, and the child takes the lock with
+// H5TSmutex_acquire, which only tries: it gets it when no thread of the caller was inside
+// HDF5 at the fork (the library's state is then consistent), and otherwise exits with
+// kLockBusyExit before it has written anything, and run_isolated forks again. HDF5 1.10 and
+// 1.14 keep the fork inside the callback (their lock compares pthread_self(), which a child
+// keeps).
+#if H5_VERS_MAJOR >= 2 && defined(H5_HAVE_THREADSAFE)
+#define OMNI_H5_FORK_OUTSIDE_LOCK 1
+constexpr int kLockBusyExit = 75;
+// How long run_isolated keeps forking while other threads of the caller are inside HDF5.
+constexpr int kLockBusyLimitMs = 10000;
+#else
+#define OMNI_H5_FORK_OUTSIDE_LOCK 0
+#endif
+
 struct ForkRequest {
     const std::function<void(int)> *child;
     int read_fd, write_fd;
@@ -351,6 +370,10 @@ struct ForkRequest {
     // glibc's "buffer overflow detected" and HDF5's own prints are the caller's to report.
     const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
     if (null >= 0) ::dup2(null, STDERR_FILENO);
+#if OMNI_H5_FORK_OUTSIDE_LOCK
+    bool locked = false;
+    if (H5TSmutex_acquire(1, &locked) < 0 || !locked) ::_exit(kLockBusyExit);
+#endif
     try {
         (*req.child)(req.write_fd);
     } catch (...) {
@@ -359,6 +382,7 @@ struct ForkRequest {
     ::_exit(0);
 }
 
+#if !OMNI_H5_FORK_OUTSIDE_LOCK
 // Forks while HDF5 holds its global lock for this thread (see run_isolated in h5.h): H5Piterate
 // calls this for the first property of a list, the parent returns 1 to stop there.
 herr_t fork_in_callback(hid_t, const char *, void *data) {
@@ -370,13 +394,23 @@ herr_t fork_in_callback(hid_t, const char *, void *data) {
     req.err = pid < 0 ? errno : 0;
     return 1;
 }
-}  // namespace
+#endif
 
-Result<Isolated> run_isolated(const std::function<void(int fd)> &child, int idle_limit_ms) {
-    init();
+Result<Isolated> run_isolated_once(const std::function<void(int fd)> &child, int idle_limit_ms) {
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) return make_error(std::string("pipe: ") + std::strerror(errno));
     ForkRequest req{&child, fds[0], fds[1]};
+#if OMNI_H5_FORK_OUTSIDE_LOCK
+    const pid_t parent = ::getpid();
+    req.pid = ::fork();
+    if (req.pid == 0) child_main(req, parent);
+    req.err = req.pid < 0 ? errno : 0;
+    ::close(fds[1]);
+    if (req.pid < 0) {
+        ::close(fds[0]);
+        return make_error(std::string("fork: ") + std::strerror(req.err));
+    }
+#else
     Handle props = plist(H5Pcreate(H5P_FILE_ACCESS));
     const int it = props ? H5Piterate(props.get(), nullptr, fork_in_callback, &req) : -1;
     ::close(fds[1]);
@@ -385,6 +419,7 @@ Result<Isolated> run_isolated(const std::function<void(int fd)> &child, int idle
         if (req.err) return make_error(std::string("fork: ") + std::strerror(req.err));
         return fail("fork in an HDF5 callback (" + std::to_string(it) + ")");
     }
+#endif
     Isolated out;
     using Clock = std::chrono::steady_clock;
     auto deadline = Clock::now() + std::chrono::milliseconds(idle_limit_ms);
@@ -446,6 +481,27 @@ Result<Isolated> run_isolated(const std::function<void(int fd)> &child, int idle
         out.code = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
     }
     return out;
+}
+}  // namespace
+
+Result<Isolated> run_isolated(const std::function<void(int fd)> &child, int idle_limit_ms) {
+    init();
+#if OMNI_H5_FORK_OUTSIDE_LOCK
+    // A child that found the lock taken wrote nothing: fork again, a little later, until the
+    // other threads leave HDF5 for an instant (between two of their calls).
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(kLockBusyLimitMs);
+    for (int pause_ms = 1;; pause_ms = std::min(pause_ms * 2, 50)) {
+        auto r = run_isolated_once(child, idle_limit_ms);
+        if (!r || r.value().end != Isolated::kExited || r.value().code != kLockBusyExit || !r.value().output.empty())
+            return r;
+        if (std::chrono::steady_clock::now() >= give_up)
+            return make_error("other threads of this process were inside HDF5 at every fork for " +
+                              std::to_string(kLockBusyLimitMs / 1000) + " s");
+        std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+    }
+#else
+    return run_isolated_once(child, idle_limit_ms);
+#endif
 }
 
 }  // namespace h5

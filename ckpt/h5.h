@@ -131,7 +131,10 @@ struct Isolated {
 // The fork happens inside an HDF5 callback, that is while this thread holds HDF5's global lock
 // (thread-safe builds): no other thread of the process is inside HDF5 at that moment, so the
 // child, whose only thread is this one, finds the library's state consistent and the lock its
-// own. `child` must use nothing else that another thread may have held locked at the fork,
+// own. With HDF5 2.x, whose lock a child cannot take over that way, the fork happens outside
+// HDF5 and the child takes the free lock itself; a child that finds it held (another thread
+// was inside HDF5 at the fork) ends at once and another is forked, for up to 10 s (h5.cc).
+// `child` must use nothing else that another thread may have held locked at the fork,
 // and must not return into the caller: the child _exits after it. An error only when no
 // child could be started.
 Result<Isolated> run_isolated(const std::function<void(int fd)> &child, int idle_limit_ms);

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -343,7 +344,7 @@ TEST(VerifyIndex, VirtualDatasetReadingPartOfASourceIsReported) {
 // ---- C: an index that crashes or hangs HDF5 ----------------------------------------------
 
 // Single flipped bytes in the global heap that holds the virtual datasets' mappings crash
-// HDF5 1.10 (buffer overflow, SIGSEGV) in H5Dopen2. verify reads them in a child process
+// HDF5 1.10 (buffer overflow, SIGSEGV) in H5Dopen2 (HDF5 2.x: some make it loop forever). verify reads them in a child process
 // and reports the crash as an issue naming the tensor and the index. The offset is found by
 // flipping the heap's bytes in turn until one crashes the reading (every flip is bounded:
 // a crash ends the child at once, a hang after the idle limit).
@@ -356,6 +357,7 @@ TEST(VerifyIndex, IndexThatCrashesHdf5IsReportedNotFatal) {
     const auto heap = good.find("GCOL");
     ASSERT_NE(heap, std::string::npos) << "no global heap collection in " << index;
     bool crashed = false;
+    std::size_t clean = 0, reported = 0, hangs = 0;   // flips verify passed, reported, of which hung
     const auto start = std::chrono::steady_clock::now();
     for (std::size_t off = heap + 4; off < std::min(good.size(), heap + 600) && !crashed; ++off) {
         std::string bad = good;
@@ -363,7 +365,9 @@ TEST(VerifyIndex, IndexThatCrashesHdf5IsReportedNotFatal) {
         put_file_bytes(index, bad);
         auto v = verify(ck);
         ASSERT_TRUE(v.ok()) << "offset " << off << ": " << v.error();
+        ++(v.value().issues.empty() ? clean : reported);
         for (const auto &i : v.value().issues) {
+            if (has(i.problem, "cannot be read (HDF5 did not finish")) ++hangs;
             if (!has(i.problem, "cannot be read (HDF5 crashed: signal")) continue;
             crashed = true;
             EXPECT_EQ(i.file, index);
@@ -371,7 +375,16 @@ TEST(VerifyIndex, IndexThatCrashesHdf5IsReportedNotFatal) {
             EXPECT_TRUE(has(i.problem, "the virtual dataset /tensors/" + i.tensor + " cannot be read")) << i.problem;
         }
     }
+    std::printf("flips: %zu passed verify, %zu reported (%zu of them as hangs), crash found: %s\n", clean, reported,
+                hangs, crashed ? "yes" : "no");
+#if H5_VERS_MAJOR < 2
     EXPECT_TRUE(crashed) << "no flipped byte of the global heap crashed HDF5";
+#else
+    // HDF5 2.x (2.2.0) crashes on none of these flips but loops forever on some (2 of 596:
+    // "311 passed verify, 285 reported (2 of them as hangs)"), which the child's idle limit
+    // ends and verify reports.
+    EXPECT_TRUE(crashed || hangs > 0) << "no flipped byte of the global heap crashed or hung HDF5";
+#endif
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(120));
     put_file_bytes(index, good);
     EXPECT_TRUE(verify(ck).value().ok());
@@ -420,7 +433,10 @@ TEST(Isolated, ChildKilledByASignalSaysWhich) {
 // at the time cannot be copied into the child, where nobody would ever release it: the child
 // would hang in its first HDF5 call (verify would report a sound index as unreadable after
 // the idle limit). Here another thread is inside HDF5, sleeping in a callback, when
-// run_isolated is called.
+// run_isolated is called. With HDF5 2.x (fork outside HDF5, the child tries the lock) this
+// is the case of a child that finds the lock held: without the try (H5TSmutex_acquire) in
+// child_main, the child's H5Pcreate waits forever and the result is kTimedOut; without
+// run_isolated's retry, it is kLockBusyExit (75) and no "ok".
 std::atomic<bool> in_callback{false};
 herr_t hold_the_lock(hid_t, const char *, void *) {
     in_callback = true;
