@@ -10,6 +10,8 @@
 // closed-after -1": still open after 3 s), closes that pair's listener (the next attack's
 // connect is refused), and the build never completes: the real peer was refused, and the
 // test was still waiting when `timeout 60` ended it.
+#include "config.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -137,7 +139,17 @@ void build(int n, const std::function<void(const Blobs &)> &during, Blobs *seen 
     if (seen) *seen = b;
 }
 
-TEST(GlooGuard, ThisGlooIsGuarded) { EXPECT_TRUE(gloo_pairs_guarded()); }
+// Gloo with one listener per pair (Debian 12's) must be guarded: configure finding
+// tcp/listener.h or the new loop API where they are absent would silently drop the guard.
+// Gloo from 2023-05 on (Debian 13's and unstable's) shares one listener per device and is used
+// unguarded (doc/design.md), so there the check does not apply.
+TEST(GlooGuard, ThisGlooIsGuarded) {
+#if defined(HAVE_GLOO_TRANSPORT_TCP_LISTENER_H) || defined(OMNI_GLOO_HANDLER_LOOP)
+    GTEST_SKIP() << "this Gloo (with gloo/transport/tcp/listener.h) shares one listener per device: not guarded";
+#else
+    EXPECT_TRUE(gloo_pairs_guarded());
+#endif
+}
 
 TEST(GlooGuard, StrangersAreRefusedAndTheCommunicatorBuilds) {
     if (!gloo_pairs_guarded()) GTEST_SKIP() << "this Gloo shares one listener per device";
