@@ -22,6 +22,8 @@
 #include <fcntl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/job_options.h"
@@ -62,9 +64,23 @@ const char *env(const char *name) { return std::getenv(name); }
 // waits for the SIGTERM that Slurm sends the job's steps when it preempts the job (never to
 // the batch script, which runs the satellite's omni-launch), and then runs `scancel --batch
 // --signal=URG` for its job, so that omni-launch reads the job at once instead of polling it
-// (driver.cc, watch_preemption). One RPC per step, only then. It dies with the rank
-// (PR_SET_PDEATHSIG); its output goes nowhere, the step's is the rank's. A sentinel that
-// cannot start costs nothing but the signal: omni-launch's slow look remains.
+// (driver.cc, watch_preemption). One RPC per SIGTERM, only then. It dies with the rank
+// (PR_SET_PDEATHSIG), and never before it: the rank does not know it has this child and
+// never waits for it, so a sentinel that exited would stay a zombie for the rank's life; it
+// reaps its scancel itself and goes on waiting (Slurm signals steps for other reasons too).
+// It holds nothing of the shim's but its memory: descriptors 3 and up are closed (a pipe or
+// socket held open by it would keep its other end from seeing the rank's end), 0-2 are
+// /dev/null. A sentinel that cannot start costs nothing but the signal: omni-launch's slow
+// look remains.
+void close_from(int first) {
+#ifdef SYS_close_range
+    if (::syscall(SYS_close_range, first, ~0U, 0) == 0) return;
+#endif
+    rlimit rl{};
+    const rlim_t limit = ::getrlimit(RLIMIT_NOFILE, &rl) == 0 ? std::min<rlim_t>(rl.rlim_cur, 1 << 20) : 1024;
+    for (rlim_t fd = first; fd < limit; ++fd) ::close(static_cast<int>(fd));
+}
+
 void start_preemption_sentinel() {
     const char *job = env("SLURM_JOB_ID");
     if (!job) return;
@@ -72,6 +88,7 @@ void start_preemption_sentinel() {
     if (::fork() != 0) return;
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != task) ::_exit(0);
+    close_from(3);
     const int null = ::open("/dev/null", O_RDWR);
     if (null >= 0) {
         for (int fd = 0; fd <= 2; ++fd) ::dup2(null, fd);
@@ -84,10 +101,18 @@ void start_preemption_sentinel() {
     sigaddset(&term, SIGTERM);
     ::sigprocmask(SIG_BLOCK, &term, nullptr);
     ::signal(SIGTERM, SIG_DFL);
-    int sig = 0;
-    if (::sigwait(&term, &sig) != 0) ::_exit(0);
-    ::execlp("scancel", "scancel", "--batch", "--signal=URG", job, static_cast<char *>(nullptr));
-    ::_exit(kExitCannotExec);
+    for (;;) {
+        int sig = 0;
+        if (::sigwait(&term, &sig) != 0) ::pause();
+        const pid_t scancel = ::fork();
+        if (scancel == 0) {
+            ::sigprocmask(SIG_UNBLOCK, &term, nullptr);
+            ::execlp("scancel", "scancel", "--batch", "--signal=URG", job, static_cast<char *>(nullptr));
+            ::_exit(kExitCannotExec);
+        }
+        while (scancel > 0 && ::waitpid(scancel, nullptr, 0) < 0 && errno == EINTR) {
+        }
+    }
 }
 
 // The per-task shim: OMNI_LAUNCH_UNITS + OMNI_UNIT_SIZE + SLURM_PROCID -> OMNI_UNIT_ID,

@@ -49,6 +49,21 @@ secret=\$(cat "/tmp/omni-\$(id -u)/job-\$SLURM_CLUSTER_NAME-\$SLURM_JOB_ID/secre
 { ps -eo args; squeue -o '%all'; scontrol show job -d "\$sat"; scontrol write batch_script "\$sat" -; } \
   >"$work/public.txt" 2>&1
 grep -cF -- "\$secret" "$work/public.txt" | sed 's/^/secret-seen /'
+# The satellite steps' sentinels (named omni-launch, --exec-task their first argument, as
+# the shim itself execs the rank) hold no descriptor but 0-2, and a SIGTERM that is no
+# preemption (scancel --batch --signal=URG, then omni-launch finds nothing to do) leaves each
+# alive with its scancel reaped. Before, it exec'd scancel itself and stayed a zombie
+# (state Z) under the rank, holding the shim's other descriptors.
+# (Of this satellite only: another cluster on the machine may have sentinels of its own.)
+sentinels=\$(for p in \$(pgrep -x omni-launch); do
+  [ "\$(tr '\0' '\n' </proc/\$p/cmdline 2>/dev/null | sed -n 2p)" = --exec-task ] &&
+    tr '\0' '\n' </proc/\$p/environ 2>/dev/null | grep -qx "SLURM_JOB_ID=\$sat" && echo \$p; done | tr '\n' ' ')
+echo "sentinels \$sentinels"
+for s in \$sentinels; do echo "sentinel-fds \$(ls /proc/\$s/fd | sort -n | tr '\n' ' ')"; kill -TERM \$s; done
+sleep 2
+for s in \$sentinels; do
+  echo "sentinel-after-term \$(awk '{ print \$3 }' /proc/\$s/stat 2>/dev/null || echo gone) children \$(pgrep -c -P \$s)"
+done
 # A job of the omni partition on the satellite's nodes preempts it (GraceTime 30 s): its
 # units leave at a boundary, well within the grace time.
 nodes=\$(awk 'NR == 1 { print \$3 }' "$work/satellite.txt")
@@ -81,7 +96,7 @@ preemptor=$(sed -n 's/^preemptor //p' "$work/grow.out")
 # The preemptor only held the nodes (it is bounded by -t 2 should this line not be reached).
 [ -z "$preemptor" ] || scancel "$preemptor"
 # Shown for the log only; '|| true': a job that printed none of these lines fails the checks below.
-grep -E '^(bad|grow-exit|secret-seen|preempt|pending-exit|cancel-exit|left-exit|launch-exit)|world [0-9]+ -> [0-9]+|satellite' "$work/grow.out" || true
+grep -E '^(bad|grow-exit|secret-seen|sentinel|preempt|pending-exit|cancel-exit|left-exit|launch-exit)|world [0-9]+ -> [0-9]+|satellite' "$work/grow.out" || true
 cat "$work/grow-ctl.out" "$work/pending-ctl.out" "$work/cancel-ctl.out"
 
 # The refusals: exit 1 (2 for bad usage) with a message saying why; the job went on.
@@ -118,6 +133,13 @@ expect_eq "satellite nodes" "$(scontrol show hostnames "$sat_nodes" | wc -l)" 2
 expect_eq "lines with the job secret in ps, squeue, scontrol and the batch script" \
   "$(sed -n 's/^secret-seen //p' "$work/grow.out")" 0
 
+# The sentinels: at least one (a satellite step's first task), each with 0-2 open only, and
+# alive (sleeping) with no child after a SIGTERM that was no preemption.
+[ -n "$(sed -n 's/^sentinels //p' "$work/grow.out" | tr -d ' ')" ] || fail "no preemption sentinel in the satellite's steps"
+bad_fds=$(sed -n 's/^sentinel-fds //p' "$work/grow.out" | grep -vx '0 1 2 ' || true)
+[ -z "$bad_fds" ] || fail "a sentinel holds descriptors other than 0-2: $bad_fds"
+bad_state=$(sed -n 's/^sentinel-after-term //p' "$work/grow.out" | grep -vE '^S children 0$' || true)
+[ -z "$bad_state" ] || fail "a sentinel after SIGTERM: '$bad_state', expected 'S children 0' (alive, scancel reaped)"
 # The preemption: the satellite's units left at a boundary (its omni-launch said so), and the
 # satellite ended before its grace time ran out.
 expect_eq "units after the preemption" "$(sed -n 's/^preempted-units-exit //p' "$work/grow.out")" 0
