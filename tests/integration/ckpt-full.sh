@@ -10,6 +10,9 @@
 #    and `latest` (step 60) verifies;
 #  - a job whose stop (SIGTERM, the end of a preemption's grace time) cannot be saved exits
 #    non-zero naming the newest checkpoint, which stays loadable.
+# With a failed periodic checkpoint fatal instead (omni-train-demo's "training goes on"
+# branch made to fail, tried 2026-12-07), every rank stops at step 15 on "No space left on
+# device" and the test fails: "demo: the job with a full file system failed".
 . "$(dirname "$0")/lib.sh"
 train_commands
 cluster_acquire 2 0

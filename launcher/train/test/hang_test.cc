@@ -8,6 +8,9 @@
 //    without a metrics line or a checkpoint: the metrics hold each step once, in order, the
 //    steps after the loss at world 3, and every checkpoint after the loss is of generation 2;
 //  - the coordinator made no further change for it (still generation 2, one loss).
+// Without liveness (liveness_timeout_ms left at 0, tried 2026-12-07) the survivors wait for
+// the stopped rank inside a collective, never reach the boundary, and the test fails with
+// "no new generation 8 s after SIGSTOP" (the coordinator still at generation 1, step 8).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
