@@ -8,6 +8,8 @@
 # forwards SPANK options in (_SLURM_SPANK_OPTION_omni_*): the step fails with the plugin's
 # message and runs nothing. Afterwards slurmctld and every slurmd still answer, and their
 # logs hold no crash.
+# With the quoting bound removed (common/parse.cc's quoted() showing the whole value, tried
+# 2026-12-07) it fails: "plugstack.conf topology=<65536 bytes>: a message of 4111 bytes".
 . "$(dirname "$0")/lib.sh"
 cluster_acquire 2 0
 grep -q '^required .*spank_omni.so' "$CLUSTER_DIR/etc/plugstack.conf" ||
