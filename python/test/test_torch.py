@@ -50,7 +50,7 @@ class Torch(unittest.TestCase):
     def run_job(self, units, target, joiners=0):
         d = tempfile.mkdtemp(dir=self.dir)
         return coord_job.run_job(self, d, "torch_worker.py", [str(STEPS), "1", "-", "0", "0.05"], units, target,
-                                 joiners=joiners)
+                                 joiners=joiners, prestart=True)
 
     def check_bitwise(self, ranks):
         by_step = {}

@@ -54,6 +54,15 @@ def setup(argv):
 
 
 def main(argv):
+    # A joiner started early (coord_job.run_job's prestart) has imported torch by now and
+    # waits here, before it contacts the coordinator, until the job has formed without it.
+    start_file = os.environ.get("OMNI_TEST_START_FILE")
+    if start_file:
+        deadline = time.monotonic() + 120
+        while not os.path.exists(start_file):
+            if time.monotonic() > deadline:
+                sys.exit("torch_worker: %s did not appear in 120 s" % start_file)
+            time.sleep(0.02)
     out = open(argv[0], "w")
     steps = int(argv[1])
     ckpt = argv[3] if len(argv) > 3 and argv[3] != "-" else None
