@@ -12,6 +12,7 @@
 #include <thread>
 
 #include <signal.h>
+#include <slurm/slurm_version.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -1095,15 +1096,35 @@ void Driver::run_policy(const Snapshot &s) {
 
 // The job stopped at a boundary because Slurm signalled its steps. When that was Slurm
 // preempting it (PreemptTime set), the checkpoint is written, but ending now would complete
-// the job and take from the site's PreemptMode its say: REQUEUE must find the job still
-// running at the end of its GraceTime to requeue it (a requeued job resumes from that
-// checkpoint). So omni-launch waits for Slurm's SIGTERM, or until the job is no longer
-// being preempted.
+// the job and take from the site's PreemptMode its say: up to Slurm 23.11, REQUEUE must find
+// the job still running at the end of its GraceTime to requeue it (a requeued job resumes
+// from that checkpoint). So omni-launch waits for Slurm's SIGTERM, or until the job is no
+// longer being preempted.
+//
+// From Slurm 24.05 (SchedMD a689104d15) a job that ends after its preemption's grace-time
+// signal counts as preempted: REQUEUE requeues it when its batch script ends, and that path
+// clears the job's grace mark (GRACE_PREEMPT). Requeued at the grace time's end instead, by
+// the preemption itself, the mark stays (24.05 through 26.05), so the requeued run, ending
+// normally, is requeued once more and runs a third time (preempt-requeue.sh on 24.11.5:
+// "runs of the batch script: got '3'"). There omni-launch ends the batch script at once,
+// as Slurm would at the grace time's end: SIGTERM to its process group, which the batch
+// shell (omni-launch's parent, without job control) shares; a script that traps it goes on
+// as it would have then. The job is requeued seconds after the stop, not at GraceTime.
 void Driver::await_preemption() {
     constexpr std::int64_t kLookEveryMs = 30000;
     if (alloc_.job_id == 0) return;
     auto job = own_job(0);
     if (!job || !job.value().preempted) return;
+#if SLURM_VERSION_NUMBER >= SLURM_VERSION_NUM(24, 5, 0)
+    // omni-launch as the batch step's own process (exec'd by the script) ends it by exiting.
+    log_line(LogLevel::Info, kComponent,
+             "Slurm is preempting job " + std::to_string(alloc_.job_id) +
+                 ": the ranks stopped at a boundary with their checkpoint; ending the batch script now "
+                 "(from Slurm 24.05 a job that ends in its grace time counts as preempted: its PreemptMode "
+                 "decides whether it is requeued)");
+    if (::getpgid(::getppid()) == ::getpgrp()) ::kill(0, SIGTERM);
+    return;
+#endif
     log_line(LogLevel::Info, kComponent,
              "Slurm is preempting job " + std::to_string(alloc_.job_id) +
                  ": the ranks stopped at a boundary with their checkpoint; waiting for Slurm to end the "
