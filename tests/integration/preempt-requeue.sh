@@ -6,7 +6,10 @@
 # script) with SIGTERM; libomni holds it in the ranks and asks for a stop, so every rank
 # stops at the same boundary and writes a checkpoint there. omni-launch sees that Slurm is
 # preempting the job and waits for it, so that Slurm requeues the job at the end of its
-# grace time; the requeued job resumes from that checkpoint and finishes. Checked:
+# grace time (built against Slurm 24.05 or newer it ends the batch script at once, which
+# requeues it there; waiting, the requeued run was requeued once more on 24.11.5 and the
+# "runs of the batch script" check failed with 3); the requeued job resumes from that
+# checkpoint and finishes. Checked:
 #  - the ranks stopped at a boundary within a few steps of the preemption, well inside the
 #    grace time, with "SIGTERM to rank" as the stop's reason in the events file, and a
 #    checkpoint of exactly that step;
