@@ -359,7 +359,16 @@ TEST(VerifyIndex, IndexThatCrashesHdf5IsReportedNotFatal) {
     bool crashed = false;
     std::size_t clean = 0, reported = 0, hangs = 0;   // flips verify passed, reported, of which hung
     const auto start = std::chrono::steady_clock::now();
-    for (std::size_t off = heap + 4; off < std::min(good.size(), heap + 600) && !crashed; ++off) {
+#if H5_VERS_MAJOR < 2
+    const auto found = [&] { return crashed; };
+#else
+    // HDF5 2.x hangs where 1.10 crashes: the search ends at the first hang as it ends at the
+    // first crash there, since every hang costs the idle limit (30 s) and the number of flips
+    // that hang varies from run to run (2, then 3 of 596 in the 26.05 root: 120.6 s, over
+    // the bound below, on a loaded machine).
+    const auto found = [&] { return crashed || hangs > 0; };
+#endif
+    for (std::size_t off = heap + 4; off < std::min(good.size(), heap + 600) && !found(); ++off) {
         std::string bad = good;
         bad[off] ^= 0xff;
         put_file_bytes(index, bad);
