@@ -68,7 +68,7 @@ note "slurmctld RPCs in $window s of an idle elastic job: $rpcs"
 [ "$rpcs" -le 3 ] || fail "$rpcs RPCs in $window s of an idle job (at most 3: one safety look)"
 ms=$(sed -n 's/^drain-ms //p' "$work/idle.out")
 grep -q 'world 3 -> 2 (planned' "$work/idle.out" || fail "the deferred shrink never drained the unit"
-note "scontrol update to the planned change: $ms ms"
+note "shrink ($([ $submit = 1 ] && echo "scontrol update" || echo "omni-ctl")) to the planned change: $ms ms"
 [ $submit = 0 ] || [ "$ms" -lt 10000 ] || fail "the drain began $ms ms after scontrol update (SIGURG not acted on?)"
 /usr/bin/python3 - "$work/idle-events.jsonl" <<'PY' || fail "events (above)"
 import json, sys
@@ -77,4 +77,4 @@ assert got == [("initial", 0, 2), ("planned", 2, 3), ("planned", 3, 2), ("stop",
 print("ok: events", got)
 PY
 expect_eq "omni-sat-$job jobs after the job" "$(squeue -h --name "omni-sat-$job" -o %i | wc -l)" 0
-note "ok: an idle job with a joined satellite costs slurmctld $rpcs RPCs in $window s; scontrol shrink acted on in $ms ms"
+note "ok: an idle job with a joined satellite costs slurmctld $rpcs RPCs in $window s; shrink acted on in $ms ms"
