@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # A batch job across 2 nodes, and a PMIx program whose 4 ranks on 2 nodes exchange values
-# with Put/Fence/Get under `srun --mpi=pmix`.
+# with Put/Fence/Get under `srun --mpi=pmix`. On a Slurm without mpi/pmix (Debian unstable's
+# 26.05.5) the batch part runs and the PMIx part skips with that reason: no way around it, the
+# part checks Slurm's PMIx server itself; what the ranks do without it (srun --mpi=none) is
+# checked by runtime-pmix.sh and launch-no-pmix.sh there.
 . "$(dirname "$0")/lib.sh"
 cluster_acquire 2 0
 pmix_check=$top_build/tests/pmix_check
@@ -16,6 +19,7 @@ jobid=${out%%;*}
 expect_eq "nodes the batch job's step ran on" "$(sort "$work/batch.out" | tr '\n' ' ')" "n1 n2 "
 expect_eq "batch job $jobid state" "$(job_state "$jobid")" COMPLETED
 
+slurm_has_pmix || skip "the batch part passed (job $jobid on n1,n2); the PMIx part cannot run: $(no_pmix_reason)"
 srun --mpi=pmix -N2 -n4 "$pmix_check" >"$work/pmix.out" 2>"$work/pmix.err" ||
   { cat "$work/pmix.err" >&2; fail "srun --mpi=pmix -N2 -n4 pmix_check failed"; }
 cat "$work/pmix.out"

@@ -56,9 +56,15 @@ expect_eq "this cluster's daemons listening in this machine's namespace" \
 # ... and there they do: slurmctld in the controller's namespace.
 nsenter --net="/run/netns/omni$base-ctl" ss -Htlnp | grep -qE "pid=$(tr -dc 0-9 <"$dir/run/slurmctld.pid")," ||
   fail "slurmctld does not listen in ctl's namespace omni$base-ctl"
-# PMIx wire-up across hosts.
-out=$(srun -N2 -n4 --mpi=pmix "$top_build/tests/pmix_check" 2>&1) || fail "pmix_check across hosts: $out"
-expect_eq "ranks that saw every peer's PMIx value" "$(grep -c 'all peer values correct' <<<"$out")" 4
+# PMIx wire-up across hosts, where this Slurm has mpi/pmix. Without it (Debian unstable's
+# 26.05.5) ranks meet across netns hosts through the coordinator and Gloo instead:
+# launch-no-pmix.sh checks that route on a netns cluster.
+if slurm_has_pmix; then
+  out=$(srun -N2 -n4 --mpi=pmix "$top_build/tests/pmix_check" 2>&1) || fail "pmix_check across hosts: $out"
+  expect_eq "ranks that saw every peer's PMIx value" "$(grep -c 'all peer values correct' <<<"$out")" 4
+else
+  note "PMIx across hosts not checked: $(no_pmix_reason); launch-no-pmix.sh checks the --mpi=none route across netns hosts"
+fi
 "$omni_cluster" --dir "$dir" status >"$work/status.out" || fail "status: $(cat "$work/status.out")"
 grep -q "^hosts     netns: ctl $net.1" "$work/status.out" || fail "status does not show the hosts: $(cat "$work/status.out")"
 

@@ -16,6 +16,9 @@
 #    cancels its helper.
 . "$(dirname "$0")/lib.sh"
 train_commands
+# Slurm's merge of the helper into the job gives the added nodes no cores without select/omni's
+# repair (doc/design.md, "Job expansion"): no way around it without select/omni.
+need_plugin select "grow by expansion needs its repair of cons_tres's merge"
 cluster_acquire 4 0 netns --select omni --spank-args grow=expand
 cd "$work"
 schedule="--steps 90 --dataset-size 960 --lr 0.05 --warmup 5"

@@ -53,7 +53,9 @@ for o in "${options[@]}"; do
     env "$var=$v" timeout 60 srun -N1 -n1 --job-name=omni-hostile-remote bash -c 'echo ran' >out 2>err || rc=$?
     [ $rc != 0 ] && [ $rc != 124 ] || fail "$var=<${#v} bytes>: the step ran or hung (rc $rc): $(head -c 300 out)"
     grep -q "^ran" out && fail "$var=<${#v} bytes>: the task ran"
-    grep -q "^slurmstepd.*omni: .*checked on node" err ||
+    # slurmstepd's lines reach srun's stderr as "slurmstepd: error: ..." on 22.05 and as
+    # "[TIMESTAMP] error: ..." on 26.05.5; either way not srun's own "srun: ..." lines.
+    grep -qE "^(slurmstepd|\[[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+\] ).*omni: .*checked on node" err ||
       fail "$var=<${#v} bytes>: no message from the plugin in slurmstepd: $(head -c 300 err)"
   done
 done

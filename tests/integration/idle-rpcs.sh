@@ -20,10 +20,18 @@
 #    planned changes in its events, and no satellite outlives it.
 . "$(dirname "$0")/lib.sh"
 train_commands
-need_plugin job_submit "no deferred shrink to learn of"
+# Where job_submit/omni is not built (Debian unstable's 26.05.5: no source tree of that
+# release) there is no deferred shrink to learn of: the idle window is checked all the same,
+# and the shrink after it is omni-ctl's (its drain time is then not the SIGURG's, not checked).
 cluster_acquire 3 0 local --no-accounting
-grep -qx "JobSubmitPlugins=omni" "$CLUSTER_DIR/etc/slurm.conf" ||
-  fail "the cluster in $CLUSTER_DIR does not load job_submit/omni"
+if [ -f "$top_build/job_submit/.libs/job_submit_omni.so" ]; then
+  submit=1 shrink="scontrol update JobId=\$SLURM_JOB_ID NumNodes=1"
+  grep -qx "JobSubmitPlugins=omni" "$CLUSTER_DIR/etc/slurm.conf" ||
+    fail "the cluster in $CLUSTER_DIR does not load job_submit/omni"
+else
+  submit=0 shrink="\"$ctl\" shrink --units 2 --wait 60"
+  note "job_submit/omni is not built (configure: $(sed -n 's|^  job_submit/omni built *||p' "$top_build/config.log" 2>/dev/null | tail -n 1)): no deferred shrink; the shrink is omni-ctl's and its drain time is not checked"
+fi
 cd "$work"
 window=20
 
@@ -35,7 +43,7 @@ sdiag -r >/dev/null || exit 11
 sleep $window
 sdiag >"$work/sdiag.txt" || exit 12
 t0=\$(date +%s%N)
-scontrol update JobId=\$SLURM_JOB_ID NumNodes=1 >"$work/scontrol.out" 2>&1
+$shrink >"$work/scontrol.out" 2>&1
 echo "scontrol-exit \$?"
 for _ in \$(seq 200); do
   grep -q 'world 3 -> 2 (planned' "$work/idle.out" && break
@@ -52,7 +60,7 @@ grep -E '^(grow-exit|scontrol-exit|drain-ms|launch-exit)|world [0-9]+ -> [0-9]+|
 expect_eq "omni-ctl grow --units 3 exit" "$(sed -n 's/^grow-exit //p' "$work/idle.out")" 0
 
 expect_eq "omni-launch exit" "$(sed -n 's/^launch-exit //p' "$work/idle.out")" 0
-expect_eq "scontrol update exit" "$(sed -n 's/^scontrol-exit //p' "$work/idle.out")" 0
+expect_eq "shrink ($shrink) exit" "$(sed -n 's/^scontrol-exit //p' "$work/idle.out")" 0
 # Every RPC slurmctld got in the window, by type, but sdiag's own.
 rpcs=$(sed -n '/by message type/,/by user/p' "$work/sdiag.txt" |
   awk '/count:/ && !/REQUEST_STATS_INFO/ { n = $0; sub(/.*count:/, "", n); sub(/ .*/, "", n); s += n; print "  " $1, n > "/dev/stderr" } END { print s + 0 }')
@@ -60,8 +68,8 @@ note "slurmctld RPCs in $window s of an idle elastic job: $rpcs"
 [ "$rpcs" -le 3 ] || fail "$rpcs RPCs in $window s of an idle job (at most 3: one safety look)"
 ms=$(sed -n 's/^drain-ms //p' "$work/idle.out")
 grep -q 'world 3 -> 2 (planned' "$work/idle.out" || fail "the deferred shrink never drained the unit"
-note "scontrol update to the planned change: $ms ms"
-[ "$ms" -lt 10000 ] || fail "the drain began $ms ms after scontrol update (SIGURG not acted on?)"
+note "shrink ($([ $submit = 1 ] && echo "scontrol update" || echo "omni-ctl")) to the planned change: $ms ms"
+[ $submit = 0 ] || [ "$ms" -lt 10000 ] || fail "the drain began $ms ms after scontrol update (SIGURG not acted on?)"
 /usr/bin/python3 - "$work/idle-events.jsonl" <<'PY' || fail "events (above)"
 import json, sys
 got = [(e["reason"], e["old_world"], e["new_world"]) for e in map(json.loads, open(sys.argv[1]))]
@@ -69,4 +77,4 @@ assert got == [("initial", 0, 2), ("planned", 2, 3), ("planned", 3, 2), ("stop",
 print("ok: events", got)
 PY
 expect_eq "omni-sat-$job jobs after the job" "$(squeue -h --name "omni-sat-$job" -o %i | wc -l)" 0
-note "ok: an idle job with a joined satellite costs slurmctld $rpcs RPCs in $window s; scontrol shrink acted on in $ms ms"
+note "ok: an idle job with a joined satellite costs slurmctld $rpcs RPCs in $window s; shrink acted on in $ms ms"

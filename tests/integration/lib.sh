@@ -135,9 +135,19 @@ proc_alive() {
 launch_mpi() {
   case "${OMNI_LAUNCH_MPI:-auto}" in
     pmix|none) echo "$OMNI_LAUNCH_MPI" ;;
-    *) if srun --mpi=list 2>/dev/null | grep -qE '^[[:space:]]*pmix(_v[0-9]+)?[[:space:]]*$|versions available: .*pmix_'
-       then echo pmix; else echo none; fi ;;
+    *) if slurm_has_pmix; then echo pmix; else echo none; fi ;;
   esac
+}
+
+# slurm_has_pmix: this cluster's srun offers mpi/pmix (`srun --mpi=list`, the same format from
+# 22.05 through 26.05). Debian unstable's 26.05.5 is built without it.
+slurm_has_pmix() {
+  srun --mpi=list 2>/dev/null | grep -qE '^[[:space:]]*pmix(_v[0-9]+)?[[:space:]]*$|versions available: .*pmix_'
+}
+
+# no_pmix_reason: why a check under srun --mpi=pmix cannot run here, for skip and note.
+no_pmix_reason() {
+  echo "this Slurm ($(slurmctld -V 2>/dev/null | awk '{ print $2 }')) has no mpi/pmix plugin (srun --mpi=list offers: $(srun --mpi=list 2>&1 | sed 's/^srun: //; s/^[[:space:]]*//' | grep -vi 'types are' | paste -sd' '))"
 }
 
 # need_plugin job_submit|select WHY: skip unless job_submit/omni (select/omni) was built, with

@@ -6,7 +6,7 @@
 # copy meets the same check as a plugin built against that release; 22.05-built plugins
 # copied into a 24.11 root give the same log lines (checked by hand, #47). One cluster a
 # plugin, the others this build's own:
-#  - job_submit/omni: slurmctld logs "Incompatible Slurm plugin .../job_submit_omni.so
+#  - job_submit/omni (where built): slurmctld logs "Incompatible Slurm plugin .../job_submit_omni.so
 #    version (R)" and stops with "fatal: failed to initialize job_submit plugin";
 #  - select/omni (where built), SelectType=select/omni: the same line for select_omni.so,
 #    then "fatal: Can't find plugin for select/omni";
@@ -22,7 +22,6 @@ need_root
 submit_so=$top_build/job_submit/.libs/job_submit_omni.so
 spank_so=$top_build/spank/.libs/spank_omni.so
 select_so=$top_build/select_plugin/.libs/select_omni.so
-[ -f "$submit_so" ] || skip "job_submit/omni is not built (configure without --with-slurm-source)"
 need_built "$spank_so"
 trap 'for c in "$work"/c-*; do [ -d "$c" ] && "$omni_cluster" --dir "$c" down >/dev/null 2>&1 || true; done; cleanup_work' EXIT
 
@@ -62,10 +61,16 @@ refused() {
   note "ok: $(basename "$log"): $(tail -n 1 "$log" | sed 's/^\[[^]]*\] //')"
 }
 
-foreign submit job_submit "$submit_so"
-up submit
-refused "$work/c-submit/log/slurmctld.log" job_submit_omni.so "fatal: failed to initialize job_submit plugin"
-"$omni_cluster" --dir "$work/c-submit" down >/dev/null 2>&1 || true
+# Where job_submit/omni (and select/omni) are not built (Debian unstable's 26.05.5: no source
+# tree of that release), their cases are left out and the SPANK plugin's still runs.
+if [ -f "$submit_so" ]; then
+  foreign submit job_submit "$submit_so"
+  up submit
+  refused "$work/c-submit/log/slurmctld.log" job_submit_omni.so "fatal: failed to initialize job_submit plugin"
+  "$omni_cluster" --dir "$work/c-submit" down >/dev/null 2>&1 || true
+else
+  note "job_submit/omni is not built here (configure: $(sed -n 's|^  job_submit/omni built *||p' "$top_build/config.log" 2>/dev/null | tail -n 1)): its case is left out"
+fi
 
 if [ -f "$select_so" ]; then
   foreign select select_plugin "$select_so"

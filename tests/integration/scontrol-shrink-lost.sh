@@ -34,7 +34,10 @@ sinfo -h -N -p omni -t idle -o %N | sort -u >"$work/idle.txt"
 EOS
 out=$(timeout 240 sbatch --wait -N4 -t 5 -o "$work/static.out" --parsable static.sh) ||
   { cat "$work/static.out" >&2; fail "the static job failed"; }
-job=$(timeout 300 sbatch --wait -N4 --exclusive --ntasks-per-node=1 -t 5 --omni-elastic=1:4 -o "$work/sc.out" --parsable sc.sh) ||
+# -n4, not --ntasks-per-node=1: from Slurm 23.11 slurmctld derives a running job's task count
+# from NumNodes= x its ntasks-per-node and refuses the change ("Job is no longer pending
+# execution"; doc/design.md), so a plain NumNodes= shrink of such a job never happens there.
+job=$(timeout 300 sbatch --wait -N4 -n4 --exclusive -t 5 --omni-elastic=1:4 -o "$work/sc.out" --parsable sc.sh) ||
   { cat "$work/sc.out" >&2; fail "the job shrunk by scontrol failed"; }
 job=${job%%;*}
 # Shown for the log only; '|| true': a job that printed none of these lines fails the checks below.
