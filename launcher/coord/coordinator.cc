@@ -112,11 +112,14 @@ struct Coordinator::Impl {
     std::string last_failure;  // the handshake failure the next unfinished disconnect is about
     std::vector<std::uint16_t> ports;  // the bound ports
     std::string client_key;            // curve_keys(secret).client_public_raw
+    std::size_t max_pending;           // max_pending_connections(the largest world)
     RateLimit log_limit{20, 1000};
     std::uint64_t generation_seen = 0;
     CoordinatorCounters *counters = nullptr;  // owned by the Coordinator
 
-    explicit Impl(const CoordinatorConfig &c) : cfg(c), protocol(c.protocol), kv(c.kv) {}
+    explicit Impl(const CoordinatorConfig &c)
+        : cfg(c), protocol(c.protocol), kv(c.kv),
+          max_pending(max_pending_connections(std::uint64_t(c.protocol.max_units) * c.protocol.unit_size)) {}
 
     void send(const std::string &routing, const std::string &header, const std::string *value = nullptr) {
         // Never block the service on one slow or vanished peer: ROUTER drops what it cannot
@@ -505,12 +508,12 @@ struct Coordinator::Impl {
         return true;
     }
 
-    // At most kMaxPendingConnections unfinished handshakes: each holds a descriptor and
+    // At most max_pending unfinished handshakes (conn_auth.h): each holds a descriptor and
     // libzmq's buffers for up to kHandshakeMs, so a peer opening connections faster than
     // they time out would otherwise exhaust descriptors and keep the job's own ranks out.
     // The oldest go first (a slow-loris holds its connections longest; an honest client,
-    // accepted last, is the youngest and finishes its handshake in a round trip, so only 64
-    // connections opened within that round trip could push it out, and it would then report
+    // accepted last, is the youngest and finishes its handshake in a round trip, so only
+    // max_pending connections opened within that round trip could push it out, and it would then report
     // the coordinator refused it). shutdown(2) makes libzmq read end-of-file and close the
     // connection as if the peer had.
     void bound_pending(std::int64_t now) {
@@ -522,9 +525,9 @@ struct Coordinator::Impl {
             if (!c.authenticated && !c.dropping) open.emplace_back(c.since, it->first);
             ++it;
         }
-        if (open.size() <= kMaxPendingConnections) return;
+        if (open.size() <= max_pending) return;
         std::sort(open.begin(), open.end());
-        for (std::size_t i = 0; i + kMaxPendingConnections < open.size(); ++i) {
+        for (std::size_t i = 0; i + max_pending < open.size(); ++i) {
             const int fd = open[i].second;
             Conn &c = conns[fd];
             if (c.inode == 0 || inode_of(fd) != c.inode) {  // closed already; its number reused
@@ -537,7 +540,7 @@ struct Coordinator::Impl {
             log_limited(LogLevel::Warning, "dropped the connection from " + c.peer + " after " +
                                                std::to_string(now - c.since) + " ms without a handshake: " +
                                                std::to_string(open.size()) + " unfinished, at most " +
-                                               std::to_string(kMaxPendingConnections));
+                                               std::to_string(max_pending));
         }
         counters->pending_connections = pending();
     }
