@@ -41,8 +41,21 @@ std::vector<zmq::message_t> recv_message(zmq::socket_t &s, std::size_t keep, std
 // How long a peer has, from its TCP connection, to finish the handshake (greeting and
 // CURVE): libzmq closes it after that (ZMQ_HANDSHAKE_IVL; libzmq's default is 30 s).
 inline constexpr int kHandshakeMs = 5000;
-// Unfinished handshakes the coordinator keeps at once; past this the oldest is dropped.
+// Unfinished handshakes the coordinator keeps at once beyond its own job's: past
+// max_pending_connections() the oldest is dropped.
 inline constexpr std::size_t kMaxPendingConnections = 64;
+// Connections a rank opens to the coordinator: its runtime's, its liveness thread's, the C
+// API's store.
+inline constexpr std::size_t kConnectionsPerRank = 3;
+// The cap for a job of at most `max_world` ranks. Every rank connects at its start, so a
+// job's own handshakes come in a burst, and the coordinator's one I/O thread finishes them
+// one after the other (a CURVE handshake is a few Curve25519 operations on each side): with
+// a fixed 64, a job of 256 ranks on a loaded 2-core machine never formed, each wave of
+// reconnections was dropped again (#46, "Scaling"). The job's own connections are a bound
+// the coordinator needs descriptors for anyway (omni-launch raises its limit for both).
+inline constexpr std::size_t max_pending_connections(std::uint64_t max_world) {
+    return kMaxPendingConnections + kConnectionsPerRank * static_cast<std::size_t>(max_world);
+}
 
 // The CURVE keys of a job, derived from its secret (check_secret_format()) with keyed
 // BLAKE2b, one label per key, so neither key reveals the secret or the other key: Z85 text

@@ -112,11 +112,15 @@ struct Coordinator::Impl {
     std::string last_failure;  // the handshake failure the next unfinished disconnect is about
     std::vector<std::uint16_t> ports;  // the bound ports
     std::string client_key;            // curve_keys(secret).client_public_raw
+    std::size_t max_pending;           // max_pending_connections(the largest world)
+    std::int64_t last_bound = 0;       // the last bound_pending()
     RateLimit log_limit{20, 1000};
     std::uint64_t generation_seen = 0;
     CoordinatorCounters *counters = nullptr;  // owned by the Coordinator
 
-    explicit Impl(const CoordinatorConfig &c) : cfg(c), protocol(c.protocol), kv(c.kv) {}
+    explicit Impl(const CoordinatorConfig &c)
+        : cfg(c), protocol(c.protocol), kv(c.kv),
+          max_pending(max_pending_connections(std::uint64_t(c.protocol.max_units) * c.protocol.unit_size)) {}
 
     void send(const std::string &routing, const std::string &header, const std::string *value = nullptr) {
         // Never block the service on one slow or vanished peer: ROUTER drops what it cannot
@@ -260,14 +264,25 @@ struct Coordinator::Impl {
         }
     }
 
-    void handle(const std::string &routing, const std::string &peer, const std::string &header,
+    // `frame`: the request's header frame, whose metadata names the peer (read only for a
+    // log line: a string from libzmq's metadata map at every request cost more than needed).
+    void handle(const std::string &routing, zmq::message_t *frame, const std::string &header,
                 const std::string *value) {
+        auto peer_of = [frame]() -> std::string {
+            if (frame) {
+                try {
+                    return frame->gets("Peer-Address");
+                } catch (const zmq::error_t &) {
+                }
+            }
+            return "unknown peer";
+        };
         const std::string_view value_view = value ? std::string_view(*value) : std::string_view();
         auto parsed = parse_request(header, value ? &value_view : nullptr);
         if (!parsed) {
             // Counted before the reply goes out, so a client that saw the reply sees the count.
             counters->malformed++;
-            log_limited(LogLevel::Warning, "malformed request from " + peer + ": " + parsed.error());
+            log_limited(LogLevel::Warning, "malformed request from " + peer_of() + ": " + parsed.error());
             send(routing, error_reply(0, parsed.error()));
             return;
         }
@@ -275,7 +290,7 @@ struct Coordinator::Impl {
         if (!secrets_equal(r.secret, cfg.secret)) {
             counters->refused++;
             log_limited(LogLevel::Warning,
-                        std::string("refused ") + to_string(r.op) + " from " + peer + ": " +
+                        std::string("refused ") + to_string(r.op) + " from " + peer_of() + ": " +
                             (r.secret.empty() ? "no job secret" : "wrong job secret"));
             send(routing, error_reply(r.rid, "refused: missing or wrong job secret"));
             return;
@@ -363,7 +378,7 @@ struct Coordinator::Impl {
                 log_limited(LogLevel::Warning, "heartbeat from '" + r.id + "', lost in generation " +
                                                    std::to_string(ack.value().fenced_generation) +
                                                    ": fenced out, told to exit");
-            send(routing, ok_reply(r.rid, heartbeat_to_json(ack.value())));
+            send(routing, heartbeat_reply(r.rid, ack.value()));
             return;
         }
         case Op::Checkpoint:
@@ -501,16 +516,15 @@ struct Coordinator::Impl {
             }
             last_failure.clear();
         }
-        counters->pending_connections = pending();
-        return true;
+        return true;  // the caller counts the unfinished ones after its batch of events
     }
 
-    // At most kMaxPendingConnections unfinished handshakes: each holds a descriptor and
+    // At most max_pending unfinished handshakes (conn_auth.h): each holds a descriptor and
     // libzmq's buffers for up to kHandshakeMs, so a peer opening connections faster than
     // they time out would otherwise exhaust descriptors and keep the job's own ranks out.
     // The oldest go first (a slow-loris holds its connections longest; an honest client,
-    // accepted last, is the youngest and finishes its handshake in a round trip, so only 64
-    // connections opened within that round trip could push it out, and it would then report
+    // accepted last, is the youngest and finishes its handshake in a round trip, so only
+    // max_pending connections opened within that round trip could push it out, and it would then report
     // the coordinator refused it). shutdown(2) makes libzmq read end-of-file and close the
     // connection as if the peer had.
     void bound_pending(std::int64_t now) {
@@ -522,9 +536,12 @@ struct Coordinator::Impl {
             if (!c.authenticated && !c.dropping) open.emplace_back(c.since, it->first);
             ++it;
         }
-        if (open.size() <= kMaxPendingConnections) return;
+        if (open.size() <= max_pending) {
+            counters->pending_connections = open.size();
+            return;
+        }
         std::sort(open.begin(), open.end());
-        for (std::size_t i = 0; i + kMaxPendingConnections < open.size(); ++i) {
+        for (std::size_t i = 0; i + max_pending < open.size(); ++i) {
             const int fd = open[i].second;
             Conn &c = conns[fd];
             if (c.inode == 0 || inode_of(fd) != c.inode) {  // closed already; its number reused
@@ -537,7 +554,7 @@ struct Coordinator::Impl {
             log_limited(LogLevel::Warning, "dropped the connection from " + c.peer + " after " +
                                                std::to_string(now - c.since) + " ms without a handshake: " +
                                                std::to_string(open.size()) + " unfinished, at most " +
-                                               std::to_string(kMaxPendingConnections));
+                                               std::to_string(max_pending));
         }
         counters->pending_connections = pending();
     }
@@ -549,12 +566,6 @@ struct Coordinator::Impl {
         if (count == 0) return false;
         counters->requests++;
         std::string peer = "unknown peer";
-        if (parts.size() >= 2) {
-            try {
-                peer = parts[1].gets("Peer-Address");
-            } catch (const zmq::error_t &) {
-            }
-        }
         if (parts.size() >= 2) {  // its connection got past the handshake
             try {
                 Conn &c = conns[parts[1].get(ZMQ_SRCFD)];  // made here if its "accepted" is still queued
@@ -566,6 +577,12 @@ struct Coordinator::Impl {
         std::string routing = view(parts[0]);
         if (count < 2 || count > 3) {
             counters->malformed++;
+            if (parts.size() >= 2) {
+                try {
+                    peer = parts[1].gets("Peer-Address");
+                } catch (const zmq::error_t &) {
+                }
+            }
             log_limited(LogLevel::Warning, "malformed request from " + peer + ": " +
                                                std::to_string(count - 1) + " frames");
             send(routing, error_reply(0, "a request has one or two frames"));
@@ -574,7 +591,7 @@ struct Coordinator::Impl {
         std::string header = view(parts[1]);
         std::string value;
         if (count == 3) value = view(parts[2]);
-        handle(routing, peer, header, count == 3 ? &value : nullptr);
+        handle(routing, &parts[1], header, count == 3 ? &value : nullptr);
         return true;
     }
 
@@ -589,12 +606,19 @@ struct Coordinator::Impl {
                 // Bounded batches, so timers run even under a flood of requests or connections.
                 for (int i = 0; i < 256 && answer_zap(); ++i) {
                 }
-                for (int i = 0; i < 1024 && note_connection_event(); ++i) {
-                }
+                int events = 0;
+                while (events < 1024 && note_connection_event()) ++events;
                 for (int i = 0; i < 256 && receive_one(); ++i) {
                 }
-                bound_pending(now_ms());
-                expire(now_ms());
+                // bound_pending looks at every connection: after new ones were accepted (the
+                // cap applies at once), otherwise every kPollMs for the handshake deadline. At
+                // every batch it was O(N) a request when requests come one by one.
+                const std::int64_t after = now_ms();
+                if (events > 0 || after - last_bound >= kPollMs) {
+                    bound_pending(after);
+                    last_bound = after;
+                }
+                expire(after);
             }
         } catch (const std::exception &e) {
             log_line(LogLevel::Error, kComponent, std::string("service stopped: ") + e.what());

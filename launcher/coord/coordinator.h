@@ -9,7 +9,8 @@
 // and ends the one it is injected into. Peers without the secret are disconnected, counted
 // as refused and logged with their address and port (rate-limited). Unauthenticated peers
 // are bounded: a handshake must finish within kHandshakeMs (5 s), at most
-// kMaxPendingConnections (64) may be unfinished at once (the oldest is dropped), and a frame
+// max_pending_connections() (64 + 3 a rank of the largest world) may be unfinished at once
+// (the oldest is dropped), and a frame
 // announcing more than ZMQ_MAXMSGSIZE (1 MiB) ends its connection before anything is
 // allocated for it. Every request carries the secret as well, compared in constant time, and
 // is answered "refused" without it. Inputs are bounded before parsing: a request has at most

@@ -179,8 +179,12 @@ void Protocol::generation_began(std::int64_t now_ms) {
 void Protocol::seen(std::string_view id, std::int64_t now_ms) {
     auto it = last_seen_.find(id);
     if (it == last_seen_.end() || now_ms <= it->second) return;
-    // Lost members are out of by_silence_ for good; only the others move.
-    if (by_silence_.erase({it->second, it->first})) by_silence_.emplace(now_ms, it->first);
+    // Lost members are out of by_silence_ for good; only the others move. The node moves
+    // with its id (extract, re-key, insert): no allocation at every request.
+    if (auto node = by_silence_.extract({it->second, it->first})) {
+        node.value().first = now_ms;
+        by_silence_.insert(std::move(node));
+    }
     it->second = now_ms;
 }
 

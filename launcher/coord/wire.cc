@@ -2,7 +2,9 @@
 #include "coord/wire.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
+#include <type_traits>
 
 #include <arpa/inet.h>
 
@@ -38,25 +40,123 @@ const std::vector<OpSpec> &op_specs() {
     return specs;
 }
 
-Result<std::uint64_t> get_uint(const json &j, const char *field, std::uint64_t max) {
-    auto it = j.find(field);
-    if (it == j.end()) return make_error(std::string("field '") + field + "' is missing");
+// A request header as every client writes it (request_header: nlohmann's compact dump): one
+// flat object of unsigned integers, plain printable strings and booleans, no whitespace.
+// Read by a scan, not into nlohmann's DOM, whose map and allocations were two thirds of the
+// coordinator's time a request (#46, "Scaling"). Anything else (whitespace, escapes, bytes
+// outside printable ASCII, arrays, nested objects, signs, fractions, null, a repeated key,
+// leading zeros, more than 19 digits) makes the scan give up, and the header goes to
+// nlohmann's parser: either way the same checks run on the same fields (parse_fields), so
+// a header is accepted or refused, with the same message, as before.
+struct Flat {
+    struct Value {
+        enum Kind { Uint, String, Bool } kind = Uint;
+        std::uint64_t u = 0;
+        std::string_view s;
+        bool b = false;
+        bool is_number_unsigned() const { return kind == Uint; }
+        bool is_number_integer() const { return kind == Uint; }
+        bool is_string() const { return kind == String; }
+        bool is_array() const { return false; }  // the scan gives up on arrays
+    };
+    std::pair<std::string_view, Value> items[24];
+    std::size_t n = 0;
+    const Value *find(std::string_view key) const {
+        for (std::size_t i = 0; i < n; ++i)
+            if (items[i].first == key) return &items[i].second;
+        return nullptr;
+    }
+};
+
+bool plain(char c) { return c >= 0x20 && c < 0x7f && c != '"' && c != '\\'; }
+
+bool scan_string(std::string_view h, std::size_t &i, std::string_view &out) {
+    if (i >= h.size() || h[i] != '"') return false;
+    const std::size_t b = ++i;
+    while (i < h.size() && plain(h[i])) ++i;
+    if (i >= h.size() || h[i] != '"') return false;
+    out = h.substr(b, i - b);
+    ++i;
+    return true;
+}
+
+bool scan_flat(std::string_view h, Flat &f) {
+    std::size_t i = 0;
+    if (h.size() < 2 || h[i++] != '{') return false;
+    if (h[i] == '}') return i + 1 == h.size();
+    while (true) {
+        if (f.n == std::size(f.items)) return false;
+        auto &[key, v] = f.items[f.n];
+        if (!scan_string(h, i, key) || i >= h.size() || h[i++] != ':' || i >= h.size()) return false;
+        if (f.find(key)) return false;  // nlohmann keeps the last; leave that to it
+        const char c = h[i];
+        if (c == '"') {
+            v.kind = Flat::Value::String;
+            if (!scan_string(h, i, v.s)) return false;
+        } else if (c >= '0' && c <= '9') {
+            const std::size_t b = i;
+            std::uint64_t u = 0;
+            while (i < h.size() && h[i] >= '0' && h[i] <= '9') u = u * 10 + static_cast<std::uint64_t>(h[i++] - '0');
+            if (i - b > 19 || (h[b] == '0' && i - b > 1)) return false;
+            if (i < h.size() && (h[i] == '.' || h[i] == 'e' || h[i] == 'E')) return false;
+            v.kind = Flat::Value::Uint;
+            v.u = u;
+        } else if (h.substr(i, 4) == "true" || h.substr(i, 5) == "false") {
+            v.kind = Flat::Value::Bool;
+            v.b = c == 't';
+            i += v.b ? 4 : 5;
+        } else {
+            return false;
+        }
+        ++f.n;
+        if (i >= h.size()) return false;
+        if (h[i] == '}') return i + 1 == h.size();
+        if (h[i++] != ',') return false;
+    }
+}
+
+// The same questions to either form of a header.
+const json *field(const json &j, const char *name) {
+    auto it = j.find(name);
+    return it == j.end() ? nullptr : &*it;
+}
+const Flat::Value *field(const Flat &f, const char *name) { return f.find(name); }
+std::uint64_t as_uint(const json &v) { return v.get<std::uint64_t>(); }
+std::uint64_t as_uint(const Flat::Value &v) { return v.u; }
+std::string_view as_string(const json &v) { return v.get_ref<const std::string &>(); }
+std::string_view as_string(const Flat::Value &v) { return v.s; }
+template <class F>
+void each_key(const json &j, F f) {
+    for (auto it = j.begin(); it != j.end(); ++it)
+        if (!f(std::string_view(it.key()))) return;
+}
+template <class F>
+void each_key(const Flat &j, F f) {
+    for (std::size_t i = 0; i < j.n; ++i)
+        if (!f(j.items[i].first)) return;
+}
+
+template <class Doc>
+Result<std::uint64_t> get_uint(const Doc &j, const char *name, std::uint64_t max) {
+    const auto *it = field(j, name);
+    if (!it) return make_error(std::string("field '") + name + "' is missing");
     if (!it->is_number_unsigned())
-        return make_error(std::string("field '") + field + "' must be an unsigned integer");
-    auto v = it->get<std::uint64_t>();
+        return make_error(std::string("field '") + name + "' must be an unsigned integer");
+    auto v = as_uint(*it);
     if (v > max)
-        return make_error(std::string("field '") + field + "' is " + std::to_string(v) +
+        return make_error(std::string("field '") + name + "' is " + std::to_string(v) +
                           ", above " + std::to_string(max));
     return v;
 }
 
-Result<std::string> get_string(const json &j, const char *field, std::size_t max_len) {
-    auto it = j.find(field);
-    if (it == j.end()) return make_error(std::string("field '") + field + "' is missing");
-    if (!it->is_string()) return make_error(std::string("field '") + field + "' must be a string");
-    const auto &s = it->get_ref<const std::string &>();
+template <class Doc>
+Result<std::string_view> get_string(const Doc &j, const char *name, std::size_t max_len) {
+    const auto *it = field(j, name);
+    if (!it) return make_error(std::string("field '") + name + "' is missing");
+    if (!it->is_string()) return make_error(std::string("field '") + name + "' must be a string");
+    const std::string_view s = as_string(*it);
     if (s.size() > max_len)
-        return make_error(std::string("field '") + field + "' is longer than " +
+        return make_error(std::string("field '") + name + "' is longer than " +
                           std::to_string(max_len) + " bytes");
     return s;
 }
@@ -97,15 +197,10 @@ Result<std::int64_t> parse_kv_integer(std::string_view value) {
     return neg ? -static_cast<std::int64_t>(mag) : static_cast<std::int64_t>(mag);
 }
 
-Result<Request> parse_request(std::string_view header, const std::string_view *value) {
-    if (header.size() > kMaxHeaderBytes)
-        return make_error("request header is longer than " + std::to_string(kMaxHeaderBytes) +
-                          " bytes");
-    // Depth is bounded by the size limit; nlohmann's recursive parser copes with 256 KiB of
-    // nesting brackets, which the fuzzer exercises.
-    json j = json::parse(header.begin(), header.end(), nullptr, /*allow_exceptions=*/false);
-    if (!j.is_object()) return make_error("request header is not a JSON object");
+namespace {
 
+template <class Doc>
+Result<Request> parse_fields(const Doc &j, const std::string_view *value) {
     Request r;
     auto ver = get_uint(j, "v", 1000);
     if (!ver) return Error{ver.error()};
@@ -117,7 +212,7 @@ Result<Request> parse_request(std::string_view header, const std::string_view *v
     r.rid = rid.value();
     // A missing secret is not a parse error: the service refuses it (and logs it) like a
     // wrong one.
-    if (j.contains("secret")) {
+    if (field(j, "secret")) {
         auto secret = get_string(j, "secret", kSecretHexLength);
         if (!secret) return Error{secret.error()};
         r.secret = secret.value();
@@ -128,27 +223,32 @@ Result<Request> parse_request(std::string_view header, const std::string_view *v
     for (const auto &s : op_specs())
         if (opname.value() == s.name) spec = &s;
     if (!spec) {
-        std::string shown = opname.value();
+        std::string shown(opname.value());
         if (!printable(shown)) shown = "(unprintable)";
         return make_error("unknown op '" + shown + "'");
     }
     r.op = spec->op;
 
-    std::set<std::string> allowed = {"v", "op", "rid", "secret"};
-    for (const char *f : spec->fields) allowed.insert(f[0] == '?' ? f + 1 : f);
-    for (auto it = j.begin(); it != j.end(); ++it) {
-        if (!allowed.count(it.key())) {
-            std::string shown = it.key().substr(0, 64);
-            if (!printable(shown)) shown = "(unprintable)";
-            return make_error(std::string("op ") + spec->name + ": unexpected field '" + shown + "'");
-        }
+    // The first unknown key in sorted order is named (nlohmann's object is sorted; the scan
+    // keeps the text's order).
+    std::optional<std::string_view> strange;
+    each_key(j, [&](std::string_view key) {
+        bool known = key == "v" || key == "op" || key == "rid" || key == "secret";
+        for (const char *f : spec->fields) known = known || key == (f[0] == '?' ? f + 1 : f);
+        if (!known && (!strange || key < *strange)) strange = key;
+        return true;
+    });
+    if (strange) {
+        std::string stranger(strange->substr(0, 64));
+        if (!printable(stranger)) stranger = "(unprintable)";
+        return make_error(std::string("op ") + spec->name + ": unexpected field '" + stranger + "'");
     }
     auto fail = [&](const std::string &msg) {
         return make_error(std::string("op ") + spec->name + ": " + msg);
     };
     for (const char *f : spec->fields) {
         if (f[0] == '?') {
-            if (!j.contains(f + 1)) continue;  // an optional field that is absent
+            if (!field(j, f + 1)) continue;  // an optional field that is absent
             ++f;
         }
         std::string_view name(f);
@@ -176,13 +276,19 @@ Result<Request> parse_request(std::string_view header, const std::string_view *v
             if (v.value() == 0) return fail("mp must be 1.." + std::to_string(kMaxUnitSizeRanks));
             r.batch.mp = static_cast<std::uint32_t>(v.value());
         } else if (name == "amount") {
-            auto it = j.find(f);
-            if (it == j.end()) return fail("field 'amount' is missing");
+            const auto *it = field(j, f);
+            if (!it) return fail("field 'amount' is missing");
             if (!it->is_number_integer()) return fail("field 'amount' must be an integer");
-            const bool neg = it->is_number_unsigned() ? false : it->get<std::int64_t>() < 0;
-            const std::uint64_t mag = it->is_number_unsigned() ? it->get<std::uint64_t>()
-                                      : neg ? 0 - static_cast<std::uint64_t>(it->get<std::int64_t>())
-                                            : static_cast<std::uint64_t>(it->get<std::int64_t>());
+            bool neg = false;
+            std::uint64_t mag = 0;
+            if constexpr (std::is_same_v<Doc, json>) {
+                neg = it->is_number_unsigned() ? false : it->template get<std::int64_t>() < 0;
+                mag = it->is_number_unsigned() ? it->template get<std::uint64_t>()
+                      : neg ? 0 - static_cast<std::uint64_t>(it->template get<std::int64_t>())
+                            : static_cast<std::uint64_t>(it->template get<std::int64_t>());
+            } else {
+                mag = as_uint(*it);  // the scan reads unsigned integers only
+            }
             if (mag > static_cast<std::uint64_t>(kMaxKvAdd))
                 return fail("field 'amount' is beyond +-" + std::to_string(kMaxKvAdd));
             r.amount = neg ? -static_cast<std::int64_t>(mag) : static_cast<std::int64_t>(mag);
@@ -202,14 +308,18 @@ Result<Request> parse_request(std::string_view header, const std::string_view *v
             if (auto st = check_node_name(v.value()); !st) return fail(st.error());
             r.node = v.value();
         } else if (name == "leave") {
-            const auto &k = j.at("leave");
-            if (!k.is_array() || k.empty() || k.size() > kMaxUnits)
-                return fail("field 'leave' must be an array of 1.." + std::to_string(kMaxUnits) +
-                            " unit ids");
-            for (const auto &e : k) {
-                if (!e.is_number_unsigned() || e.get<std::uint64_t>() >= kMaxUnits)
-                    return fail("field 'leave' must hold unit ids below " + std::to_string(kMaxUnits));
-                r.leave.push_back(e.get<std::uint32_t>());
+            const auto &k = *field(j, "leave");
+            const std::string bad = "field 'leave' must be an array of 1.." + std::to_string(kMaxUnits) + " unit ids";
+            if constexpr (std::is_same_v<Doc, json>) {
+                if (!k.is_array() || k.empty() || k.size() > kMaxUnits) return fail(bad);
+                for (const auto &e : k) {
+                    if (!e.is_number_unsigned() || e.template get<std::uint64_t>() >= kMaxUnits)
+                        return fail("field 'leave' must hold unit ids below " + std::to_string(kMaxUnits));
+                    r.leave.push_back(e.template get<std::uint32_t>());
+                }
+            } else {
+                (void)k;
+                return fail(bad);  // the scan gives up on arrays: never an array here
             }
         } else if (name == "via") {
             auto v = get_string(j, f, 16);
@@ -232,19 +342,22 @@ Result<Request> parse_request(std::string_view header, const std::string_view *v
             auto v = get_string(j, f, kMaxKeyLength);
             if (!v) return fail(v.error());
             if (auto st = check_kv_key(v.value()); !st) return fail(st.error());
-            r.keys.push_back(v.value());
+            r.keys.emplace_back(v.value());
         } else if (name == "keys") {
-            auto kit = j.find("keys");
-            if (kit == j.end()) return fail("field 'keys' is missing");
-            const auto &k = *kit;
-            if (!k.is_array() || k.empty() || k.size() > kMaxWaitKeys)
-                return fail("field 'keys' must be an array of 1.." +
-                            std::to_string(kMaxWaitKeys) + " keys");
-            for (const auto &e : k) {
-                if (!e.is_string()) return fail("field 'keys' must hold strings");
-                const auto &s = e.get_ref<const std::string &>();
-                if (auto st = check_kv_key(s); !st) return fail(st.error());
-                r.keys.push_back(s);
+            const auto *kit = field(j, "keys");
+            if (!kit) return fail("field 'keys' is missing");
+            const std::string bad = "field 'keys' must be an array of 1.." + std::to_string(kMaxWaitKeys) + " keys";
+            if constexpr (std::is_same_v<Doc, json>) {
+                const auto &k = *kit;
+                if (!k.is_array() || k.empty() || k.size() > kMaxWaitKeys) return fail(bad);
+                for (const auto &e : k) {
+                    if (!e.is_string()) return fail("field 'keys' must hold strings");
+                    const auto &s = e.template get_ref<const std::string &>();
+                    if (auto st = check_kv_key(s); !st) return fail(st.error());
+                    r.keys.push_back(s);
+                }
+            } else {
+                return fail(bad);  // the scan gives up on arrays: never an array here
             }
         }
     }
@@ -257,6 +370,21 @@ Result<Request> parse_request(std::string_view header, const std::string_view *v
         return fail("unexpected second frame");
     }
     return r;
+}
+
+}  // namespace
+
+Result<Request> parse_request(std::string_view header, const std::string_view *value) {
+    if (header.size() > kMaxHeaderBytes)
+        return make_error("request header is longer than " + std::to_string(kMaxHeaderBytes) +
+                          " bytes");
+    Flat flat;
+    if (scan_flat(header, flat)) return parse_fields(flat, value);
+    // Depth is bounded by the size limit; nlohmann's recursive parser copes with 256 KiB of
+    // nesting brackets, which the fuzzer exercises.
+    json j = json::parse(header.begin(), header.end(), nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object()) return make_error("request header is not a JSON object");
+    return parse_fields(j, value);
 }
 
 std::string request_header(const Request &r) {
@@ -535,10 +663,23 @@ Result<Endpoint> parse_endpoint(std::string_view text, bool for_bind) {
 }
 
 std::string ok_reply(std::uint64_t rid, json body) {
+    // Most replies have no body: the same bytes as the dump below, without building it.
+    if (body.is_object() && body.empty())
+        return "{\"ok\":true,\"rid\":" + std::to_string(rid) + ",\"v\":" + std::to_string(kWireVersion) + "}";
     body["v"] = kWireVersion;
     body["rid"] = rid;
     body["ok"] = true;
     return body.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string heartbeat_reply(std::uint64_t rid, const HeartbeatAck &a) {
+    // nlohmann's object is sorted by key; ok_reply adds ok, rid and v.
+    auto ms = [](std::int64_t t) { return std::to_string(static_cast<std::uint64_t>(std::max<std::int64_t>(t, 0))); };
+    return std::string("{\"abandon_generation\":") + std::to_string(a.abandon_generation) +
+           ",\"fenced\":" + (a.fenced ? "true" : "false") +
+           ",\"fenced_generation\":" + std::to_string(a.fenced_generation) + ",\"interval_ms\":" + ms(a.interval_ms) +
+           ",\"ok\":true,\"rid\":" + std::to_string(rid) + ",\"timeout_ms\":" + ms(a.timeout_ms) +
+           ",\"unit_lost\":" + (a.unit_lost ? "true" : "false") + ",\"v\":" + std::to_string(kWireVersion) + "}";
 }
 
 std::string error_reply(std::uint64_t rid, std::string_view message) {

@@ -113,6 +113,9 @@ struct Endpoint {
 Result<Endpoint> parse_endpoint(std::string_view text, bool for_bind);
 
 std::string ok_reply(std::uint64_t rid, nlohmann::json body = nlohmann::json::object());
+// ok_reply(rid, heartbeat_to_json(a)), byte for byte, written directly: every rank sends a
+// heartbeat a second, and building the JSON object was half of the coordinator's time for one.
+std::string heartbeat_reply(std::uint64_t rid, const HeartbeatAck &a);
 std::string error_reply(std::uint64_t rid, std::string_view message);
 
 }  // namespace omni::launcher

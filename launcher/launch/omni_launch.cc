@@ -28,6 +28,7 @@
 
 #include "common/job_options.h"
 #include "common/parse.h"
+#include "coord/conn_auth.h"
 #include "coord/coordinator.h"
 #include "coord/log.h"
 #include "coord/secret.h"
@@ -181,9 +182,11 @@ void install_signal_handlers() {
 // runtime's, its liveness thread's, the C API's store). Batch scripts often run with a soft
 // limit of 1024 open files, which a job of a few hundred ranks exhausts: libzmq then leaves
 // new connections unaccepted and those ranks time out at their join (doc/design.md,
-// "Scaling"). Raised towards what the largest world needs, never past the hard limit.
+// "Scaling"). Raised towards what the largest world needs, never past the hard limit, with
+// room for as many unfinished handshakes as the coordinator keeps (conn_auth.h).
 void raise_open_files(std::uint64_t max_world) {
-    const rlim_t need = static_cast<rlim_t>(max_world) * 3 + 256;
+    const rlim_t need = static_cast<rlim_t>(max_world) * kConnectionsPerRank +
+                        static_cast<rlim_t>(max_pending_connections(max_world)) + 256;
     rlimit rl{};
     if (::getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= need) return;
     rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? need : std::min(need, rl.rlim_max);
