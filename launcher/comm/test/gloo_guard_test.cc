@@ -13,16 +13,20 @@
 #include "config.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 #include <gloo/transport/tcp/address.h>
 
 #include <chrono>
+#include <cerrno>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -139,25 +143,69 @@ void build(int n, const std::function<void(const Blobs &)> &during, Blobs *seen 
     if (seen) *seen = b;
 }
 
-// Gloo with one listener per pair (Debian 12's) must be guarded: configure finding
-// tcp/listener.h or the new loop API where they are absent would silently drop the guard.
-// Gloo from 2023-05 on (Debian 13's and unstable's) shares one listener per device and is used
-// unguarded (doc/design.md), so there the check does not apply.
-TEST(GlooGuard, ThisGlooIsGuarded) {
-#if defined(HAVE_GLOO_TRANSPORT_TCP_LISTENER_H) || defined(OMNI_GLOO_HANDLER_LOOP)
-    GTEST_SKIP() << "this Gloo (with gloo/transport/tcp/listener.h) shares one listener per device: not guarded";
-#else
-    EXPECT_TRUE(gloo_pairs_guarded());
-#endif
+// Every Gloo this builds with is guarded: Debian 12's (one listener per pair) and Gloo from
+// 2023-05 on (Debian 13's and unstable's: one listener per device, the pairs listen on doors
+// of their own, comm/pair_doors.h).
+TEST(GlooGuard, ThisGlooIsGuarded) { EXPECT_TRUE(gloo_pairs_guarded()); }
+
+// This process's listening TCP sockets on `ip` (the port is ignored).
+std::vector<sockaddr_storage> listening_on(const sockaddr_storage &ip) {
+    std::vector<sockaddr_storage> out;
+    DIR *dir = ::opendir("/proc/self/fd");
+    if (!dir) return out;
+    while (dirent *e = ::readdir(dir)) {
+        const int fd = std::atoi(e->d_name);
+        struct stat st {};
+        if (fd <= 2 || fd == ::dirfd(dir) || ::fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+        int on = 0;
+        socklen_t len = sizeof on;
+        if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &on, &len) != 0 || !on) continue;
+        sockaddr_storage me{};
+        socklen_t ml = sizeof me;
+        if (::getsockname(fd, reinterpret_cast<sockaddr *>(&me), &ml) != 0 || me.ss_family != AF_INET) continue;
+        if (reinterpret_cast<sockaddr_in &>(me).sin_addr.s_addr == reinterpret_cast<const sockaddr_in &>(ip).sin_addr.s_addr)
+            out.push_back(me);
+    }
+    ::closedir(dir);
+    return out;
+}
+bool same_port(const sockaddr_storage &a, const sockaddr_storage &b) {
+    return reinterpret_cast<const sockaddr_in &>(a).sin_port == reinterpret_cast<const sockaddr_in &>(b).sin_port;
+}
+
+// Whether a connection to `ss` is established within `ms` (a dropped SYN: not).
+bool answers_within(const sockaddr_storage &ss, int ms) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    if (fd < 0) return false;
+    bool up = ::connect(fd, reinterpret_cast<const sockaddr *>(&ss), sizeof(sockaddr_in)) == 0;
+    if (!up && errno == EINPROGRESS) {
+        pollfd p{fd, POLLOUT, 0};
+        int err = 0;
+        socklen_t len = sizeof err;
+        up = ::poll(&p, 1, ms) == 1 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0;
+    }
+    ::close(fd);
+    return up;
 }
 
 TEST(GlooGuard, StrangersAreRefusedAndTheCommunicatorBuilds) {
-    if (!gloo_pairs_guarded()) GTEST_SKIP() << "this Gloo shares one listener per device";
     const std::size_t refused0 = refused_pair_connections();
     Blobs first;
     build(3, [](const Blobs &) {}, &first);
     build(3, [&](const Blobs &b) {
         ASSERT_EQ(b.listeners.size(), 6u);  // 3 ranks x 2 pairs, each listening
+        // Anything else this process listens on there is Gloo's own (one per device, with
+        // Gloo from 2023-05 on; none with Debian 12's): it must answer no one, or a stranger
+        // could hand it a pair's sequence number (see gloo_guard_shared.inc).
+        int gloo_listeners = 0;
+        for (const auto &l : listening_on(b.listeners[0])) {
+            bool pair = false;
+            for (const auto &p : b.listeners) pair = pair || same_port(l, p);
+            if (pair) continue;
+            ++gloo_listeners;
+            EXPECT_FALSE(answers_within(l, 300)) << "Gloo's device listener took a stranger's connection";
+        }
+        std::printf("Gloo device listeners, none answering: %d\n", gloo_listeners);
         // Garbage, and a Gloo frame announcing 1 GiB (preamble: nbytes, opcode SEND_BUFFER,
         // slot, offset, length, roffset): wrong tokens, closed at once.
         for (int k = 0; k < 2; ++k) {
@@ -222,12 +270,14 @@ TEST(GlooGuard, StrangersAreRefusedAndTheCommunicatorBuilds) {
             EXPECT_LT(last, 2.6);
         }
     }, nullptr, [](const Blobs &b) {
-        // Built: nothing listens on those ports any more (the kernel refuses).
+        // Built: nothing listens on those ports any more (the kernel refuses), nor does Gloo's
+        // own listener.
         for (const auto &ss : b.listeners) {
             const int fd = dial(ss);
             EXPECT_LT(fd, 0) << "a built communicator's port still takes connections";
             if (fd >= 0) ::close(fd);
         }
+        EXPECT_EQ(listening_on(b.listeners[0]).size(), 0u) << "a rank listens once its communicator is built";
     });
     EXPECT_GE(refused_pair_connections() - refused0, 44u);
 }
