@@ -282,5 +282,22 @@ TEST(GlooGuard, StrangersAreRefusedAndTheCommunicatorBuilds) {
     EXPECT_GE(refused_pair_connections() - refused0, 44u);
 }
 
+// A communicator of one rank has no pair, so nothing must listen for it either (Gloo from
+// 2023-05 on opens its device listener all the same; it must be gone).
+TEST(GlooGuard, OneRankListensOnNothing) {
+    BlobExchange ex = [](const std::vector<char> &mine) { return std::vector<std::vector<char>>{mine}; };
+    GlooOptions o;
+    o.timeout = std::chrono::milliseconds(5000);
+    auto c = make_gloo_communicator(ex, 0, 1, o);
+    ASSERT_TRUE(c) << c.error();
+    sockaddr_storage lo{};
+    reinterpret_cast<sockaddr_in &>(lo).sin_family = AF_INET;
+    reinterpret_cast<sockaddr_in &>(lo).sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(listening_on(lo).size(), 0u) << "a communicator of one rank listens";
+    float v = 2;
+    EXPECT_TRUE(c.value()->allreduce(&v, 1, DType::fp32, ReduceOp::sum).ok());
+    EXPECT_EQ(v, 2.0f);
+}
+
 }  // namespace
 }  // namespace omni::launcher
