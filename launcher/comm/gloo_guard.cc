@@ -32,7 +32,6 @@
 #include <gloo/transport/tcp/pair.h>
 #ifdef OMNI_GLOO_SHARED_LISTENER
 #include <dirent.h>
-#include <linux/filter.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>

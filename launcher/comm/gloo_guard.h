@@ -28,8 +28,8 @@
 // is inside connect), publishes the door's address instead of Gloo's, and makes the
 // connection itself: the higher rank of the two dials the lower's door and sends its token,
 // the lower takes what its door hands over; then the socket goes to Gloo (connectCallback)
-// as Gloo's own connect would. Gloo's device listener, unused by then, drops every packet
-// (a socket filter) and is gone once the communicator is built (gloo_guard_shared.inc).
+// as Gloo's own connect would. Gloo's device listener, unused, is closed when the guarded
+// context is made (gloo_guard_shared.inc).
 //
 // Not covered: the connected pairs carry Gloo's frames in clear and unauthenticated, like any
 // plain TCP: an attacker on the path who can inject into or reset an established connection

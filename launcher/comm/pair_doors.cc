@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -116,6 +117,18 @@ private:
     Doorman() {
         ep_ = ::epoll_create1(EPOLL_CLOEXEC);
         if (ep_ < 0) throw std::runtime_error(std::string("epoll_create1: ") + std::strerror(errno));
+        // A child of fork() has no doorman thread and shares the parent's epoll instance: it
+        // starts afresh (its copies of the parent's doors are the parent's to serve).
+        ::pthread_atfork([] { get().m.lock(); }, [] { get().m.unlock(); }, [] { get().after_fork(); });
+    }
+
+    void after_fork() {
+        running_ = false;
+        ids_.clear();
+        doors_.clear();
+        ::close(ep_);
+        ep_ = ::epoll_create1(EPOLL_CLOEXEC);  // -1: watch() then fails and a door cannot open
+        m.unlock();
     }
 
     void watch(int fd, std::uint64_t id, DoorState *d) {
