@@ -21,12 +21,24 @@
 
 #include "coord/log.h"
 
-#if !defined(HAVE_GLOO_TRANSPORT_TCP_LISTENER_H) && !defined(OMNI_GLOO_HANDLER_LOOP)
 #define OMNI_GLOO_GUARDED 1
+#if defined(HAVE_GLOO_TRANSPORT_TCP_LISTENER_H) || defined(OMNI_GLOO_HANDLER_LOOP)
+// Gloo from 2023-05 on: one listener per device; pairs listen on doors of their own.
+#define OMNI_GLOO_SHARED_LISTENER 1
+#endif
 #include <gloo/common/error.h>
 #include <gloo/transport/tcp/context.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/tcp/pair.h>
+#ifdef OMNI_GLOO_SHARED_LISTENER
+#include <dirent.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+
+#include "comm/pair_doors.h"
 #endif
 
 namespace omni::launcher {
@@ -52,6 +64,8 @@ PairToken random_token() {
 
 namespace tcp = gloo::transport::tcp;
 
+#ifndef OMNI_GLOO_SHARED_LISTENER  // the doors have their own
+
 std::string endpoint_text(const sockaddr_storage &a) {
     char host[INET6_ADDRSTRLEN] = "?";
     if (a.ss_family == AF_INET) {
@@ -66,6 +80,7 @@ std::string endpoint_text(const sockaddr_storage &a) {
     }
     return "?";
 }
+#endif
 
 // A refusal, logged for the first 32 of the process (a flood must not flood the log).
 void note_refused(const std::string &from, const char *why) {
@@ -76,6 +91,7 @@ void note_refused(const std::string &from, const char *why) {
                      (n == 32 ? " (further refusals are not logged)" : ""));
 }
 
+#ifndef OMNI_GLOO_SHARED_LISTENER
 class GuardedPair;
 
 // A slot for an accepted connection that owes its token. Slots are the pair's own and are
@@ -296,6 +312,9 @@ public:
         return pairs_[rank];
     }
 };
+#else
+#include "comm/gloo_guard_shared.inc"
+#endif
 #endif
 
 }  // namespace

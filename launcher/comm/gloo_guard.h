@@ -19,6 +19,18 @@
 // partial token after kPairHandshake, past kMaxPendingPerPair held connections the oldest.
 // Tokens are new for every communicator, so a captured one is worth nothing later.
 //
+// Gloo from 2023-05 on (Debian 13's 0.5.0 and unstable's; gloo/transport/tcp/listener.h)
+// shares ONE listener per device instead: a connection writes an 8-byte sequence number and
+// the listener hands it to the pair waiting for that number or keeps it for ever. Sequence
+// numbers count from 0, so a stranger could take a pair or pile up descriptors. There a
+// guarded pair listens on a door of its own (pair_doors.h: the same token, checks and
+// bounds, enforced by one doorman thread of the process at any time, not only while the rank
+// is inside connect), publishes the door's address instead of Gloo's, and makes the
+// connection itself: the higher rank of the two dials the lower's door and sends its token,
+// the lower takes what its door hands over; then the socket goes to Gloo (connectCallback)
+// as Gloo's own connect would. Gloo's device listener, unused, is closed when the guarded
+// context is made (gloo_guard_shared.inc).
+//
 // Not covered: the connected pairs carry Gloo's frames in clear and unauthenticated, like any
 // plain TCP: an attacker on the path who can inject into or reset an established connection
 // is out of reach from outside Gloo (a reset fails the collective: the job rewinds).
@@ -44,11 +56,11 @@ constexpr std::chrono::milliseconds kPairHandshake{2000};
 // Accepted connections held per listening pair while they owe their token.
 constexpr std::size_t kMaxPendingPerPair = 8;
 
-// True where this Gloo's pairs can be guarded (each pair listens on its own socket; newer Gloo
-// shares one listener per device and is left as it is, see doc/design.md).
+// True where this Gloo's pairs are guarded: every Gloo libomni builds with (Debian 12's, each
+// pair with its own listener; and Gloo from 2023-05 on, through doors).
 bool gloo_pairs_guarded();
 
-// A transport context whose pairs are guarded (plain Gloo pairs where !gloo_pairs_guarded()).
+// A transport context whose pairs are guarded (plain Gloo pairs for a device that is not TCP).
 std::shared_ptr<gloo::transport::Context> make_guarded_context(
     const std::shared_ptr<gloo::transport::Device> &device, int rank, int size);
 

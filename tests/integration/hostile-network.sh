@@ -14,7 +14,9 @@
 #    gets garbage, a Gloo frame header announcing 1 GiB (each closed within 1 s), half a
 #    token then silence (closed within 2.6 s: the pairs' 2 s deadline, or the pair connecting)
 #    and 20 idle connections (all closed within 3 s, at most 8 held); each rank logs the
-#    refusals naming n4, and the reshapes go on (comm/gloo_guard.h);
+#    refusals naming n4, and the reshapes go on (comm/gloo_guard.h); with Gloo from 2023-05
+#    on (Slurm 24.11's Debian 13, 26.05's sid) the pairs listen on doors of their own and
+#    Gloo's device listener is closed as soon as a rank's communicator is made;
 #  - a second Unix user, created here, cannot read the job secret or the job directory, is
 #    refused by the coordinator with a guessed secret, by omni-ctl --job, and as a satellite
 #    of the job (omni-launch --satellite without the secret, and an sbatch of theirs with a
