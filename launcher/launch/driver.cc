@@ -1,4 +1,6 @@
 // omni-launch's supervisor; see launch/driver.h.
+#include "config.h"
+
 #include "launch/driver.h"
 
 #include <algorithm>
@@ -12,7 +14,6 @@
 #include <thread>
 
 #include <signal.h>
-#include <slurm/slurm_version.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -1115,7 +1116,10 @@ void Driver::await_preemption() {
     if (alloc_.job_id == 0) return;
     auto job = own_job(0);
     if (!job || !job.value().preempted) return;
-#if SLURM_VERSION_NUMBER >= SLURM_VERSION_NUM(24, 5, 0)
+#ifndef OMNI_SLURM_VERSION_NUMBER
+#error "config.h names no OMNI_SLURM_VERSION_NUMBER (configure reads it off slurm/slurm_version.h)"
+#endif
+#if OMNI_SLURM_VERSION_NUMBER >= (24 << 16) + (5 << 8)  // the Slurm built against
     // omni-launch as the batch step's own process (exec'd by the script) ends it by exiting.
     log_line(LogLevel::Info, kComponent,
              "Slurm is preempting job " + std::to_string(alloc_.job_id) +
