@@ -20,8 +20,10 @@ cd "$work"
 fs=$work/fs
 mkdir -p "$fs"
 mount -t tmpfs -o size=4m tmpfs "$fs" || skip "cannot mount a tmpfs here"
-# At exit the tmpfs goes first (already unmounted is fine), then the work directory.
-trap 'umount "$fs" 2>/dev/null || true; cleanup_work' EXIT
+# At exit the tmpfs goes first (already unmounted is fine), then a cluster of the test's own
+# (run alone, not on CI's shared one: this trap replaces cluster_acquire's), then the work
+# directory.
+trap 'umount "$fs" 2>/dev/null || true; cluster_release; cleanup_work' EXIT
 py=/usr/bin/python3
 pkg=$top_build/python/pkg
 torch_ok=1
