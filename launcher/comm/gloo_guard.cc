@@ -37,9 +37,9 @@
 #include <sys/stat.h>
 
 #include <cstdlib>
-
-#include "comm/pair_doors.h"
 #endif
+// door_endpoint_text, for both Gloos' refusal lines.
+#include "comm/pair_doors.h"
 
 namespace omni::launcher {
 
@@ -63,24 +63,6 @@ PairToken random_token() {
 }
 
 namespace tcp = gloo::transport::tcp;
-
-#ifndef OMNI_GLOO_SHARED_LISTENER  // the doors have their own
-
-std::string endpoint_text(const sockaddr_storage &a) {
-    char host[INET6_ADDRSTRLEN] = "?";
-    if (a.ss_family == AF_INET) {
-        const auto &v4 = reinterpret_cast<const sockaddr_in &>(a);
-        ::inet_ntop(AF_INET, &v4.sin_addr, host, sizeof host);
-        return std::string(host) + ":" + std::to_string(ntohs(v4.sin_port));
-    }
-    if (a.ss_family == AF_INET6) {
-        const auto &v6 = reinterpret_cast<const sockaddr_in6 &>(a);
-        ::inet_ntop(AF_INET6, &v6.sin6_addr, host, sizeof host);
-        return "[" + std::string(host) + "]:" + std::to_string(ntohs(v6.sin6_port));
-    }
-    return "?";
-}
-#endif
 
 // A refusal, logged for the first 32 of the process (a flood must not flood the log).
 void note_refused(const std::string &from, const char *why) {
@@ -232,7 +214,7 @@ private:
         slot->fd = fd;
         slot->n = 0;
         slot->since = std::chrono::steady_clock::now();
-        slot->from = endpoint_text(a);
+        slot->from = door_endpoint_text(a);
         device_->registerDescriptor(fd, EPOLLIN, slot);
         arm(true);
     }
