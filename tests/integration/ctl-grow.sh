@@ -136,6 +136,7 @@ expect_eq "lines with the job secret in ps, squeue, scontrol and the batch scrip
 # The sentinels: at least one (a satellite step's first task), each with 0-2 open only, and
 # alive (sleeping) with no child after a SIGTERM that was no preemption.
 [ -n "$(sed -n 's/^sentinels //p' "$work/grow.out" | tr -d ' ')" ] || fail "no preemption sentinel in the satellite's steps"
+# '|| true' on both: grep -v finding no bad line (exit 1) is the pass case, checked just after.
 bad_fds=$(sed -n 's/^sentinel-fds //p' "$work/grow.out" | grep -vx '0 1 2 ' || true)
 [ -z "$bad_fds" ] || fail "a sentinel holds descriptors other than 0-2: $bad_fds"
 bad_state=$(sed -n 's/^sentinel-after-term //p' "$work/grow.out" | grep -vE '^S children 0$' || true)
