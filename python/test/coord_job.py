@@ -28,7 +28,7 @@ def read(path):
 
 
 def run_job(test, d, worker, args, units, target, joiners=0, extra_env=None, per_unit_env=None,
-            serve_stops=True, seconds=120, prestart=False):
+            serve_stops=True, seconds=120, prestart=False, stop_step=0):
     """Runs UNITS ranks of `worker` (its argv: the log path, then `args`) under a coordinator in
     directory `d` that reshapes to `target` units once the job forms, then stops it; `joiners`
     more ranks are started once generation 1 exists. Returns (each rank's log lines, the
@@ -38,13 +38,15 @@ def run_job(test, d, worker, args, units, target, joiners=0, extra_env=None, per
     honours it: torch_worker.py) until generation 1 exists. A joiner started only then, which
     must still start Python and import torch, was not admitted within the whole 40-step run
     (24 s) at load 12 on 2 cores (a Debian 13 root, 2026-12-07); the start-up time of Python
-    is not what a grow test checks."""
+    is not what a grow test checks. The coordinator asks the job to stop once the reshape is
+    done and the job has finished step `stop_step`."""
     job = os.path.join(d, "job")
     os.mkdir(job, 0o700)
     # The coordinator keeps serving after the stop until the ranks have exited: rank 0's note
     # of the checkpoint it writes at the stop must find it (omni-launch's lives as long).
     serve = subprocess.Popen([SERVE, job, str(units), str(target), str(seconds)], stdout=subprocess.PIPE, text=True,
-                             env=dict(os.environ, OMNI_SERVE_LINGER_MS=str(seconds * 1000)))
+                             env=dict(os.environ, OMNI_SERVE_LINGER_MS=str(seconds * 1000),
+                                      OMNI_SERVE_STOP_STEP=str(stop_step)))
     test.assertTrue(serve.stdout.readline().startswith("tcp://"))
     procs, logs = [], []
 

@@ -131,7 +131,7 @@ class Torch(unittest.TestCase):
         # are the survivors' after that step, and the loss falls as the lone run's does.
         d = tempfile.mkdtemp(dir=self.dir)
         ranks, seen = coord_job.run_job(self, d, "torch_worker.py", [str(STEPS), "ddp", "-", "0", "0.05"], 2, 3,
-                                        joiners=1)
+                                        joiners=1, prestart=True, stop_step=12)
         self.assertIn("generation 2 world 3", seen)
         by_step = {}
         for events in ranks:

@@ -11,6 +11,8 @@
 // and liveness timeout (default 20000, as omni-launch's default --boundary-timeout);
 // OMNI_SERVE_LINGER_MS keeps the coordinator serving that long after the stop (default 0),
 // for a rank that was stopped (SIGSTOP) to learn, once resumed, that it is fenced out.
+// OMNI_SERVE_STOP_STEP holds the stop until the job has finished that step (default 0): a
+// joiner that is admitted at once would otherwise leave a run of two or three steps.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -47,6 +49,12 @@ int main(int argc, char **argv) {
         return 2;
     }
     pc.boundary_timeout_ms = pc.liveness_timeout_ms = static_cast<std::int64_t>(timeout.value());
+    const char *stop_text = std::getenv("OMNI_SERVE_STOP_STEP");
+    auto stop_step = omni::parse_uint(stop_text ? stop_text : "0", 0, 1000000, "OMNI_SERVE_STOP_STEP");
+    if (!stop_step) {
+        std::fprintf(stderr, "runtime_coord_serve: %s\n", stop_step.error().c_str());
+        return 2;
+    }
     auto served = omni::launcher::test::serve_coordinator("runtime_coord_serve", argv[1], pc);
     if (!served) return 1;
     const std::string endpoint = served->endpoint;
@@ -84,7 +92,8 @@ int main(int argc, char **argv) {
                 r.units = static_cast<std::uint32_t>(target.value());
                 reshape_sent = bool(ctl.value()->call(r, 2000));
             } else if (gen >= 1 && reshape_sent && !stop_sent &&
-                       (target.value() == 0 || gen >= 2)) {
+                       (target.value() == 0 || gen >= 2) &&
+                       j["last_step"].get<std::uint64_t>() >= stop_step.value()) {
                 r.op = Op::Stop;
                 r.reason = "runtime_coord_serve done";
                 stop_sent = bool(ctl.value()->call(r, 2000));
