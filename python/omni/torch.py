@@ -165,7 +165,8 @@ def _guarded_devices():
     """Gloo TCP devices whose pairs take a connection only after the pair's token (libomni's
     guard, gloo_guard.h), where torch's own would listen: one per GLOO_SOCKET_IFNAME interface,
     else on the address libomni uses. TypeError where torch's ProcessGroupGloo.Device cannot
-    hold them (another pybind11 ABI, another libgloo), omni.Error where Gloo cannot make one."""
+    hold them (another pybind11 ABI, another libgloo), omni.Error where Gloo cannot make one
+    (RuntimeError: a conversion pybind11 refuses)."""
     make = getattr(omni._omni, "gloo_guarded_device", None)
     if make is None:
         raise AttributeError("this omni module has no gloo_guarded_device")
@@ -201,7 +202,7 @@ def _guarded_gloo_class():
                     opts._devices = devices
                     opts._threads = 2 * len(devices)   # as torch's own constructor
                     opts._timeout = timeout
-                except (AttributeError, TypeError, omni.Error) as e:
+                except (AttributeError, TypeError, RuntimeError, omni.Error) as e:
                     _gloo_guard_unavailable(str(e))
                     devices = None
             else:
