@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include <gloo/transport/device.h>
+
 #include "buffer.h"
 #include "omni/ckpt.h"
 #include "omni/omni.h"
@@ -871,6 +873,26 @@ PYBIND11_MODULE(_omni, m) {
           py::arg("expected"),
           "After it: its new connections are shut down when a peer is declared lost; returns how many "
           "were adopted (0 unless exactly `expected` appeared; omni_sockets_adopt).");
+    m.def("gloo_guarded_device",
+          [](const std::string &iface, const std::string &hostname) -> py::object {
+              // torch registers gloo::transport::Device (ProcessGroupGloo.Device) in pybind11's
+              // internals; ours are the same only where both modules were built with the same
+              // pybind11 ABI (and torch links the same libgloo: the type is libgloo's).
+              if (!py::detail::get_type_info(typeid(gloo::transport::Device)))
+                  throw py::type_error(
+                      "gloo_guarded_device(): no Python type for gloo::transport::Device: import "
+                      "torch.distributed first; if it is imported, torch's pybind11 internals are not "
+                      "this module's (a torch built with another pybind11 or compiler ABI)");
+              void *out = nullptr;
+              check(omni_gloo_guarded_device(iface.c_str(), hostname.c_str(), &out), "gloo_guarded_device()");
+              std::unique_ptr<std::shared_ptr<gloo::transport::Device>> held(
+                  static_cast<std::shared_ptr<gloo::transport::Device> *>(out));
+              return py::cast(*held);
+          },
+          py::arg("iface") = "", py::arg("hostname") = "",
+          "A Gloo TCP device whose pairs only take a connection that first sends the pair's token, "
+          "which travels in the pair's address through the group's store (omni_gloo_guarded_device), "
+          "as torch's ProcessGroupGloo.Device.");
     m.def("set_cuda_stream", [](py::handle stream) {
         const std::uint64_t s = stream.is_none() ? 0 : to_u64(stream, "stream", 0, UINT64_MAX);
         check(omni_set_cuda_stream(reinterpret_cast<void *>(static_cast<std::uintptr_t>(s))), "set_cuda_stream()");

@@ -247,6 +247,16 @@ int omni_check_member(void);
 int omni_sockets_begin(void);
 int omni_sockets_adopt(uint32_t expected, uint32_t *adopted);
 
+/* For a C++ caller that links the same libgloo (omni.torch's Gloo group): a Gloo TCP device
+ * whose pairs are guarded as libomni's own (libomni(3) SECURITY): each pair's address bytes
+ * carry a fresh token, which a connection to the pair must send before Gloo sees it, so the
+ * store its rendezvous goes through must be authenticated (the coordinator's). `iface` (a
+ * network interface) or else `hostname` (an address or a name) says where its pairs listen.
+ * *device receives a new std::shared_ptr<gloo::transport::Device> (as void *), the caller's
+ * to delete. Needs no omni_init. Errors: OMNI_EINVAL (both empty or NULL, device NULL),
+ * OMNI_ECOMM (Gloo could not make the device; the message says why). */
+int omni_gloo_guarded_device(const char *iface, const char *hostname, void **device);
+
 /* Groups (OMNI_MP = M, libomni(3) LAYOUTS): a unit of N ranks holds N/M replicas of M ranks.
  *   OMNI_GROUP_DP     the data-parallel group: one rank per replica, the ranks holding this
  *                     rank's model-parallel slice (MP index slot % M); rebuilt at every

@@ -73,6 +73,51 @@ void note_refused(const std::string &from, const char *why) {
                      (n == 32 ? " (further refusals are not logged)" : ""));
 }
 
+// Where Gloo's connectFullMesh lets the transport context rendezvous by itself: Gloo's
+// tcp::Context publishes one device address and sequence numbers, and makes plain pairs (its
+// createPair(rank, bool) is not virtual). A guarded context takes Gloo's generic route instead:
+// every pair's address().bytes() (with the token) through the store, then pair->connect().
+#if defined(OMNI_GLOO_CONNECT_ALL_SHARED)
+#define OMNI_GUARDED_CONNECT_ALL                                                   \
+    void createAndConnectAllPairs(std::shared_ptr<gloo::IStore> store) override { \
+        gloo::transport::Context::createAndConnectAllPairs(std::move(store));      \
+    }
+#elif defined(OMNI_GLOO_CONNECT_ALL_REF)
+#define OMNI_GUARDED_CONNECT_ALL                                  \
+    void createAndConnectAllPairs(gloo::IStore &store) override { \
+        gloo::transport::Context::createAndConnectAllPairs(store); \
+    }
+#else
+#define OMNI_GUARDED_CONNECT_ALL
+#endif
+
+// What a pair of a guarded device publishes (gloo_guard.h): Gloo's address, then, for a
+// rendezvous that passes only addresses, the pair's token.
+class TokenAddress final : public tcp::Address {
+public:
+    TokenAddress(const tcp::Address &a, const PairToken &token, bool with_token)
+        : tcp::Address(a), token_(token), with_token_(with_token) {}
+    std::vector<char> bytes() const override {
+        std::vector<char> b = tcp::Address::bytes();
+        if (with_token_) b.insert(b.end(), token_.begin(), token_.end());
+        return b;
+    }
+
+private:
+    const PairToken token_;
+    const bool with_token_;
+};
+
+// A peer's address bytes from such a rendezvous: its token off the end into `token`.
+std::vector<char> split_token(const std::vector<char> &bytes, PairToken &token) {
+    if (bytes.size() <= kPairTokenBytes)
+        throw std::runtime_error("a guarded Gloo pair's peer address has " + std::to_string(bytes.size()) +
+                                 " bytes, expected an address and a " + std::to_string(kPairTokenBytes) +
+                                 "-byte token (is the peer's Gloo group guarded too?)");
+    std::memcpy(token.data(), bytes.data() + bytes.size() - kPairTokenBytes, kPairTokenBytes);
+    return std::vector<char>(bytes.begin(), bytes.end() - kPairTokenBytes);
+}
+
 #ifndef OMNI_GLOO_SHARED_LISTENER
 class GuardedPair;
 
@@ -100,8 +145,11 @@ struct Sweeper final : tcp::Handler {
 class GuardedPair final : public tcp::Pair {
 public:
     GuardedPair(tcp::Context *context, tcp::Device *device, int rank, std::chrono::milliseconds timeout,
-                const PairToken &own)
-        : tcp::Pair(context, device, rank, timeout), own_(own) {
+                const PairToken &own, bool token_in_address)
+        : tcp::Pair(context, device, rank, timeout),
+          own_(own),
+          token_in_address_(token_in_address),
+          published_(self_, own, token_in_address) {
         for (auto &s : slots_) s.pair = this;
         sweeper_.pair = this;
         std::lock_guard<std::mutex> l(m_);
@@ -130,6 +178,18 @@ public:
     void set_peer_token(const PairToken &t) {
         std::lock_guard<std::mutex> l(m_);
         peer_token_ = t;
+    }
+
+    const tcp::Address &address() const override { return published_; }
+    void connect(const std::vector<char> &bytes) override {
+        if (!token_in_address_) {
+            tcp::Pair::connect(bytes);
+            return;
+        }
+        PairToken t;
+        const std::vector<char> a = split_token(bytes, t);
+        set_peer_token(t);
+        tcp::Pair::connect(a);
     }
 
     void handleEvents(int events) override {
@@ -277,6 +337,8 @@ private:
     }
 
     const PairToken own_;
+    const bool token_in_address_;
+    const TokenAddress published_;
     PairToken peer_token_{};
     std::array<Slot, kMaxPendingPerPair> slots_;
     Sweeper sweeper_;
@@ -287,16 +349,39 @@ void Sweeper::handleEvents(int) { pair->sweep(); }
 
 class GuardedContext final : public tcp::Context {
 public:
-    GuardedContext(std::shared_ptr<tcp::Device> device, int rank, int size)
-        : tcp::Context(std::move(device), rank, size) {}
+    GuardedContext(std::shared_ptr<tcp::Device> device, int rank, int size, bool token_in_address)
+        : tcp::Context(std::move(device), rank, size), token_in_address_(token_in_address) {}
     std::unique_ptr<gloo::transport::Pair> &createPair(int rank) override {
-        pairs_[rank] = std::make_unique<GuardedPair>(this, device_.get(), rank, getTimeout(), random_token());
+        pairs_[rank] = std::make_unique<GuardedPair>(this, device_.get(), rank, getTimeout(), random_token(),
+                                                     token_in_address_);
         return pairs_[rank];
     }
+    OMNI_GUARDED_CONNECT_ALL
+
+private:
+    const bool token_in_address_;
 };
 #else
 #include "comm/gloo_guard_shared.inc"
 #endif
+
+// make_guarded_device's: Gloo's TCP device, whose contexts are guarded with the tokens in the
+// addresses. Gloo's own contexts hold the TCP device (their pairs use it), this one only makes
+// them.
+class GuardedDevice final : public gloo::transport::Device {
+public:
+    explicit GuardedDevice(std::shared_ptr<tcp::Device> tcp) : tcp_(std::move(tcp)) {}
+    std::string str() const override { return tcp_->str(); }
+    const std::string &getPCIBusID() const override { return tcp_->getPCIBusID(); }
+    int getInterfaceSpeed() const override { return tcp_->getInterfaceSpeed(); }
+    bool hasGPUDirect() const override { return tcp_->hasGPUDirect(); }
+    std::shared_ptr<gloo::transport::Context> createContext(int rank, int size) override {
+        return std::make_shared<GuardedContext>(tcp_, rank, size, true);
+    }
+
+private:
+    const std::shared_ptr<tcp::Device> tcp_;
+};
 #endif
 
 }  // namespace
@@ -313,9 +398,17 @@ std::shared_ptr<gloo::transport::Context> make_guarded_context(
     const std::shared_ptr<gloo::transport::Device> &device, int rank, int size) {
 #ifdef OMNI_GLOO_GUARDED
     if (auto tcp = std::dynamic_pointer_cast<tcp::Device>(device))
-        return std::make_shared<GuardedContext>(tcp, rank, size);
+        return std::make_shared<GuardedContext>(tcp, rank, size, false);
 #endif
     return device->createContext(rank, size);
+}
+
+std::shared_ptr<gloo::transport::Device> make_guarded_device(const gloo::transport::tcp::attr &attr) {
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+#ifdef OMNI_GLOO_GUARDED
+    if (auto tcp = std::dynamic_pointer_cast<tcp::Device>(device)) return std::make_shared<GuardedDevice>(tcp);
+#endif
+    return device;
 }
 
 PairToken own_token(gloo::transport::Pair &pair) {

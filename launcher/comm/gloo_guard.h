@@ -31,6 +31,15 @@
 // as Gloo's own connect would. Gloo's device listener, unused, is closed when the guarded
 // context is made (gloo_guard_shared.inc).
 //
+// PyTorch's own Gloo group (omni.torch) rendezvouses through Gloo's connectFullMesh, which
+// publishes nothing but each pair's address().bytes() and hands the peer's bytes to
+// pair->connect(). A guarded device (make_guarded_device) makes contexts whose pairs carry
+// their token there: address().bytes() is Gloo's address (or the door's) followed by the
+// token, and connect() takes the token off the end (Gloo sizes each address from the total:
+// all are the same length). Where Gloo's tcp::Context rendezvouses by itself
+// (createAndConnectAllPairs, Gloo from 2024 on: one device address and sequence numbers,
+// no room for a token), the guarded context uses Gloo's generic per-pair route instead.
+//
 // Not covered: the connected pairs carry Gloo's frames in clear and unauthenticated, like any
 // plain TCP: an attacker on the path who can inject into or reset an established connection
 // is out of reach from outside Gloo (a reset fails the collective: the job rewinds).
@@ -45,6 +54,7 @@
 #include <gloo/transport/context.h>
 #include <gloo/transport/device.h>
 #include <gloo/transport/pair.h>
+#include <gloo/transport/tcp/attr.h>
 
 namespace omni::launcher {
 
@@ -63,6 +73,13 @@ bool gloo_pairs_guarded();
 // A transport context whose pairs are guarded (plain Gloo pairs for a device that is not TCP).
 std::shared_ptr<gloo::transport::Context> make_guarded_context(
     const std::shared_ptr<gloo::transport::Device> &device, int rank, int size);
+
+// A TCP device (Gloo's tcp::CreateDevice(attr), which may throw) whose contexts are guarded
+// and carry each pair's token in its address bytes (see above), for a rendezvous that only
+// passes pair addresses through an authenticated store (Gloo's connectFullMesh, PyTorch's
+// ProcessGroupGloo). Each context it makes is meant for one build: contexts of Gloo from
+// 2023-05 on retire the device's own listener.
+std::shared_ptr<gloo::transport::Device> make_guarded_device(const gloo::transport::tcp::attr &attr);
 
 // The token a connection to `pair` must send first (zeros for an unguarded pair).
 PairToken own_token(gloo::transport::Pair &pair);

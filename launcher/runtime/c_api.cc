@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "comm/gloo_guard.h"
 #include "common/c_status.h"
 #include "coord/client.h"
 #include "coord/wire.h"
@@ -528,6 +529,30 @@ int omni_sockets_begin(void) {
         }
         r->begin_foreign_sockets();
         rt::sockets_begun = true;
+        return int(OMNI_OK);
+    });
+}
+
+int omni_gloo_guarded_device(const char *iface, const char *hostname, void **device) {
+    return guarded([&] {
+        if (!device) return fail(OMNI_EINVAL, "omni_gloo_guarded_device: device is NULL");
+        *device = nullptr;
+        gloo::transport::tcp::attr attr;
+        if (iface && *iface)
+            attr.iface = iface;
+        else if (hostname && *hostname)
+            attr.hostname = hostname;
+        else
+            return fail(OMNI_EINVAL, "omni_gloo_guarded_device: expected an interface or a hostname, got neither");
+        std::shared_ptr<gloo::transport::Device> d;
+        try {
+            d = omni::launcher::make_guarded_device(attr);
+        } catch (const std::exception &e) {
+            return fail(OMNI_ECOMM, std::string("omni_gloo_guarded_device: Gloo's TCP device on ") +
+                                        (attr.iface.empty() ? "host " + attr.hostname : "interface " + attr.iface) +
+                                        ": " + e.what());
+        }
+        *device = new std::shared_ptr<gloo::transport::Device>(std::move(d));
         return int(OMNI_OK);
     });
 }

@@ -38,6 +38,7 @@ import signal
 import socket
 import struct
 import sys
+import warnings
 
 import numpy as np
 import torch
@@ -145,6 +146,92 @@ def _bind_collectives():
     if name:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", name)
         os.environ.setdefault("NCCL_SOCKET_IFNAME", name)
+
+
+def _gloo_guard_unavailable(why):
+    """Said once a process: the generation's Gloo group is built with torch's plain devices."""
+    if not _gloo_guard_state.get("warned"):
+        _gloo_guard_state["warned"] = True
+        warnings.warn("omni.torch: torch.distributed's Gloo group is built UNGUARDED (%s): while it "
+                      "is being built, whoever reaches this host can connect to its pair listeners "
+                      "(take a pair, or crash the rank with garbage); libomni's own collectives stay "
+                      "guarded" % why, RuntimeWarning, stacklevel=3)
+
+
+_gloo_guard_state = {}
+
+
+def _guarded_devices():
+    """Gloo TCP devices whose pairs take a connection only after the pair's token (libomni's
+    guard, gloo_guard.h), where torch's own would listen: one per GLOO_SOCKET_IFNAME interface,
+    else on the address libomni uses. TypeError where torch's ProcessGroupGloo.Device cannot
+    hold them (another pybind11 ABI, another libgloo), omni.Error where Gloo cannot make one
+    (RuntimeError: a conversion pybind11 refuses)."""
+    make = getattr(omni._omni, "gloo_guarded_device", None)
+    if make is None:
+        raise AttributeError("this omni module has no gloo_guarded_device")
+    names = [n for n in os.environ.get("GLOO_SOCKET_IFNAME", "").split(",") if n]
+    if names:
+        devices = [make(iface=n) for n in names]
+    else:
+        devices = [make(hostname=_local_address() or socket.gethostname())]
+    if not all(isinstance(d, dist.ProcessGroupGloo.Device) for d in devices):
+        raise TypeError("the guarded devices are %s, not torch's ProcessGroupGloo.Device" % type(devices[0]).__name__)
+    return devices
+
+
+def _guarded_gloo_class():
+    """torch's ProcessGroupGloo with guarded devices (_guarded_devices), put in its place while
+    torch.distributed builds the generation's group, so that the group is torch's Gloo group in
+    every respect (backend "gloo", the default group, DDP) but for who may connect while it is
+    built. None, after one warning, where the guard cannot be applied."""
+    base = getattr(dist, "ProcessGroupGloo", None)
+    if base is None or not hasattr(base, "_Options"):
+        _gloo_guard_unavailable("this torch has no ProcessGroupGloo._Options")
+        return None
+
+    class GuardedProcessGroupGloo(base):
+        # torch's own call: (store, rank, size, timeout=...) (1.13 to 2.14; 2.14 adds
+        # enable_reconfigure=, which a guarded group does not take).
+        def __init__(self, store, rank, size, timeout=datetime.timedelta(seconds=1800), **kwargs):
+            devices = None
+            if not any(kwargs.values()):
+                try:
+                    devices = _guarded_devices()
+                    opts = base._Options()
+                    opts._devices = devices
+                    opts._threads = 2 * len(devices)   # as torch's own constructor
+                    opts._timeout = timeout
+                except (AttributeError, TypeError, RuntimeError, omni.Error) as e:
+                    _gloo_guard_unavailable(str(e))
+                    devices = None
+            else:
+                _gloo_guard_unavailable("torch asked for %s" % ", ".join(sorted(k for k, v in kwargs.items() if v)))
+            if devices is None:
+                super().__init__(store, rank, size, timeout=timeout, **kwargs)
+            else:
+                super().__init__(store, rank, size, opts)
+
+    return GuardedProcessGroupGloo
+
+
+@contextlib.contextmanager
+def _gloo_guarded(enabled):
+    """While torch.distributed builds a group: its Gloo groups with guarded pairs (where
+    `enabled`; _guarded_gloo_class). torch looks ProcessGroupGloo up in distributed_c10d's
+    globals when it builds a Gloo group."""
+    c10d = getattr(dist, "distributed_c10d", None)
+    cls = _guarded_gloo_class() if enabled and c10d is not None else None
+    if cls is None or getattr(c10d, "ProcessGroupGloo", None) is not cls.__bases__[0]:
+        if enabled and cls is not None:
+            _gloo_guard_unavailable("torch.distributed.distributed_c10d has no ProcessGroupGloo to replace")
+        yield
+        return
+    c10d.ProcessGroupGloo = cls
+    try:
+        yield
+    finally:
+        c10d.ProcessGroupGloo = cls.__bases__[0]
 
 
 def _micro_seed(seed, step, micro):
@@ -495,7 +582,11 @@ class Job:
         adopt = self.backend == "gloo" and size > 1 and not omni.standalone()
         if adopt:
             omni.sockets_begin()
-        dist.init_process_group(self.backend, store=store, rank=rank, world_size=size, timeout=self.timeout)
+        # Gloo's pair listeners take only a connection that first sends the pair's token, which
+        # travels with the pair's address through the coordinator's store (libomni's guard):
+        # not while standalone, whose HashStore is this process's own.
+        with _gloo_guarded(self.backend == "gloo" and not omni.standalone()):
+            dist.init_process_group(self.backend, store=store, rank=rank, world_size=size, timeout=self.timeout)
         if adopt:
             omni.sockets_adopt(size - 1)
         self.process_group = dist.group.WORLD

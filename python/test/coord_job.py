@@ -28,7 +28,7 @@ def read(path):
 
 
 def run_job(test, d, worker, args, units, target, joiners=0, extra_env=None, per_unit_env=None,
-            serve_stops=True, seconds=120, prestart=False, stop_step=0):
+            serve_stops=True, seconds=120, prestart=False, stop_step=0, spawned=None):
     """Runs UNITS ranks of `worker` (its argv: the log path, then `args`) under a coordinator in
     directory `d` that reshapes to `target` units once the job forms, then stops it; `joiners`
     more ranks are started once generation 1 exists. Returns (each rank's log lines, the
@@ -39,7 +39,8 @@ def run_job(test, d, worker, args, units, target, joiners=0, extra_env=None, per
     must still start Python and import torch, was not admitted within the whole 40-step run
     (24 s) at load 12 on 2 cores (a Debian 13 root, 2026-12-07); the start-up time of Python
     is not what a grow test checks. The coordinator asks the job to stop once the reshape is
-    done and the job has finished step `stop_step`."""
+    done and the job has finished step `stop_step`. `spawned` (a list) receives each rank's
+    Popen as it starts."""
     job = os.path.join(d, "job")
     os.mkdir(job, 0o700)
     # The coordinator keeps serving after the stop until the ranks have exited: rank 0's note
@@ -62,6 +63,8 @@ def run_job(test, d, worker, args, units, target, joiners=0, extra_env=None, per
         env.update((per_unit_env or {}).get(unit, {}))
         procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, worker), path] + list(args), env=env))
         logs.append(path)
+        if spawned is not None:
+            spawned.append(procs[-1])
 
     for u in range(units):
         spawn(u)

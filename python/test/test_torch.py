@@ -10,7 +10,10 @@ same training run alone in one process (world 1, no coordinator):
  - omni-ckpt reshard rewrites a checkpoint for 3 writers, and a run resumed from it is
    bitwise the lone run;
  - a rank hung (SIGSTOP) inside DDP's allreduce is declared lost, the others' group is cut
-   and they rewind at once, and resumed it is fenced out and writes nothing."""
+   and they rewind at once, and resumed it is fenced out and writes nothing;
+ - strangers connecting to the pair listeners of torch.distributed's Gloo group while it is
+   built (garbage, a 1 GiB frame header, idle, half a token) are refused within bounds, and
+   the job grows 2 -> 3 bitwise all the same."""
 
 import json
 import os
@@ -21,6 +24,7 @@ import tempfile
 import unittest
 
 import coord_job
+import pair_stranger
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD = os.environ.get("OMNI_TOP_BUILDDIR") or os.path.join(HERE, "..", "..", "build")
@@ -79,6 +83,94 @@ class Torch(unittest.TestCase):
         # The joiner holds, before its first step, the parameters every rank had after that step.
         self.assertEqual(start["params"], self.solo[start["step"]]["params"])
         self.check_bitwise(ranks)
+
+    @unittest.skipUnless(coord_job.serve_built(), "runtime_coord_serve is not built")
+    def test_strangers_at_the_group_build(self):
+        # Grown 2 -> 3 in exact mode while a stranger on the host (pair_stranger.py) connects
+        # to every TCP listener of the ranks as it appears, four times: garbage, a 1 GiB
+        # frame header, idle, half a token. Each rank's sets into the store are held 3 s
+        # (torch_worker.py), so torch.distributed's Gloo group keeps its pair listeners open
+        # 3 s per build and none is missed. Checked: every step bitwise the lone run's, every
+        # rank exits 0; a wrong token is closed at once (< 1 s), silence and half a token
+        # after libomni's 2 s (< 5 s: the 100 ms sweep, a loaded machine); nothing is held
+        # the stranger's 30 s. Without the guard (omni.torch building the group with torch's
+        # own devices) the stranger is the first to connect to a pair and Gloo takes it for
+        # the peer: the garbage is parsed as Gloo frames (a GLOO_ENFORCE in Gloo's loop
+        # thread ends the rank) or the real peer is refused, and the job fails. Tried once
+        # (2026-12-07, Debian 12, torch 1.13, omni.torch building with torch's devices): rank
+        # 0's init_process_group failed ("connect [127.0.0.1]:7088: Connection refused": a
+        # stranger had taken the pair, whose listener was gone for the real peer), rank 1
+        # hung in its build, and the test failed with rank 0's exit 1 after 122 s.
+        d = tempfile.mkdtemp(dir=self.dir)
+        spawned = []
+        stranger = pair_stranger.Stranger(spawned)
+        stranger.start()
+        try:
+            ranks, seen = coord_job.run_job(self, d, "torch_worker.py", [str(STEPS), "1", "-", "0", "0.05"], 2, 3,
+                                            joiners=1, prestart=True, spawned=spawned,
+                                            extra_env={"OMNI_TEST_STORE_SET_HOLD_S": "3"})
+        finally:
+            stranger.stop()
+        print("strangers: " + stranger.summary(), file=sys.stderr)
+        self.assertIn("generation 2 world 3", seen)
+        self.check_bitwise(ranks)
+        # Generation 1's group (1 pair listener on each of 2 ranks) and generation 2's (2 on
+        # each of 3), besides libomni's own communicators'.
+        self.assertGreaterEqual(len(stranger.ports), 8, stranger.summary())
+        for kind in ("garbage", "header"):
+            self.assertTrue(stranger.closed[kind], stranger.summary())
+            self.assertLess(max(stranger.closed[kind]), 1.0, stranger.summary())
+        for kind in ("idle", "half_token"):
+            self.assertTrue(stranger.closed[kind], stranger.summary())
+            self.assertLess(max(stranger.closed[kind]), 5.0, stranger.summary())
+
+    def test_guarded_group_and_its_fallback(self):
+        # In this process, world 1 over a HashStore: omni.torch's guard makes the group with
+        # its subclass of ProcessGroupGloo (torch's own class is back after), the backend
+        # stays "gloo"; where the guarded device cannot be made (here: made to raise TypeError,
+        # as a torch of another pybind11 ABI would), the group is torch's plain one, after
+        # exactly one RuntimeWarning over two builds that says why.
+        import warnings
+        import torch.distributed as dist
+        import omni
+        import omni.torch as ot
+        c10d = dist.distributed_c10d
+        plain = c10d.ProcessGroupGloo
+
+        def build():
+            with ot._gloo_guarded(True):
+                dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+            try:
+                t = torch.ones(3)
+                dist.all_reduce(t)
+                self.assertEqual(t.tolist(), [1.0, 1.0, 1.0])
+                return type(dist.distributed_c10d._get_default_group()).__name__, dist.get_backend()
+            finally:
+                dist.destroy_process_group()
+
+        name, backend = build()
+        self.assertIs(c10d.ProcessGroupGloo, plain)
+        self.assertEqual(backend, "gloo")
+        if name != "ProcessGroup":  # torch 1.13: the group is the backend itself
+            self.assertEqual(name, "GuardedProcessGroupGloo")
+        saved = omni._omni.gloo_guarded_device
+        ot._gloo_guard_state.clear()
+
+        def refuse(**kw):
+            raise TypeError("no Python type for gloo::transport::Device (test)")
+        omni._omni.gloo_guarded_device = refuse
+        try:
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                self.assertEqual(build()[1], "gloo")
+                self.assertEqual(build()[1], "gloo")
+        finally:
+            omni._omni.gloo_guarded_device = saved
+            ot._gloo_guard_state.clear()
+        said = [str(x.message) for x in w if issubclass(x.category, RuntimeWarning)]
+        self.assertEqual(len(said), 1, said)
+        self.assertIn("UNGUARDED (no Python type for gloo::transport::Device (test))", said[0])
+        self.assertIs(c10d.ProcessGroupGloo, plain)
 
     @unittest.skipUnless(coord_job.serve_built(), "runtime_coord_serve is not built")
     def test_shrink_bitwise(self):

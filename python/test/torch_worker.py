@@ -53,7 +53,23 @@ def setup(argv):
     return model, opt, sched, kwargs, micro_loss, holder
 
 
+def hold_group_builds(seconds):
+    """OMNI_TEST_STORE_SET_HOLD_S (test_torch.py's strangers): every set into the job's store
+    returns only after `seconds`, so a Gloo group being built keeps its pair listeners open
+    that long (Gloo sets a rank's pair addresses, then waits for its peers') and a stranger
+    cannot miss them."""
+    plain = ot.Store.set
+
+    def held(self, key, value):
+        plain(self, key, value)
+        time.sleep(seconds)
+
+    ot.Store.set = held
+
+
 def main(argv):
+    if os.environ.get("OMNI_TEST_STORE_SET_HOLD_S"):
+        hold_group_builds(float(os.environ["OMNI_TEST_STORE_SET_HOLD_S"]))
     # A joiner started early (coord_job.run_job's prestart) has imported torch by now and
     # waits here, before it contacts the coordinator, until the job has formed without it.
     start_file = os.environ.get("OMNI_TEST_START_FILE")

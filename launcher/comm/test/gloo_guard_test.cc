@@ -24,6 +24,10 @@
 #include <unistd.h>
 
 #include <gtest/gtest.h>
+#include <gloo/allreduce.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/hash_store.h>
 #include <gloo/transport/tcp/address.h>
 
 #include <chrono>
@@ -300,6 +304,75 @@ TEST(GlooGuard, OneRankListensOnNothing) {
     float v = 2;
     EXPECT_TRUE(c.value()->allreduce(&v, 1, DType::fp32, ReduceOp::sum).ok());
     EXPECT_EQ(v, 2.0f);
+}
+
+// A guarded device (make_guarded_device: what omni.torch gives PyTorch's ProcessGroupGloo)
+// through Gloo's own connectFullMesh, 2 ranks as threads over a HashStore: rank 0's published
+// address carries a 16-byte token after Gloo's; while rank 1 has not started, strangers at
+// that address are refused (garbage at once, silence after 2 s); then the mesh forms and sums.
+// Without the guard (make_guarded_device returning Gloo's device) the address has no token
+// (the size check fails) and the garbage connection becomes the pair's peer.
+TEST(GlooGuard, GuardedDeviceThroughConnectFullMesh) {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = "127.0.0.1";
+    auto store = std::make_shared<gloo::rendezvous::HashStore>();
+    std::vector<std::shared_ptr<gloo::rendezvous::Context>> ctx(2);
+    std::vector<std::string> errors(2);
+    auto rank = [&](int r) {
+        try {
+            auto dev = make_guarded_device(attr);
+            auto c = std::make_shared<gloo::rendezvous::Context>(r, 2);
+            c->setTimeout(std::chrono::milliseconds(20000));
+#ifdef OMNI_GLOO_STORE_SHARED_PTR
+            c->connectFullMesh(store, dev);
+#else
+            c->connectFullMesh(*store, dev);
+#endif
+            ctx[r] = c;
+        } catch (const std::exception &e) {
+            errors[r] = e.what();
+        }
+    };
+    const std::size_t refused0 = refused_pair_connections();
+    std::thread r0(rank, 0);
+    store->wait({"0"}, std::chrono::milliseconds(20000));
+    const std::vector<char> published = store->get("0");  // rank 0's pair to rank 1
+    const gloo::transport::tcp::Address gloo_size_probe(sockaddr_storage{});
+    ASSERT_EQ(published.size(), gloo_size_probe.bytes().size() + kPairTokenBytes);
+    const auto where = gloo::transport::tcp::Address(
+        std::vector<char>(published.begin(), published.end() - kPairTokenBytes)).getSockaddr();
+    const int garbage = dial(where), idle = dial(where);
+    ASSERT_GE(garbage, 0) << "rank 0's pair does not listen";
+    ASSERT_GE(idle, 0);
+    const char junk[64] = "not a token, and more than sixteen bytes of it";
+    ASSERT_EQ(::send(garbage, junk, sizeof junk, MSG_NOSIGNAL), static_cast<ssize_t>(sizeof junk));
+    const double g = closed_after(garbage, 3), i = closed_after(idle, 5);
+    ::close(garbage);
+    ::close(idle);
+    std::thread r1(rank, 1);
+    r0.join();
+    r1.join();
+    std::fprintf(stderr, "guarded device: garbage closed after %.3f s, idle after %.3f s\n", g, i);
+    EXPECT_GE(g, 0);
+    EXPECT_LT(g, 1.0);
+    EXPECT_GE(i, 1.9);
+    EXPECT_LT(i, 3.0);
+    EXPECT_GE(refused_pair_connections() - refused0, 2u);
+    ASSERT_EQ(errors[0], "");
+    ASSERT_EQ(errors[1], "");
+    std::vector<float> v0{1, 2}, v1{10, 20};
+    auto sum = [&](int r, std::vector<float> &v) {
+        gloo::AllreduceOptions o(ctx[r]);
+        o.setOutput(v.data(), v.size());
+        o.setReduceFunction(static_cast<void (*)(void *, const void *, const void *, size_t)>(&gloo::sum<float>));
+        o.setTag(1);
+        gloo::allreduce(o);
+    };
+    std::thread a(sum, 0, std::ref(v0)), b(sum, 1, std::ref(v1));
+    a.join();
+    b.join();
+    EXPECT_EQ(v0, (std::vector<float>{11, 22}));
+    EXPECT_EQ(v1, (std::vector<float>{11, 22}));
 }
 
 }  // namespace

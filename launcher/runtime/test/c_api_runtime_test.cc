@@ -12,6 +12,8 @@
 #include <string>
 #include <thread>
 
+#include <gloo/transport/device.h>
+
 #include "coord/client.h"
 #include "coord/coordinator.h"
 #include "coord/test/test_secret.h"
@@ -102,6 +104,18 @@ TEST(RuntimeCApi, StandaloneWithNoEnvironment) {
     EXPECT_EQ(omni_sockets_begin(), OMNI_OK);
     EXPECT_EQ(omni_sockets_adopt(0, &adopted), OMNI_OK);
     EXPECT_EQ(adopted, 0u);
+    // The guarded Gloo device for omni.torch: argument errors, then one on 127.0.0.1 (no
+    // omni_init needed; comm/test/gloo_guard_test builds a mesh with it).
+    void *device = nullptr;
+    EXPECT_EQ(omni_gloo_guarded_device("", "127.0.0.1", nullptr), OMNI_EINVAL);
+    EXPECT_EQ(omni_gloo_guarded_device(nullptr, "", &device), OMNI_EINVAL);
+    EXPECT_NE(std::string(omni_last_error()).find("expected an interface or a hostname"), std::string::npos)
+        << omni_last_error();
+    EXPECT_EQ(omni_gloo_guarded_device("no-such-interface0", nullptr, &device), OMNI_ECOMM);
+    EXPECT_EQ(device, nullptr);
+    ASSERT_EQ(omni_gloo_guarded_device(nullptr, "127.0.0.1", &device), OMNI_OK) << omni_last_error();
+    ASSERT_NE(device, nullptr);
+    delete static_cast<std::shared_ptr<gloo::transport::Device> *>(device);
 
     float params[5] = {1, 2, 3, 4, 5};
     ASSERT_EQ(omni_register_params(params, 5), OMNI_OK);
