@@ -150,6 +150,18 @@ Result<Handle> create_file(const std::string &path) {
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
     if (fd < 0)
         return make_error("creating " + path + ": " + std::strerror(errno));
+    // Room for HDF5's first writes, asked for here: H5Fcreate writes the superblock at once,
+    // and when that write fails (a full disk) HDF5 closes the half-made file itself, which
+    // HDF5 2.x builds with assertions on (Debian unstable's 2.2) abort in (H5F__dest:
+    // "H5AC_cache_is_clean"; 1.10 returns the error). A file system without room for a first
+    // metadata block fails here, outside HDF5; H5Fcreate's truncation gives the block back
+    // just before HDF5 needs a little of it. Where fallocate is not supported, HDF5 is asked
+    // anyway.
+    if (::fallocate(fd, 0, 0, static_cast<off_t>(kMetaBlockBytes)) != 0 && (errno == ENOSPC || errno == EDQUOT)) {
+        const int e = errno;
+        ::close(fd);
+        return make_error("creating " + path + ": " + std::strerror(e));
+    }
     ::close(fd);
     Handle p = fapl();
     // HDF5 allocates object headers, groups' link heaps and B-trees from blocks of this size,
