@@ -96,7 +96,7 @@ PY
 
 # grouped through a resize: 2 -> 1 -> 2 units. The grow is asked for as soon as the shrink
 # has applied (step 10), and every step sleeps 50 ms more: the joining unit's srun takes its
-# ranks to the coordinator in about 0.9 s on Slurm 26.05.5, and asked at step 16 of 30 steps
+# ranks to the coordinator in about 0.9 s on Slurm 26.05.5 (0.4 s on 22.05.8), and asked at step 16 of 30 steps
 # of 70 ms (1 unit), it joined at step 28 in two runs and missed the end in a third
 # ("AssertionError: [4, 2]"). Now it has some 20 steps of 120 ms.
 mkdir -p "$work/samples-elastic"
