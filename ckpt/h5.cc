@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -149,6 +150,18 @@ Result<Handle> create_file(const std::string &path) {
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
     if (fd < 0)
         return make_error("creating " + path + ": " + std::strerror(errno));
+    // Room for HDF5's first writes, asked for here: H5Fcreate writes the superblock at once,
+    // and when that write fails (a full disk) HDF5 closes the half-made file itself, which
+    // HDF5 2.x builds with assertions on (Debian unstable's 2.2) abort in (H5F__dest:
+    // "H5AC_cache_is_clean"; 1.10 returns the error). A file system without room for a first
+    // metadata block fails here, outside HDF5; H5Fcreate's truncation gives the block back
+    // just before HDF5 needs a little of it. Where fallocate is not supported, HDF5 is asked
+    // anyway.
+    if (::fallocate(fd, 0, 0, static_cast<off_t>(kMetaBlockBytes)) != 0 && (errno == ENOSPC || errno == EDQUOT)) {
+        const int e = errno;
+        ::close(fd);
+        return make_error("creating " + path + ": " + std::strerror(e));
+    }
     ::close(fd);
     Handle p = fapl();
     // HDF5 allocates object headers, groups' link heaps and B-trees from blocks of this size,
@@ -164,6 +177,36 @@ Result<Handle> create_file(const std::string &path) {
     Handle f = file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, p.get()));
     if (!f) return fail("creating " + path);
     return f;
+}
+
+Status close_file(Handle &f, const std::string &what) {
+    if (!f) return Status::success();
+    if (H5Fflush(f.get(), H5F_SCOPE_LOCAL) < 0) {
+        Error e = fail(what);
+        discard_file(f);
+        return Status(std::move(e));
+    }
+    return f.close(what);
+}
+
+void discard_file(Handle &f) {
+    if (!f) return;
+    // Only the sec2 driver's handle is a plain descriptor (every file written here is one).
+    bool sec2 = false;
+    if (Handle p = plist(H5Fget_access_plist(f.get()))) sec2 = H5Pget_driver(p.get()) == H5FD_SEC2;
+    void *handle = nullptr;
+    if (sec2 && H5Fget_vfd_handle(f.get(), H5P_DEFAULT, &handle) >= 0 && handle) {
+        const int fd = *static_cast<int *>(handle);
+        const int mem = ::memfd_create("omni-ckpt-discarded", MFD_CLOEXEC);
+        // dup3 closes the file's descriptor and puts the memory file in its place, atomically:
+        // HDF5's flush, truncate, unlock and close then act on memory (sparse: the metadata
+        // written, a few KiB). Without it (no memfd), the close is tried on the file itself.
+        if (mem >= 0) {
+            (void)::dup3(mem, fd, O_CLOEXEC);
+            ::close(mem);
+        }
+    }
+    f.reset();
 }
 
 Result<Handle> open_file(const std::string &path) {

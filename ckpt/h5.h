@@ -90,6 +90,15 @@ Handle fapl();
 constexpr hsize_t kMetaBlockBytes = 64 * 1024;
 Result<Handle> create_file(const std::string &path);
 Result<Handle> open_file(const std::string &path);
+// Closes a file written to, reporting failure. It flushes first: a flush that fails (a full
+// disk) leaves HDF5's metadata cache dirty, and closing a dirty file is what HDF5 2.x builds
+// with assertions on (Debian's) abort in (H5F__dest: "H5AC_cache_is_clean"); HDF5 1.10 and
+// 1.14 return an error. So a failed flush discards the file (below) and returns the error.
+Status close_file(Handle &f, const std::string &what);
+// Closes a file whose bytes are of no use (a failed write: the caller removes it) without
+// writing to it: HDF5's descriptor of the file is pointed at an anonymous memory file first,
+// so the metadata flush that every close does lands there and succeeds, even on a full disk.
+void discard_file(Handle &f);
 // Opens a file's bytes already in memory, read-only (HDF5's core driver works on its own copy
 // of them). `name` is the file's path, for messages.
 Result<Handle> open_image(const std::string &bytes, const std::string &name);

@@ -365,8 +365,12 @@ Status write_index(const std::string &path, const Manifest &m, const std::vector
             st = h5::write_1d(id, g + "/consumed", H5T_STD_I64LE, H5T_NATIVE_INT64,
                               states[i].consumed.size(), states[i].consumed.data());
     }
-    if (!st) return make_error(path + ": " + st.error());
-    return f.value().close("closing " + path);
+    if (!st) {
+        // Not closed as is: its flush would meet the same full disk (see h5::close_file).
+        h5::discard_file(f.value());
+        return make_error(path + ": " + st.error());
+    }
+    return h5::close_file(f.value(), "closing " + path);
 }
 
 // A source file referenced by a shard: checks that it exists (a base checkpoint's file may

@@ -80,12 +80,13 @@ ShardWriter::ShardWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 ShardWriter::~ShardWriter() {
     if (impl_ && !impl_->finished) {
-        // The file is abandoned: its bytes are of no use. Emptied first, so that HDF5's close,
-        // which flushes the file's metadata, finds room on a file system a failed write left
-        // full; a close that fails there leaves HDF5 an open file that its exit handler then
-        // crashes on (seen with ENOSPC on tmpfs, HDF5 1.10).
+        // The file is abandoned: its bytes are of no use. Emptied first (its space back at
+        // once), then closed without writing to it: a close that flushes into a file system a
+        // failed write left full fails, leaving HDF5 1.10 an open file that its exit handler
+        // then crashes on (seen with ENOSPC on tmpfs), and aborting HDF5 2.2 on an assertion
+        // (a dirty metadata cache at close; Debian unstable's build).
         if (impl_->file.valid()) (void)::truncate(impl_->tmp_path.c_str(), 0);
-        impl_->file.reset();
+        h5::discard_file(impl_->file);
         ::unlink(impl_->tmp_path.c_str());
         ::unlink((impl_->ref_path() + ".tmp").c_str());
     }
@@ -428,8 +429,9 @@ Status ShardWriter::finish() {
         st = h5::write_string_dataset(w.file.get(), kShardManifestDataset,
                                       shard_manifest_to_json(w.manifest));
     if (!st) return w.fail(make_error(w.tmp_path + ": " + st.error()));
-    // Closing flushes HDF5's metadata: a full disk often surfaces here, not at H5Dwrite.
-    if (auto c = w.file.close(w.tmp_path); !c) return w.fail(make_error(c.error()));
+    // Closing flushes HDF5's metadata: a full disk often surfaces here, not at H5Dwrite
+    // (close_file leaves a file it could not flush to the destructor's discard).
+    if (auto c = h5::close_file(w.file, w.tmp_path); !c) return w.fail(make_error(c.error()));
     w.fd = fsio::Fd();
     // Only a shard that holds tensor data is fsynced. One that wrote none (an incremental
     // rank whose slices all reference the base: a .ref, finish_ref) is read once, by

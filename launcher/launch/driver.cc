@@ -747,7 +747,8 @@ void Driver::poll_satellites(const Snapshot &s) {
     std::set<std::uint32_t> member_units;
     for (const auto &m : s.members) member_units.insert(m.second);
     const bool changing = std::any_of(satellites_.begin(), satellites_.end(), [&](const Satellite &x) {
-        if (x.ended || x.cancelled) return false;
+        if (x.ended) return false;
+        if (x.cancelled) return !x.admitted;  // its end clears joiners that came after the cancel
         return !x.admitted || std::none_of(x.units.begin(), x.units.end(),
                                            [&](std::uint32_t u) { return member_units.count(u) > 0; });
     });
@@ -772,7 +773,14 @@ void Driver::poll_satellites(const Snapshot &s) {
             continue;
         }
         sat.ended = true;
-        if (sat.cancelled) continue;
+        if (sat.cancelled) {
+            // Its ranks that registered as joiners after the cancel (the satellite had just
+            // started) wait in the coordinator for a grow that will not come, and a joiner
+            // waiting keeps the policy from deciding anything ("a change is in flight"):
+            // reported lost now that the job is gone (the cancel reported those it saw).
+            if (!sat.admitted) report_lost(sat.units, what, &s);
+            continue;
+        }
         if (sat.admitted) {
             log_line(LogLevel::Info, kComponent, what + " ended (units [" + format_unit_list(sat.units) + "])");
             continue;
@@ -1061,9 +1069,22 @@ void Driver::run_policy(const Snapshot &s) {
     pj.busy = s.target.has_value() || ctl_shrink_running() || !s.pending.empty();
     if (policy_grow_ && (!s.target || *s.target != *policy_grow_)) policy_grow_.reset();  // applied or withdrawn
     if (policy_grow_) {
-        // Withdrawable while none of its satellites has started.
-        const bool started = std::any_of(satellites_.begin(), satellites_.end(), [](const Satellite &sat) {
-            return !sat.cancelled && (sat.admitted || (sat.state != "SUBMITTED" && sat.state != "PENDING"));
+        // Withdrawable while none of its satellites has started. The look's own squeue of the
+        // waiting jobs is the freshest word: a satellite submitted before it began and not
+        // among them has started (or ended). poll_satellites' state can be a second old, and
+        // a satellite Slurm allocates in that second would be cancelled while its ranks join.
+        // Slurm 26.05 allocates a batch job at the scheduler's next pass, not at once: a
+        // satellite stays PENDING a moment (0.3 s measured) with the nodes idle, so a job of
+        // higher priority submitted then waits and this withdrawal meets a starting satellite.
+        const std::int64_t look_began = policy_looked_ms_;
+        auto in_queue = [&](std::uint32_t id) {
+            return std::any_of(pending.value().begin(), pending.value().end(),
+                               [&](const PendingJob &p) { return p.job_id == id; });
+        };
+        const bool started = std::any_of(satellites_.begin(), satellites_.end(), [&](const Satellite &sat) {
+            if (sat.cancelled) return false;
+            if (sat.admitted || (sat.state != "SUBMITTED" && sat.state != "PENDING")) return true;
+            return sat.submitted_ms <= look_began && !in_queue(sat.job_id);
         }) || (expansion_ && !expansion_->cancelled && (expansion_->merged || expansion_->state == "RUNNING"));
         if (!started) pj.policy_grow = policy_grow_;
     }

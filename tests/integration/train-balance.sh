@@ -94,12 +94,16 @@ for p in policies:
           % (p, total[p], total["none"] / total[p], step_ms(p), step_ms("none") / step_ms(p)))
 PY
 
-# grouped through a resize: 2 -> 1 -> 2 units.
+# grouped through a resize: 2 -> 1 -> 2 units. The grow is asked for as soon as the shrink
+# has applied (step 10), and every step sleeps 50 ms more: the joining unit's srun takes its
+# ranks to the coordinator in about 0.9 s on Slurm 26.05.5 (0.4 s on 22.05.8), and asked at step 16 of 30 steps
+# of 70 ms (1 unit), it joined at step 28 in two runs and missed the end in a third
+# ("AssertionError: [4, 2]"). Now it has some 20 steps of 120 ms.
 mkdir -p "$work/samples-elastic"
 elastic_job elastic.sh elastic "--boundary-timeout 30" \
-  "$train --pace-ns-per-token 4000 --balance grouped --sample-log $work/samples-elastic" <<EOS
-at_step 8 && "$ctl" reshape --units 1 || exit 11
-at_step 16 && "$ctl" reshape --units 2 || exit 12
+  "$train --pace-ns-per-token 4000 --pace-ms 50 --balance grouped --sample-log $work/samples-elastic" <<EOS
+at_step 8 && "$ctl" reshape --units 1 && units_are 1 || exit 11
+"$ctl" reshape --units 2 || exit 12
 EOS
 batch "grouped through a resize" "$work/elastic.out" -N2 -n4 --omni-unit=2 --omni-elastic=1:2 -t 3 elastic.sh
 /usr/bin/python3 "$same" "$work/reference.jsonl" "$work/elastic.jsonl" 30 || fail "the resized grouped run differs (above)"
