@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 
 SERVE = os.environ.get("OMNI_COORD_SERVE", "")
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -27,8 +29,26 @@ def read(path):
         return [json.loads(line) for line in f]
 
 
+def _start_at_step(log, step, start_file, seconds):
+    """Writes start_file once the worker log LOG holds a step event of STEP or later (or after
+    SECONDS, when the run ended sooner: the joiners then exit for want of a job and the test
+    fails on their status)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with open(log) as f:
+                # A line being written may be cut short: only whole lines count.
+                if any(line.endswith("\n") and json.loads(line).get("event") == "step"
+                       and json.loads(line)["step"] >= step for line in f):
+                    break
+        except FileNotFoundError:
+            pass
+        time.sleep(0.05)
+    open(start_file, "w").close()
+
+
 def run_job(test, d, worker, args, units, target, joiners=0, extra_env=None, per_unit_env=None,
-            serve_stops=True, seconds=120, prestart=False):
+            serve_stops=True, seconds=120, prestart=False, join_after_step=0):
     """Runs UNITS ranks of `worker` (its argv: the log path, then `args`) under a coordinator in
     directory `d` that reshapes to `target` units once the job forms, then stops it; `joiners`
     more ranks are started once generation 1 exists. Returns (each rank's log lines, the
@@ -38,7 +58,11 @@ def run_job(test, d, worker, args, units, target, joiners=0, extra_env=None, per
     honours it: torch_worker.py) until generation 1 exists. A joiner started only then, which
     must still start Python and import torch, was not admitted within the whole 40-step run
     (24 s) at load 12 on 2 cores (a Debian 13 root, 2026-12-07); the start-up time of Python
-    is not what a grow test checks."""
+    is not what a grow test checks. With join_after_step K as well the prestarted joiners are
+    let go once rank 0 logged step K, not at generation 1: the coordinator stops the job right
+    after the grow, and a test that checks the training after it needs a run longer than the
+    1-2 steps a joiner let go at once leaves (test_ddp_grow's falling loss,
+    test_float_within_derived_bound's replay of 8 steps)."""
     job = os.path.join(d, "job")
     os.mkdir(job, 0o700)
     # The coordinator keeps serving after the stop until the ranks have exited: rank 0's note
@@ -76,7 +100,10 @@ def run_job(test, d, worker, args, units, target, joiners=0, extra_env=None, per
     for line in serve.stdout:
         seen.append(line.strip())
         if joiners and line.startswith("generation 1 "):
-            if prestart:
+            if prestart and join_after_step:
+                threading.Thread(target=_start_at_step, args=(logs[0], join_after_step, start_file, seconds),
+                                 daemon=True).start()
+            elif prestart:
                 open(start_file, "w").close()
             else:
                 for j in range(joiners):
