@@ -55,6 +55,18 @@ const uint32_t plugin_version = SLURM_VERSION_NUMBER;
 
 #define PREFIX "job_submit/omni: "
 
+/*
+ * How a GRES is written in a job's TRES requests (tres_per_node etc.): "gres:NAME:COUNT"
+ * through 23.02, "gres/NAME:COUNT" from 23.11 on (SchedMD's gres_prepend_tres_type), whose
+ * slurmctld refuses the old form with "Invalid Trackable RESource (TRES) specification".
+ * The plugin is built against the exact release it loads into.
+ */
+#if SLURM_VERSION_NUMBER >= SLURM_VERSION_NUM(23, 11, 0)
+#define GRES_TRES_PREFIX "gres/"
+#else
+#define GRES_TRES_PREFIX "gres:"
+#endif
+
 /* node_name2bitmap() gained an out-parameter for names it could not resolve after 22.05
  * (configure reads which the source tree has). */
 #ifdef OMNI_NODE_NAME2BITMAP_INVALID
@@ -242,10 +254,10 @@ extern int job_submit(job_desc_msg_t *job_desc, uint32_t submit_uid,
 		return ESLURM_INVALID_GRES;
 	}
 	if (job_desc->tres_per_node && job_desc->tres_per_node[0])
-		xstrfmtcat(job_desc->tres_per_node, ",gres:mps:%lu", pct);
+		xstrfmtcat(job_desc->tres_per_node, "," GRES_TRES_PREFIX "mps:%lu", pct);
 	else {
 		xfree(job_desc->tres_per_node);
-		job_desc->tres_per_node = xstrdup_printf("gres:mps:%lu", pct);
+		job_desc->tres_per_node = xstrdup_printf(GRES_TRES_PREFIX "mps:%lu", pct);
 	}
 	debug("%sjob from uid %u: --omni-sm-slice=%lu asks gres/mps: tres_per_node=%s", PREFIX,
 	      submit_uid, pct, job_desc->tres_per_node);

@@ -172,7 +172,7 @@ private:
     void watch_preemption();
     void await_preemption();
     void watch_release_request();
-    void look_at_job_on_news(BackgroundLook<Result<JobInfo>> &look, int &news_read);
+    void look_at_job_on_news(BackgroundLook<Result<JobInfo>> &look, int &news_read, int failures);
     Result<JobInfo> own_job(std::int64_t max_age_ms);
     bool start_ctl_shrink(std::vector<std::string> args, const std::string &what);
     bool ctl_shrink_running();
@@ -209,9 +209,11 @@ private:
     // A satellite's look at its own job for a preemption (watch_preemption).
     BackgroundLook<Result<JobInfo>> preempt_look_;
     int preempt_news_read_ = 0;  // the SIGURG count the last such look started after
+    int preempt_failures_ = 0;   // looks that failed since the last that answered
     // job_submit/omni's deferred shrinks (watch_release_request): the last record acted on.
     std::string release_handled_;
     int release_news_read_ = 0;  // the SIGURG count the last look started after
+    int release_failures_ = 0;   // looks that failed since the last that answered
     bool release_watch_ = true;  // off where slurmctld loads no job_submit/omni
     // The omni-ctl shrink running for a deferred shrink or the policy (one at a time), and
     // what it is for.
@@ -856,8 +858,9 @@ void Driver::finish_satellites() {
 // satellite cost slurmctld 1.5 RPC/s (a job read is three RPCs) for as long as it ran.
 void Driver::watch_preemption() {
     auto answer = preempt_look_.take();
+    if (answer) preempt_failures_ = answer->value ? 0 : preempt_failures_ + 1;
     if (alloc_.job_id == 0 || leaving_ || shutdown_deadline_) return;
-    look_at_job_on_news(preempt_look_, preempt_news_read_);
+    look_at_job_on_news(preempt_look_, preempt_news_read_, preempt_failures_);
     if (!answer) return;
     const Result<JobInfo> &job = answer->value;
     if (!job) {
@@ -871,13 +874,21 @@ void Driver::watch_preemption() {
 // Starts `look` at this job (scontrol show job, in the background) when a SIGURG came since
 // the last one started (`news_read`: the count it started after), else every kSafetyMs, in
 // case a signal was lost. News that came while a look was in flight may postdate what that
-// look read: it is only used up by a look started after it.
-void Driver::look_at_job_on_news(BackgroundLook<Result<JobInfo>> &look, int &news_read) {
+// look read: it is only used up by a look started after it. A look that failed (`failures`
+// in a row) is tried again after 1, 2, 4 .. s, not at the next safety look: the news it was
+// for is used up, and slurmctld stopped right after job_submit/omni's SIGURG (a restart)
+// can fail the look at once instead of keeping scontrol waiting until it is back. Seen with
+// Slurm 24.11.5 (faults-daemons.sh under scripts/test, twice): the deferred shrink was not
+// read again within 10 s of the restart; 24.11's slurmctld serves its RPCs through conmgr,
+// which closes the connections it holds when it stops.
+void Driver::look_at_job_on_news(BackgroundLook<Result<JobInfo>> &look, int &news_read, int failures) {
     constexpr std::int64_t kSafetyMs = 120000, kScontrolTimeoutMs = 10000;
     const int news = cfg_.slurm_news ? cfg_.slurm_news->load() : 0;
     const bool fresh = news != news_read && !look.in_flight();
     if (fresh) news_read = news;
-    look.start_every(mono_ms(), fresh ? 0 : kSafetyMs,
+    const std::int64_t retry_ms = failures > 0 ? std::min<std::int64_t>(kSafetyMs, 1000LL << std::min(failures - 1, 7))
+                                               : kSafetyMs;
+    look.start_every(mono_ms(), fresh ? 0 : retry_ms,
                      [job_id = alloc_.job_id] { return load_job(job_id, kScontrolTimeoutMs); });
 }
 
@@ -892,8 +903,9 @@ void Driver::look_at_job_on_news(BackgroundLook<Result<JobInfo>> &look, int &new
 // federation): polled every 3 s, as it was, that made an idle job cost slurmctld 1 RPC/s.
 void Driver::watch_release_request() {
     auto answer = release_look_.take();
+    if (answer) release_failures_ = answer->value ? 0 : release_failures_ + 1;
     if (!release_watch_ || alloc_.job_id == 0 || shutdown_deadline_ || ctl_shrink_running()) return;
-    look_at_job_on_news(release_look_, release_news_read_);
+    look_at_job_on_news(release_look_, release_news_read_, release_failures_);
     if (!answer) return;
     const Result<JobInfo> &job = answer->value;
     if (!job) {

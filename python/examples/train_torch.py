@@ -49,6 +49,8 @@ def options(argv):
     p.add_argument("--ckpt-every", type=int, default=int(os.environ.get("OMNI_CKPT_EVERY", 0)),
                    help="checkpoint every N steps (0: at the end and when stopped)")
     p.add_argument("--pace-ms", type=float, default=0, help="sleep this long in every step, as if computing")
+    p.add_argument("--pace-file", help="while this file exists, sleep the milliseconds it holds in every step "
+                   "instead of --pace-ms (scripts/demo slows its elastic job while another job runs)")
     p.add_argument("--metrics", help="JSONL file, one line per step (written by DP rank 0)")
     p.add_argument("--sample-log", help="directory: each rank's sample indices per step")
     p.add_argument("--timestamps", action="store_true", help="add the wall-clock time_ms to every metrics line")
@@ -157,8 +159,15 @@ def main(argv):
         if samples_log:
             samples_log.write("%d %d %s\n" % (step, generation, " ".join(map(str, mine))))
             samples_log.flush()
-        if o.pace_ms:
-            time.sleep(o.pace_ms / 1000.0)
+        pace_ms = o.pace_ms
+        if o.pace_file:
+            try:
+                with open(o.pace_file) as f:
+                    pace_ms = min(float(f.read().strip() or 0), 60000.0)
+            except (OSError, ValueError):
+                pass  # no file (or one being written): --pace-ms
+        if pace_ms > 0:
+            time.sleep(pace_ms / 1000.0)
         job.step()
         if o.metrics and first and not job.dropped:
             metrics = metrics or open(o.metrics, "a")

@@ -188,7 +188,7 @@ class Torch(unittest.TestCase):
         d = tempfile.mkdtemp(dir=self.dir)
         root = os.path.join(d, "ckpt")
         ranks, seen = coord_job.run_job(self, d, "torch_worker.py", [str(STEPS), "0", root, "1", "0.05"], 2, 3,
-                                        joiners=1)
+                                        joiners=1, prestart=True, stop_step=12)
         self.assertIn("generation 2 world 3", seen)
         worlds = {e["world"] for e in ranks[0] if e["event"] == "step"}
         self.assertEqual(worlds, {2, 3})

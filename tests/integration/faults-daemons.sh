@@ -132,7 +132,16 @@ advances "slurmctld was back"
 # 3. slurmctld, with a satellite grow pending. Once the shrink has applied (3 -> 2 in the
 # events), a holder takes the node it gives back (the one idle node, when Slurm has it).
 for _ in $(seq 200); do grep -q '"old_world":3,.*"reason":"planned"' train-events.jsonl && break; sleep 0.05; done
-grep -q '"old_world":3,.*"reason":"planned"' train-events.jsonl || fail "the shrink never applied"
+if ! grep -q '"old_world":3,.*"reason":"planned"' train-events.jsonl; then
+  # What omni-launch and slurmctld did about the deferred shrink, for the log: whether the
+  # record was made, slurmctld's stop came before its SIGURG reached omni-launch, or the
+  # look at the job failed (seen twice in 24.11.5's whole suite under scripts/test; not in
+  # three runs alone). '|| true': a missing line is what this shows.
+  { echo "---- omni-launch:"; grep -E 'shrink|warning|error' train.out | tail -n 20
+    echo "---- slurmctld:"; grep -E "job_submit/omni|SIGTERM|started on cluster|JobId=$job " \
+      "$CLUSTER_DIR/log/slurmctld.log" | tail -n 20; } >&2 || true
+  fail "the shrink never applied"
+fi
 holder=$(sbatch --parsable -N1 --exclusive -t 2 -o /dev/null --wrap 'sleep 100') || fail "cannot submit the holder"
 for _ in $(seq 300); do [ "$(squeue -h -j "$holder" -o %T)" = RUNNING ] && break; sleep 0.1; done
 expect_eq "holder $holder" "$(squeue -h -j "$holder" -o %T)" RUNNING
