@@ -31,6 +31,7 @@ micro-batch.
 import contextlib
 import datetime
 import fcntl
+import functools
 import gc
 import json
 import os
@@ -148,6 +149,9 @@ def _bind_collectives():
         os.environ.setdefault("NCCL_SOCKET_IFNAME", name)
 
 
+_gloo_guard_state = {}
+
+
 def _gloo_guard_unavailable(why):
     """Said once a process: the generation's Gloo group is built with torch's plain devices."""
     if not _gloo_guard_state.get("warned"):
@@ -156,9 +160,6 @@ def _gloo_guard_unavailable(why):
                       "is being built, whoever reaches this host can connect to its pair listeners "
                       "(take a pair, or crash the rank with garbage); libomni's own collectives stay "
                       "guarded" % why, RuntimeWarning, stacklevel=3)
-
-
-_gloo_guard_state = {}
 
 
 def _guarded_devices():
@@ -180,11 +181,13 @@ def _guarded_devices():
     return devices
 
 
+@functools.lru_cache(maxsize=None)
 def _guarded_gloo_class():
     """torch's ProcessGroupGloo with guarded devices (_guarded_devices), put in its place while
     torch.distributed builds the generation's group, so that the group is torch's Gloo group in
     every respect (backend "gloo", the default group, DDP) but for who may connect while it is
-    built. None, after one warning, where the guard cannot be applied."""
+    built. None, after one warning, where the guard cannot be applied. Made once a process;
+    each group it builds makes its own devices."""
     base = getattr(dist, "ProcessGroupGloo", None)
     if base is None or not hasattr(base, "_Options"):
         _gloo_guard_unavailable("this torch has no ProcessGroupGloo._Options")
