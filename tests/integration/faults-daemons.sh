@@ -130,7 +130,7 @@ if [ -f "$top_build/job_submit/.libs/job_submit_omni.so" ]; then
 else
   plain_shrink=0
   note "job_submit/omni is not built (configure: $(sed -n 's|^  job_submit/omni built *||p' "$top_build/config.log" 2>/dev/null | tail -n 1)): omni-ctl shrinks before slurmctld's outage, not a plain scontrol update across it"
-  "$ctl" --job-dir "$job_dir" shrink --units 2 --wait 120 >shrink-ctl.out 2>&1 ||
+  "$ctl" --job-dir "$job_dir" shrink --units 2 --job-id "$job" --wait 120 >shrink-ctl.out 2>&1 ||
     fail "omni-ctl shrink: $(cat shrink-ctl.out)"
 fi
 slurmctld_outage 3 ""

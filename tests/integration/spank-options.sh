@@ -88,10 +88,13 @@ good=(--omni-elastic=1:4 --omni-unit=2@pcie --omni-global-batch=48 --omni-micro-
 want="OMNI_CKPT_DIR=$work/ckpt OMNI_CKPT_EVERY=5 OMNI_ELASTIC_MAX=4 OMNI_ELASTIC_MIN=1 OMNI_GLOBAL_BATCH=48 OMNI_MICRO_BATCH=2 OMNI_MP=1 OMNI_POLICY=auto,grow_cooldown=180,shrink_cooldown=600,grow_after=60,shrink_after=7,interval=3 OMNI_UNIT_DOMAIN=pcie OMNI_UNIT_SIZE=2 "
 cat >job.sh <<'EOS'
 #!/bin/bash
-export PATH=/usr/bin:/bin   # --export=NONE leaves the script without a PATH
+export PATH=@PATH@   # --export=NONE leaves the script without a PATH: the submitter's
 echo "batch $(env | grep -E "^OMNI_(ELASTIC|UNIT|MP|GLOBAL|MICRO|SM|CKPT|POLICY)" | sort | tr '\n' ' ')"
 srun -N2 -n2 /bin/bash -c 'PATH=/usr/bin:/bin; echo "step $(env | grep -E "^OMNI_(ELASTIC|UNIT|MP|GLOBAL|MICRO|SM|CKPT|POLICY)" | sort | tr "\n" " ")"'
 EOS
+# Where the submitter finds srun: /usr/bin for Debian's Slurm, /usr/local/bin for one built
+# from source. ('|' cannot be in a PATH entry that matters here.)
+sed -i "s|@PATH@|$PATH|" job.sh
 for export in ALL NONE; do
   out=$(sbatch --parsable --wait -N2 --export=$export "${good[@]}" -o "$work/good-$export.out" job.sh) ||
     fail "sbatch with good options (--export=$export) failed: $(cat "$work/good-$export.out")"
