@@ -37,8 +37,10 @@ EOS
     { cat "$work/refuse.out" >&2; fail "the job failed"; }
   job=${job%%;*}
   expect_eq "omni-ctl grow --via expand exit" "$(sed -n 's/^bad expand //p' "$work/refuse.out")" 1
-  grep -q "SelectType is select/cons_tres: Slurm's cons_tres merge leaves the nodes an expansion adds without cores" \
-    "$work/bad-expand.out" || fail "no refusal naming cons_tres's merge: $(cat "$work/bad-expand.out")"
+  grep -q "the grow to 3 units was withdrawn" "$work/bad-expand.out" ||
+    fail "omni-ctl did not report the withdrawal: $(cat "$work/bad-expand.out")"
+  grep -q "cannot grow via expand: SelectType is select/cons_tres: Slurm's cons_tres merge leaves the nodes an expansion adds without cores" \
+    "$work/refuse.out" || fail "no refusal naming cons_tres's merge: $(grep -i 'grow' "$work/refuse.out")"
   expect_eq "omni-ctl grow (via auto) exit" "$(sed -n 's/^auto-exit //p' "$work/refuse.out")" 0
   grep -q "growing by satellite, not by expansion: SelectType is select/cons_tres" "$work/refuse.out" ||
     fail "omni-launch did not say why it grew by satellite: $(grep -i 'grow' "$work/refuse.out")"
