@@ -121,6 +121,24 @@ job_state() {
   echo "$s"
 }
 
+# sbatch_until_end LIMIT SBATCH-ARGS...: submit (sbatch --parsable), print the job id, and
+# wait up to LIMIT seconds until the job has left the queue, a requeue and its second run
+# included; exit 0 when it ended COMPLETED. Not sbatch --wait for a job that is requeued:
+# Slurm 26.05.3's loses it ("Job N no longer found and exit code not found": a requeue gives
+# the job a new SLUID, which sbatch does not follow), 26.05.5's and earlier releases' do not.
+sbatch_until_end() {
+  local limit=$1 job t0=$SECONDS
+  shift
+  job=$(sbatch --parsable "$@") || return 1
+  job=${job%%;*}
+  echo "$job"
+  while [ -n "$(squeue -h -j "$job" -o %T 2>/dev/null)" ]; do
+    [ $((SECONDS - t0)) -lt "$limit" ] || { echo "job $job still queued after $limit s" >&2; return 1; }
+    sleep 0.5
+  done
+  [ "$(job_state "$job")" = COMPLETED ]
+}
+
 # proc_alive PID: running and not a zombie (a zombie is dead, merely not yet reaped by init).
 proc_alive() {
   local st

@@ -49,8 +49,8 @@ fi
 EOS
 out=$(timeout 240 sbatch --wait -N2 -t 5 -o "$work/static.out" --parsable static.sh) ||
   { cat "$work/static.out" >&2; fail "the static job failed"; }
-job=$(timeout 300 sbatch --wait -p scavenger --requeue --open-mode=append -N2 --exclusive -t 5 \
-  -o "$work/pre.out" --parsable pre.sh) ||
+job=$(sbatch_until_end 300 -p scavenger --requeue --open-mode=append -N2 --exclusive -t 5 \
+  -o "$work/pre.out" pre.sh) ||
   { cat "$work/pre.out" >&2; fail "the preempted job failed"; }
 job=${job%%;*}
 # Shown for the log only; '|| true': a job that printed none of these lines fails the checks below.

@@ -194,7 +194,7 @@ echo "launch-exit \$rc"
 exit \$rc
 EOS
 chmod +x pre.sh
-job=$(timeout 400 sbatch --wait --parsable -p scavenger --requeue --open-mode=append -N4 --ntasks-per-node=1 \
+job=$(sbatch_until_end 400 -p scavenger --requeue --open-mode=append -N4 --ntasks-per-node=1 \
   --exclusive -t 6 -o "$work/pre.out" pre.sh) || { tail -40 "$work/pre.out" >&2; fail "the preempted job failed"; }
 job=${job%%;*}
 expect_eq "runs of the batch script" "$(grep -c '^run ' pre.out)" 2
